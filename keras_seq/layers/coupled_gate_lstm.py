@@ -1,0 +1,197 @@
+"""Coupled input-forget gate LSTM (CIFG; Greff et al., 2017)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_seq.layers._recurrent_base import (
+    _delegate_to_cell,
+    _LSTMCellBase,
+    _RecurrentLayer,
+    _validate_recurrent_args,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class CoupledGateLSTMCell(_LSTMCellBase):
+    """One step of an LSTM whose input gate is tied to the forget gate (i = 1 − f).
+
+    ```
+    f   = σ(W_f x + U_f h_{t-1} [+ p_f ⊙ c_{t-1}] + b_f)
+    c_t = f ⊙ c_{t-1} + (1 − f) ⊙ tanh(W_c x + U_c h_{t-1} + b_c)
+    o   = σ(W_o x + U_o h_{t-1} [+ p_o ⊙ c_t] + b_o)
+    h_t = o ⊙ tanh(c_t)
+    ```
+
+    The bracketed peephole terms are present when `use_peepholes=True`.
+    Weights, in `get_weights()` order: `kernel (in, 3u)`,
+    `recurrent_kernel (u, 3u)`, `bias (3u,)`, then `forget_peephole (u,)`,
+    `output_peephole (u,)` when `use_peepholes`; gates are ordered f, c, o.
+    Three gates instead of four: 3(mn + n² + n) parameters (+2n).
+
+    Args:
+        units: int, size of h and c.
+        use_peepholes: bool, default False: add the peephole terms.
+        activation, recurrent_activation, use_bias, *_initializer,
+            unit_forget_bias, *_regularizer, *_constraint, dropout,
+            recurrent_dropout, seed: as in `PeepholeLSTMCell`.
+
+    Example:
+    >>> import numpy as np, keras
+    >>> from keras_seq.layers import CoupledGateLSTMCell
+    >>> rnn = keras.layers.RNN(CoupledGateLSTMCell(4, use_peepholes=True))
+    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 4])
+
+    References:
+        Greff, Srivastava, Koutník, Steunebrink & Schmidhuber, "LSTM: A Search
+        Space Odyssey", IEEE TNNLS 2017 (variant CIFG).
+    """
+
+    def __init__(self, units: int, use_peepholes: bool = False, **kwargs):
+        super().__init__(units, **kwargs)
+        self.use_peepholes = bool(use_peepholes)
+
+    def build(self, input_shape):
+        input_dim = self._check_input_shape(input_shape)
+        self._add_kernels(input_dim, gates=3)
+        self._add_bias(gates=3, forget_gate=0)
+        if self.use_peepholes:
+            self.forget_peephole = self._add_peephole("forget_peephole")
+            self.output_peephole = self._add_peephole("output_peephole")
+        self.built = True
+
+    def _recurrent_params(self):
+        if not self.use_peepholes:
+            return (self._read(self.recurrent_kernel),)
+        return (
+            self._read(self.recurrent_kernel),
+            self._read(self.forget_peephole),
+            self._read(self.output_peephole),
+        )
+
+    def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+        h_tm1, c_tm1 = states
+        U = params[0]
+        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
+        z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_in, U), 3, axis=-1)
+        if self.use_peepholes:
+            p_f, p_o = params[1:]
+            z_f = z_f + p_f * c_tm1
+        f = self.recurrent_activation(z_f)
+        c = f * c_tm1 + (1.0 - f) * self.activation(z_c)
+        if self.use_peepholes:
+            z_o = z_o + p_o * c
+        o = self.recurrent_activation(z_o)
+        h = o * self.activation(c)
+        return h, [h, c]
+
+    def get_config(self):
+        return {**super().get_config(), "use_peepholes": self.use_peepholes}
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class CoupledGateLSTM(_RecurrentLayer):
+    """CIFG LSTM layer: three gates, the input gate is 1 − forget gate.
+
+    Runs `CoupledGateLSTMCell` over time (see its equations) with the input
+    projection of all steps hoisted into one matmul before the loop.
+
+    Args:
+        units, use_peepholes, activation, recurrent_activation, use_bias,
+            *_initializer, unit_forget_bias, *_regularizer, *_constraint,
+            dropout, recurrent_dropout, seed: as in `CoupledGateLSTMCell`.
+        activity_regularizer, return_sequences, return_state, go_backwards,
+            stateful, unroll: as in `PeepholeLSTM`.
+
+    Call arguments: `inputs (B, T, in)`, `mask (B, T)`, `training`,
+    `initial_state` `[h, c]`.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_seq.layers import CoupledGateLSTM
+    >>> layer = CoupledGateLSTM(8, return_state=True)
+    >>> output, h, c = layer(np.zeros((2, 5, 3), "float32"))
+    >>> output.shape, c.shape
+    (TensorShape([2, 8]), TensorShape([2, 8]))
+
+    References:
+        Greff et al., "LSTM: A Search Space Odyssey", IEEE TNNLS 2017.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        use_peepholes: bool = False,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        peephole_initializer="glorot_uniform",
+        unit_forget_bias: bool = True,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        peephole_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        peephole_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        **kwargs,
+    ):
+        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
+                                 dropout, recurrent_dropout)
+        cell = CoupledGateLSTMCell(
+            units,
+            use_peepholes=use_peepholes,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            peephole_initializer=peephole_initializer,
+            unit_forget_bias=unit_forget_bias,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            peephole_regularizer=peephole_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            peephole_constraint=peephole_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="coupled_gate_lstm_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+
+for _name in ("use_peepholes", "unit_forget_bias", "peephole_initializer",
+              "peephole_regularizer", "peephole_constraint"):
+    setattr(CoupledGateLSTM, _name, _delegate_to_cell(_name))
+del _name

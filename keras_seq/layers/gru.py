@@ -1,0 +1,209 @@
+"""Gated recurrent unit (Cho et al., 2014), weight-compatible with `keras.layers.GRU`."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_seq.layers._recurrent_base import (
+    _delegate_to_cell,
+    _RecurrentCell,
+    _RecurrentLayer,
+    _validate_recurrent_args,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class GRUCell(_RecurrentCell):
+    """One step of a gated recurrent unit.
+
+    ```
+    z   = σ(W_z x + U_z h_{t-1} + b_z)
+    r   = σ(W_r x + U_r h_{t-1} + b_r)
+    ĥ   = tanh(W_h x + r ⊙ (U_h h_{t-1}) + b_h)     reset_after=True (default)
+    ĥ   = tanh(W_h x + U_h (r ⊙ h_{t-1}) + b_h)     reset_after=False
+    h_t = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ
+    ```
+
+    With `reset_after=True` the bias is `(2, 3u)`: row 0 is added to `W x`,
+    row 1 to `U h` (so b_h of row 1 sits inside the reset product), exactly as
+    `keras.layers.GRUCell`. Weights (`kernel (in, 3u)`, `recurrent_kernel
+    (u, 3u)`, `bias`) are identical to Keras', gate order z, r, h, so they
+    copy both ways.
+
+    Args:
+        units: int, size of h.
+        reset_after: bool, default True: apply the reset gate after the
+            recurrent matmul (the cuDNN convention).
+        activation, recurrent_activation, use_bias, kernel_initializer,
+            recurrent_initializer, bias_initializer, *_regularizer,
+            *_constraint, dropout, recurrent_dropout, seed: as in
+            `keras.layers.GRUCell`.
+
+    Example:
+    >>> import numpy as np, keras
+    >>> from keras_seq.layers import GRUCell
+    >>> rnn = keras.layers.RNN(GRUCell(4))
+    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 4])
+
+    References:
+        Cho et al., "Learning Phrase Representations using RNN Encoder-Decoder
+        for Statistical Machine Translation", EMNLP 2014.
+    """
+
+    def __init__(self, units: int, reset_after: bool = True, **kwargs):
+        super().__init__(units, **kwargs)
+        self.reset_after = bool(reset_after)
+        self.state_size = units
+
+    def build(self, input_shape):
+        input_dim = self._check_input_shape(input_shape)
+        self._add_kernels(input_dim, gates=3)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                shape=(2, 3 * self.units) if self.reset_after else (3 * self.units,),
+                name="bias",
+                initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+        self.built = True
+
+    def _project_inputs(self, x):
+        xw = ops.matmul(x, self._read(self.kernel))
+        if self.use_bias:
+            bias = self._read(self.bias)
+            xw = xw + (bias[0] if self.reset_after else bias)
+        return xw
+
+    def _recurrent_params(self):
+        U = self._read(self.recurrent_kernel)
+        recurrent_bias = None
+        if self.use_bias and self.reset_after:
+            recurrent_bias = self._read(self.bias)[1]
+        return U, recurrent_bias
+
+    def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+        h_tm1 = states[0]
+        U, recurrent_bias = params
+        u = self.units
+        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
+        x_z, x_r, x_h = ops.split(xw_t, 3, axis=-1)
+        if self.reset_after:
+            # One (u, 3u) matmul; r multiplies U_h h after it.
+            uh = ops.matmul(h_in, U)
+            if recurrent_bias is not None:
+                uh = uh + recurrent_bias
+            uh_z, uh_r, uh_h = ops.split(uh, 3, axis=-1)
+            z = self.recurrent_activation(x_z + uh_z)
+            r = self.recurrent_activation(x_r + uh_r)
+            h_tilde = self.activation(x_h + r * uh_h)
+        else:
+            uh_z, uh_r = ops.split(ops.matmul(h_in, U[:, : 2 * u]), 2, axis=-1)
+            z = self.recurrent_activation(x_z + uh_z)
+            r = self.recurrent_activation(x_r + uh_r)
+            h_tilde = self.activation(x_h + ops.matmul(r * h_in, U[:, 2 * u :]))
+        h = z * h_tm1 + (1.0 - z) * h_tilde
+        return h, [h]
+
+    def get_config(self):
+        return {**super().get_config(), "reset_after": self.reset_after}
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class GRU(_RecurrentLayer):
+    """GRU layer; same weights and results as `keras.layers.GRU`.
+
+    Runs `GRUCell` over time (see its equations) with the input projection of
+    all steps hoisted into one matmul before the loop.
+
+    Args:
+        units, reset_after, activation, recurrent_activation, use_bias,
+            *_initializer, *_regularizer, *_constraint, dropout,
+            recurrent_dropout, seed: as in `GRUCell`.
+        activity_regularizer, return_sequences, return_state, go_backwards,
+            stateful, unroll: as in `PeepholeLSTM`.
+
+    Call arguments: `inputs (B, T, in)`, `mask (B, T)`, `training`,
+    `initial_state` `h` (or `[h]`). With `return_state=True` it returns
+    `[output, h]`.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_seq.layers import GRU
+    >>> layer = GRU(8, return_sequences=True, return_state=True)
+    >>> sequence, h = layer(np.zeros((2, 5, 3), "float32"))
+    >>> sequence.shape, h.shape
+    (TensorShape([2, 5, 8]), TensorShape([2, 8]))
+
+    References:
+        Cho et al., "Learning Phrase Representations using RNN Encoder-Decoder
+        for Statistical Machine Translation", EMNLP 2014.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        reset_after: bool = True,
+        **kwargs,
+    ):
+        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
+                                 dropout, recurrent_dropout)
+        cell = GRUCell(
+            units,
+            reset_after=reset_after,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="gru_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+
+GRU.reset_after = _delegate_to_cell("reset_after")

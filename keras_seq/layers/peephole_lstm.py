@@ -1,0 +1,203 @@
+"""LSTM with peephole connections (Gers & Schmidhuber, 2000)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_seq.layers._recurrent_base import (
+    _delegate_to_cell,
+    _LSTMCellBase,
+    _RecurrentLayer,
+    _validate_recurrent_args,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class PeepholeLSTMCell(_LSTMCellBase):
+    """One step of an LSTM whose gates also look at the cell state.
+
+    ```
+    i   = σ(W_i x + U_i h_{t-1} + p_i ⊙ c_{t-1} + b_i)
+    f   = σ(W_f x + U_f h_{t-1} + p_f ⊙ c_{t-1} + b_f)
+    c_t = f ⊙ c_{t-1} + i ⊙ tanh(W_c x + U_c h_{t-1} + b_c)
+    o   = σ(W_o x + U_o h_{t-1} + p_o ⊙ c_t + b_o)
+    h_t = o ⊙ tanh(c_t)
+    ```
+
+    σ is `recurrent_activation` and tanh is `activation`. Weights, in
+    `get_weights()` order: `kernel (in, 4u)`, `recurrent_kernel (u, 4u)`,
+    `bias (4u,)`, `input_peephole (u,)`, `forget_peephole (u,)`,
+    `output_peephole (u,)`; gates are ordered i, f, c, o as in
+    `keras.layers.LSTM`, so with zero peepholes this is exactly `LSTMCell`.
+
+    Args:
+        units: int, size of h and c.
+        activation: activation of the candidate and of the output, default "tanh".
+        recurrent_activation: gate activation, default "sigmoid".
+        use_bias: bool, default True.
+        kernel_initializer, recurrent_initializer, bias_initializer,
+            peephole_initializer: initializers (defaults "glorot_uniform",
+            "orthogonal", "zeros", "glorot_uniform").
+        unit_forget_bias: bool, default True: forget-gate bias starts at 1.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer,
+            peephole_regularizer: optional regularizers.
+        kernel_constraint, recurrent_constraint, bias_constraint,
+            peephole_constraint: optional constraints.
+        dropout: float in [0, 1), input dropout (one mask per sequence).
+        recurrent_dropout: float in [0, 1), dropout on h_{t-1} before U.
+        seed: int, seed of the dropout masks.
+
+    Example:
+    >>> import numpy as np, keras
+    >>> from keras_seq.layers import PeepholeLSTMCell
+    >>> rnn = keras.layers.RNN(PeepholeLSTMCell(4))
+    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 4])
+
+    References:
+        Gers & Schmidhuber, "Recurrent nets that time and count", IJCNN 2000.
+        Gers, Schraudolph & Schmidhuber, "Learning precise timing with LSTM
+        recurrent networks", JMLR 2002.
+    """
+
+    def build(self, input_shape):
+        input_dim = self._check_input_shape(input_shape)
+        self._add_kernels(input_dim, gates=4)
+        self._add_bias(gates=4, forget_gate=1)
+        self.input_peephole = self._add_peephole("input_peephole")
+        self.forget_peephole = self._add_peephole("forget_peephole")
+        self.output_peephole = self._add_peephole("output_peephole")
+        self.built = True
+
+    def _recurrent_params(self):
+        return (
+            self._read(self.recurrent_kernel),
+            self._read(self.input_peephole),
+            self._read(self.forget_peephole),
+            self._read(self.output_peephole),
+        )
+
+    def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+        h_tm1, c_tm1 = states
+        U, p_i, p_f, p_o = params
+        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
+        # All four gates' recurrent terms in one (u, 4u) matmul.
+        z_i, z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_in, U), 4, axis=-1)
+        i = self.recurrent_activation(z_i + p_i * c_tm1)
+        f = self.recurrent_activation(z_f + p_f * c_tm1)
+        c = f * c_tm1 + i * self.activation(z_c)
+        o = self.recurrent_activation(z_o + p_o * c)
+        h = o * self.activation(c)
+        return h, [h, c]
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class PeepholeLSTM(_RecurrentLayer):
+    """LSTM layer with peephole connections; a drop-in for `keras.layers.LSTM`.
+
+    Runs `PeepholeLSTMCell` over time (see its equations). The input
+    projection of all steps is one matmul before the time loop; the loop does
+    only the recurrent part.
+
+    Args:
+        units, activation, recurrent_activation, use_bias, *_initializer,
+            unit_forget_bias, *_regularizer, *_constraint, dropout,
+            recurrent_dropout, seed: as in `PeepholeLSTMCell`.
+        activity_regularizer: optional regularizer of the output.
+        return_sequences: bool, return the output of every step (B, T, u)
+            instead of the last one (B, u).
+        return_state: bool, also return the final states: `[output, h, c]`.
+        go_backwards: bool, process the sequence in reverse (outputs come in
+            processing order, as in Keras).
+        stateful: bool, carry the final states of a batch into the next one
+            (needs a fixed batch size).
+        unroll: bool, unroll the loop (needs a static length).
+
+    Call arguments: `inputs (B, T, in)`, `mask (B, T)` bool (True = keep),
+    `training`, `initial_state` `[h, c]`.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_seq.layers import PeepholeLSTM
+    >>> layer = PeepholeLSTM(8, return_sequences=True)
+    >>> layer(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 5, 8])
+
+    References:
+        Gers & Schmidhuber, "Recurrent nets that time and count", IJCNN 2000.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        peephole_initializer="glorot_uniform",
+        unit_forget_bias: bool = True,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        peephole_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        peephole_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        **kwargs,
+    ):
+        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
+                                 dropout, recurrent_dropout)
+        cell = PeepholeLSTMCell(
+            units,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            peephole_initializer=peephole_initializer,
+            unit_forget_bias=unit_forget_bias,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            peephole_regularizer=peephole_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            peephole_constraint=peephole_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="peephole_lstm_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+
+for _name in ("unit_forget_bias", "peephole_initializer", "peephole_regularizer",
+              "peephole_constraint"):
+    setattr(PeepholeLSTM, _name, _delegate_to_cell(_name))
+del _name
