@@ -1,0 +1,294 @@
+"""Data: the embedded date-normalisation task, a TSV loader and the tf.data pipeline.
+
+The date task ships with the package and needs no download: dates drawn
+uniformly from 1969-01-01 to 2068-12-31, written in one of `DATE_FORMATS`
+(weekday and month names, ordinals, numeric day-first dates with `.`, `/`, `-`
+or space separators, two-digit years) in original, lower or upper case, paired
+with the ISO 8601 date "YYYY-MM-DD". Two-digit years follow the POSIX pivot
+(69-99 -> 1969-1999, 00-68 -> 2000-2068), which is why the date range is
+exactly the century those years can name; numeric dates are always day first
+unless the year comes first with four digits, so every source names one date.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+__all__ = [
+    "FIRST_DATE",
+    "LAST_DATE",
+    "DATE_FORMATS",
+    "date_task",
+    "load_tsv",
+    "make_dataset",
+]
+
+FIRST_DATE = datetime.date(1969, 1, 1)
+LAST_DATE = datetime.date(2068, 12, 31)
+
+# Placeholders: {A}/{a} weekday name full/abbreviated, {B}/{b} month name
+# full/abbreviated, {d}/{dd} day unpadded/zero-padded, {o} ordinal day ("21st"),
+# {m}/{mm} month number unpadded/zero-padded, {Y} four-digit and {y} two-digit year.
+DATE_FORMATS = (
+    "{A}, {d} {B} {Y}",  # Saturday, 21 November 2026
+    "{A} {d} {B} {Y}",
+    "{a}, {d} {b} {Y}",  # Sat, 21 Nov 2026
+    "{A}, {B} {o}, {Y}",  # Saturday, November 21st, 2026
+    "{a}, {b} {d}, {Y}",  # Sat, Nov 21, 2026
+    "{d} {B} {Y}",
+    "{d} {b} {Y}",  # 21 Nov 2026
+    "{dd} {b} {Y}",
+    "{d} {b} {y}",  # 21 Nov 26
+    "{B} {d}, {Y}",  # November 21, 2026
+    "{b} {d}, {Y}",
+    "{b} {o}, {Y}",  # Nov 21st, 2026
+    "{B} {o}, {Y}",
+    "{o} {B} {Y}",  # 21st November 2026
+    "{o} of {B} {Y}",  # 21st of November 2026
+    "{dd}-{b}-{Y}",  # 21-Nov-2026
+    "{dd}-{b}-{y}",
+    "{Y} {mm} {dd}",  # 2026 11 21
+    "{Y}-{mm}-{dd}",
+    "{Y}/{mm}/{dd}",
+    "{Y}.{mm}.{dd}",
+    "{Y}{mm}{dd}",  # 20261121
+    "{dd}.{mm}.{Y}",  # 21.11.2026
+    "{d}.{m}.{Y}",
+    "{dd}.{mm}.{y}",
+    "{dd}/{mm}/{Y}",
+    "{dd}/{mm}/{y}",  # 21/11/26
+    "{d}/{m}/{y}",
+    "{dd}-{mm}-{Y}",
+    "{dd}-{mm}-{y}",
+    "{dd} {mm} {Y}",
+)
+
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June",
+    "July", "August", "September", "October", "November", "December",
+)  # fmt: skip
+_CASES = (str, str.lower, str.upper)
+# Far more distinct strings exist (about 36,525 dates x 31 formats x 3 cases);
+# the cap keeps rejection sampling of unseen strings fast.
+_MAX_DATE_EXAMPLES = 1_000_000
+
+
+def _ordinal(day: int) -> str:
+    if day in (11, 12, 13):
+        return f"{day}th"
+    return f"{day}" + {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+
+
+def _date_fields(date: datetime.date) -> dict[str, str]:
+    weekday, month = _WEEKDAYS[date.weekday()], _MONTHS[date.month - 1]
+    return {
+        "A": weekday,
+        "a": weekday[:3],
+        "B": month,
+        "b": month[:3],
+        "d": str(date.day),
+        "dd": f"{date.day:02d}",
+        "o": _ordinal(date.day),
+        "m": str(date.month),
+        "mm": f"{date.month:02d}",
+        "Y": f"{date.year:04d}",
+        "y": f"{date.year % 100:02d}",
+    }
+
+
+def date_task(
+    train_size: int = 50_000,
+    validation_size: int = 5_000,
+    test_size: int = 10_000,
+    seed: int = 0,
+) -> dict[str, list[tuple[str, str]]]:
+    """Generates the date-normalisation task: human-written dates -> ISO 8601.
+
+    The splits are drawn test first, then validation, then train, from one
+    random stream, and no source string is drawn twice, so no input appears in
+    two splits (or twice in one), and the test split does not change with
+    `train_size`. The same arguments always give the same pairs.
+
+    Args:
+        train_size: number of training pairs.
+        validation_size: number of validation pairs.
+        test_size: number of test pairs.
+        seed: seed of the random stream.
+
+    Returns:
+        `{"train": [...], "validation": [...], "test": [...]}`, each a list of
+        `(source, target)` pairs such as `("Nov 21st, 2026", "2026-11-21")`.
+
+    Example:
+
+    >>> task = date_task(train_size=3, validation_size=1, test_size=1, seed=1)
+    >>> sorted(task)
+    ['test', 'train', 'validation']
+    >>> len(task["train"])
+    3
+    """
+    sizes = {"test": test_size, "validation": validation_size, "train": train_size}
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"date_task: `{name}_size` must be an int >= 0, got {size!r}.")
+    if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
+        raise ValueError(
+            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got "
+            f"{sum(sizes.values())}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"date_task: `seed` must be an int, got {seed!r}.")
+
+    rng = random.Random(seed)
+    first = FIRST_DATE.toordinal()
+    num_days = LAST_DATE.toordinal() - first + 1
+    seen: set[str] = set()
+    splits: dict[str, list[tuple[str, str]]] = {}
+    for name, size in sizes.items():
+        pairs: list[tuple[str, str]] = []
+        while len(pairs) < size:
+            date = datetime.date.fromordinal(first + rng.randrange(num_days))
+            template = DATE_FORMATS[rng.randrange(len(DATE_FORMATS))]
+            source = _CASES[rng.randrange(len(_CASES))](template.format(**_date_fields(date)))
+            if source in seen:
+                continue
+            seen.add(source)
+            pairs.append((source, date.isoformat()))
+        splits[name] = pairs
+    return {"train": splits["train"], "validation": splits["validation"], "test": splits["test"]}
+
+
+def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[tuple[str, str]]:
+    """Reads a parallel corpus `source<TAB>target[<TAB>anything]`, one pair a line.
+
+    This is the Tatoeba/Anki export format; fields after the second (such as
+    attribution) are ignored. Blank lines are skipped; the file is UTF-8 (a
+    leading byte-order mark is allowed).
+
+    Args:
+        path: the file.
+        max_examples: stop after this many pairs (`None`: read all).
+
+    Returns:
+        List of `(source, target)` pairs.
+
+    Raises:
+        ValueError: naming the file and 1-based line number, for a line with
+            fewer than two fields, an empty source or target, or invalid UTF-8.
+    """
+    if max_examples is not None and (
+        isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 0
+    ):
+        raise ValueError(f"load_tsv: `max_examples` must be None or an int >= 0, got {max_examples!r}.")
+    path = os.fspath(path)
+    pairs: list[tuple[str, str]] = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if max_examples is not None and len(pairs) >= max_examples:
+                break
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error}).") from None
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2:
+                raise ValueError(
+                    f"{path}, line {number}: expected source<TAB>target, found no tab "
+                    f"in {line[:60]!r}."
+                )
+            source, target = fields[0], fields[1]
+            for field_name, value in (("source", source), ("target", target)):
+                if not value.strip():
+                    raise ValueError(f"{path}, line {number}: empty {field_name} in {line[:60]!r}.")
+            pairs.append((source, target))
+    return pairs
+
+
+def make_dataset(
+    pairs: Sequence[tuple[str, str]],
+    source_tokenizer,
+    target_tokenizer,
+    batch_size: int,
+    source_length: int,
+    target_length: int,
+    shuffle_seed: int | None = None,
+) -> tf.data.Dataset:
+    """Builds the teacher-forcing `tf.data` pipeline; tokenization runs in the graph.
+
+    For a target with ids t_1..t_n (truncated to `target_length - 1`):
+
+        decoder_inputs = [START] t_1 .. t_n  [PAD]...
+        targets        = t_1 .. t_n  [END]   [PAD]...
+
+    so `targets[:, i]` is what the decoder must predict after reading
+    `decoder_inputs[:, : i + 1]`.
+
+    Args:
+        pairs: `(source, target)` strings.
+        source_tokenizer: a `keras_seq.text` tokenizer for the sources.
+        target_tokenizer: a `keras_seq.text` tokenizer for the targets.
+        batch_size: examples per batch (the last batch may be smaller).
+        source_length: length `Ts` of `encoder_inputs` (truncated, padded with 0).
+        target_length: length `Tt` of `decoder_inputs` and `targets`.
+        shuffle_seed: `None` keeps the order of `pairs`; an int shuffles all
+            pairs with that seed, anew each epoch.
+
+    Returns:
+        A dataset of `({"encoder_inputs": int32 (B, Ts), "decoder_inputs":
+        int32 (B, Tt)}, targets int32 (B, Tt))`.
+
+    Example:
+
+    >>> from keras_seq import text
+    >>> pairs = [("21 Nov 2026", "2026-11-21")]
+    >>> source = text.CharTokenizer.from_corpus(s for s, _ in pairs)
+    >>> target = text.CharTokenizer.from_corpus(t for _, t in pairs)
+    >>> inputs, targets = next(iter(make_dataset(pairs, source, target, 1, 16, 12)))
+    >>> tuple(targets.shape)
+    (1, 12)
+    """
+    for name, value, minimum in (
+        ("batch_size", batch_size, 1),
+        ("source_length", source_length, 1),
+        ("target_length", target_length, 2),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"make_dataset: `{name}` must be an int >= {minimum}, got {value!r}.")
+    if shuffle_seed is not None and (isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int)):
+        raise TypeError(f"make_dataset: `shuffle_seed` must be None or an int, got {shuffle_seed!r}.")
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("make_dataset: `pairs` is empty.")
+    for index, pair in enumerate(pairs):
+        if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
+            raise ValueError(
+                f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, got {pair!r}."
+            )
+    sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
+    targets = tf.constant([t for _, t in pairs], dtype=tf.string)
+
+    def encode(source, target):
+        encoder_inputs = source_tokenizer.encode(source, source_length)
+        decoder_inputs = target_tokenizer.encode(target, target_length, add_start=True)
+        decoder_targets = target_tokenizer.encode(target, target_length, add_end=True)
+        return (
+            {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs},
+            decoder_targets,
+        )
+
+    dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
+    # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
+    dataset = dataset.batch(batch_size)
+    dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)

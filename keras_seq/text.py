@@ -1,0 +1,575 @@
+"""In-graph text pipeline: character-level and WordPiece tokenizers on tensorflow-text.
+
+Both tokenizers are `tf.Module`s whose `tokenize`, `encode` and `detokenize` are
+made of TensorFlow ops only, so they run eagerly, inside `tf.function`, inside a
+`tf.data` pipeline and inside a SavedModel. Every vocabulary starts with the same
+reserved tokens:
+
+    id 0 "[PAD]"   id 1 "[UNK]"   id 2 "[START]"   id 3 "[END]"
+
+Round trips (`detokenize(tokenize(s))`):
+
+- `CharTokenizer` returns `s` exactly when every character of `s` is in the
+  vocabulary; an unknown character comes back as U+FFFD (the Unicode
+  replacement character), and so does every invalid UTF-8 byte sequence.
+- `WordPieceTokenizer` returns `s` exactly after `FastBertNormalizer`
+  normalisation (control characters removed, tabs and newlines turned into
+  spaces, optional lower-casing and accent stripping) and with no unknown
+  words. BERT's own detokenizer loses the spacing around punctuation
+  ("2026-11-21" comes back as "2026 - 11 - 21") because it drops whitespace
+  while splitting words and re-inserts one space between all of them. Here the
+  splitting keeps whitespace runs as tokens of their own (`keep_whitespace=True`
+  in BERT's basic tokenizer, for learning the vocabulary and for tokenizing
+  alike), so detokenizing only concatenates pieces and the spacing is restored.
+  A word longer than `max_bytes_per_word` or made of unknown characters becomes
+  a single "[UNK]" and comes back as U+FFFD.
+
+Vocabulary files (`vocab.txt`) hold one token per line in id order, UTF-8.
+Characters that would not survive a line-based text file are escaped: a
+backslash is written `\\\\`, a space `\\s`, any other whitespace or non-printable
+character `\\uXXXX` (or `\\UXXXXXXXX` above U+FFFF). `tokenizer.json` next to it
+records the tokenizer type and options; `load_tokenizer` reads both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+# BasicTokenizer is the word splitter that `bert_vocab_from_dataset` uses to learn
+# the vocabulary; tokenizing with the same splitter keeps vocabulary and input
+# consistent (tensorflow-text only exports it through this module).
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
+    bert_vocab_from_dataset,
+)
+
+__all__ = [
+    "PAD_ID",
+    "UNK_ID",
+    "START_ID",
+    "END_ID",
+    "RESERVED_TOKENS",
+    "CharTokenizer",
+    "WordPieceTokenizer",
+    "load_tokenizer",
+]
+
+PAD_ID = 0
+UNK_ID = 1
+START_ID = 2
+END_ID = 3
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
+
+VOCABULARY_FILE = "vocab.txt"
+METADATA_FILE = "tokenizer.json"
+_FORMAT_VERSION = 1
+# What an unknown id or an invalid byte sequence turns into when detokenized.
+_REPLACEMENT_CHARACTER = "\ufffd"
+_SUFFIX_INDICATOR = "##"
+
+
+# ---------------------------------------------------------------------------
+# vocab.txt escaping
+
+
+def _escape_token(token: str) -> str:
+    out = []
+    for ch in token:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == " ":
+            out.append("\\s")
+        elif ch.isspace() or not ch.isprintable():
+            code = ord(ch)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_ESCAPE = re.compile(r"\\(\\|s|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+def _unescape_token(line: str, path: str, line_number: int) -> str:
+    def replace(match: re.Match) -> str:
+        code = match.group(1)
+        if code == "\\":
+            return "\\"
+        if code == "s":
+            return " "
+        return chr(int(code[1:], 16))
+
+    token = _ESCAPE.sub(replace, line)
+    # A backslash left over means an escape we do not know: fail loudly rather
+    # than load a vocabulary that silently differs from the one saved.
+    if "\\" in _ESCAPE.sub("", line):
+        raise ValueError(
+            f"{path}, line {line_number}: unknown escape sequence in token {line!r}; "
+            "expected \\\\, \\s, \\uXXXX or \\UXXXXXXXX."
+        )
+    return token
+
+
+# ---------------------------------------------------------------------------
+# Shared behaviour
+
+
+class _Tokenizer(tf.Module):
+    """Encoding, detokenizing and saving shared by both tokenizers.
+
+    Subclasses implement `_tokenize` (string tensor (B,) -> ragged int32 ids)
+    and `_surface` (the text each id stands for when detokenizing).
+    """
+
+    _kind = ""
+
+    def __init__(self, vocabulary: Sequence[str], name: str | None = None):
+        super().__init__(name=name)
+        vocabulary = list(vocabulary)
+        cls = type(self).__name__
+        for token in vocabulary:
+            if not isinstance(token, str):
+                raise TypeError(
+                    f"{cls}: `vocabulary` must hold strings, got {token!r} "
+                    f"({type(token).__name__})."
+                )
+        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(
+                f"{cls}: `vocabulary` must start with the reserved tokens "
+                f"{list(RESERVED_TOKENS)}, got {vocabulary[: len(RESERVED_TOKENS)]}."
+            )
+        if len(set(vocabulary)) != len(vocabulary):
+            seen, duplicates = set(), []
+            for token in vocabulary:
+                if token in seen:
+                    duplicates.append(token)
+                seen.add(token)
+            raise ValueError(f"{cls}: `vocabulary` has duplicate tokens {duplicates[:5]}.")
+        self._vocabulary = vocabulary
+        surfaces = [self._surface(i, token) for i, token in enumerate(vocabulary)]
+        self._surfaces = tf.constant(surfaces, dtype=tf.string)
+
+    # -- to be provided by subclasses --------------------------------------
+    def _tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        raise NotImplementedError
+
+    def _surface(self, token_id: int, token: str) -> str:
+        raise NotImplementedError
+
+    def _options(self) -> dict:
+        return {}
+
+    # -- public API ----------------------------------------------------------
+    @property
+    def vocabulary(self) -> list[str]:
+        """The tokens in id order (a copy)."""
+        return list(self._vocabulary)
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of tokens, reserved ones included."""
+        return len(self._vocabulary)
+
+    def tokenize(self, strings) -> tf.RaggedTensor:
+        """Splits a batch of strings into token ids.
+
+        Args:
+            strings: string tensor (or list of `str`/`bytes`) of shape `(B,)`.
+                Invalid UTF-8 is replaced, never an error.
+
+        Returns:
+            `tf.RaggedTensor` of int32 ids, shape `(B, None)`, without
+            `[START]`/`[END]` and without any length limit.
+        """
+        return self._tokenize(self._as_strings(strings, "tokenize"))
+
+    def encode(
+        self,
+        strings,
+        max_length: int,
+        add_start: bool = False,
+        add_end: bool = False,
+    ) -> tf.Tensor:
+        """Tokenizes, adds `[START]`/`[END]`, truncates and pads to `max_length`.
+
+        `[START]` and `[END]` count in the length: the text keeps at most
+        `max_length - add_start - add_end` tokens, so a truncated sequence still
+        ends with `[END]` when `add_end`. Shorter sequences are padded with
+        `PAD_ID`.
+
+        Args:
+            strings: string tensor of shape `(B,)`.
+            max_length: output length `T`.
+            add_start: prepend `START_ID`.
+            add_end: append `END_ID`.
+
+        Returns:
+            int32 tensor of shape `(B, max_length)`.
+        """
+        cls = type(self).__name__
+        if isinstance(max_length, bool) or not isinstance(max_length, int):
+            raise TypeError(
+                f"{cls}.encode: `max_length` must be an int, got {max_length!r} "
+                f"({type(max_length).__name__})."
+            )
+        num_special = int(bool(add_start)) + int(bool(add_end))
+        if max_length < max(1, num_special):
+            raise ValueError(
+                f"{cls}.encode: `max_length` must be at least {max(1, num_special)} "
+                f"(add_start={add_start}, add_end={add_end}), got {max_length}."
+            )
+        ids = self.tokenize(strings)[:, : max_length - num_special]
+        batch = ids.nrows()
+        parts = []
+        if add_start:
+            parts.append(tf.fill(tf.stack([batch, 1]), tf.constant(START_ID, tf.int32)))
+        parts.append(ids)
+        if add_end:
+            parts.append(tf.fill(tf.stack([batch, 1]), tf.constant(END_ID, tf.int32)))
+        if len(parts) > 1:
+            parts = [
+                p if isinstance(p, tf.RaggedTensor) else tf.RaggedTensor.from_tensor(p)
+                for p in parts
+            ]
+            ids = tf.concat(parts, axis=1)
+        return ids.to_tensor(default_value=PAD_ID, shape=[None, max_length])
+
+    def detokenize(self, ids) -> tf.Tensor:
+        """Turns ids back into strings.
+
+        `[PAD]` and `[START]` are dropped, everything from the first `[END]` on
+        is dropped, and `[UNK]` or an id outside the vocabulary becomes U+FFFD.
+
+        Args:
+            ids: integer ids, dense `(B, T)` or ragged `(B, None)`.
+
+        Returns:
+            string tensor of shape `(B,)`.
+        """
+        cls = type(self).__name__
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise TypeError(f"{cls}.detokenize: `ids` must be integers, got dtype {ids.dtype}.")
+        if ids.shape.rank is not None and ids.shape.rank != 2:
+            raise ValueError(
+                f"{cls}.detokenize: `ids` must have shape (batch, time), got shape {ids.shape}."
+            )
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(ids, tf.int32)
+        # Everything at or after the first [END] is cut off.
+        before_end = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
+        in_vocabulary = (ids >= 0) & (ids < self.vocabulary_size)
+        ids = tf.where(in_vocabulary, ids, UNK_ID)
+        pieces = tf.where(before_end, tf.gather(self._surfaces, ids), "")
+        return tf.strings.reduce_join(pieces, axis=1)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Writes `vocab.txt` (escaped, see module docstring) and `tokenizer.json`."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8", newline="\n") as f:
+            for token in self._vocabulary:
+                f.write(_escape_token(token) + "\n")
+        metadata = {"type": self._kind, "format_version": _FORMAT_VERSION, **self._options()}
+        with open(os.path.join(directory, METADATA_FILE), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2)
+            f.write("\n")
+
+    # -- helpers ---------------------------------------------------------------
+    def _as_strings(self, strings, method: str) -> tf.Tensor:
+        cls = type(self).__name__
+        if isinstance(strings, str | bytes):
+            raise ValueError(
+                f"{cls}.{method}: expected a batch of strings of shape (B,), got a single "
+                f"string {strings!r}; wrap it in a list."
+            )
+        strings = tf.convert_to_tensor(strings)
+        if strings.dtype != tf.string:
+            raise TypeError(f"{cls}.{method}: expected a string tensor, got dtype {strings.dtype}.")
+        if strings.shape.rank is not None and strings.shape.rank != 1:
+            raise ValueError(
+                f"{cls}.{method}: expected strings of shape (B,), got shape {strings.shape}."
+            )
+        return strings
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocabulary_size={self.vocabulary_size})"
+
+
+# ---------------------------------------------------------------------------
+# Character level
+
+
+class CharTokenizer(_Tokenizer):
+    """Character-level tokenizer: one id per Unicode code point.
+
+    Strings are decoded with `tf.strings.unicode_decode` (invalid UTF-8 becomes
+    U+FFFD) and each code point is looked up by binary search in the sorted
+    character vocabulary; characters not in it map to `UNK_ID`. The round trip
+    `detokenize(tokenize(s)) == s` is exact when no character is unknown.
+
+    Args:
+        vocabulary: `RESERVED_TOKENS` followed by single characters in
+            increasing code-point order (as `from_corpus` builds it).
+        name: module name.
+
+    Example:
+
+    >>> tokenizer = CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
+    >>> ids = tokenizer.encode(["21 Nov 2026"], max_length=16, add_end=True)
+    >>> tokenizer.detokenize(ids).numpy()[0].decode()
+    '21 Nov 2026'
+    """
+
+    _kind = "char"
+
+    def __init__(self, vocabulary: Sequence[str], name: str | None = None):
+        super().__init__(vocabulary, name=name)
+        characters = self._vocabulary[len(RESERVED_TOKENS) :]
+        codepoints = [ord(ch) for ch in characters]
+        if codepoints != sorted(codepoints):
+            raise ValueError(
+                "CharTokenizer: the characters of `vocabulary` (after the reserved "
+                "tokens) must be sorted by code point; use CharTokenizer.from_corpus."
+            )
+        # A sentinel above U+10FFFF keeps the search table non-empty and matches nothing.
+        self._codepoints = tf.constant(codepoints + [0x110000], dtype=tf.int32)
+
+    def _surface(self, token_id: int, token: str) -> str:
+        if token_id == UNK_ID:
+            return _REPLACEMENT_CHARACTER
+        if token_id < len(RESERVED_TOKENS):
+            return ""
+        if len(token) != 1:
+            raise ValueError(
+                f"CharTokenizer: every non-reserved token must be one character, got "
+                f"{token!r} at id {token_id}."
+            )
+        return token
+
+    @classmethod
+    def from_corpus(cls, strings: Iterable[str]) -> CharTokenizer:
+        """Builds the vocabulary from every character seen in `strings`.
+
+        Args:
+            strings: an iterable of `str` (or UTF-8 `bytes`).
+
+        Returns:
+            A `CharTokenizer` whose ids 4.. are the characters seen, sorted by
+            code point.
+        """
+        characters: set[str] = set()
+        for s in strings:
+            if isinstance(s, bytes):
+                s = s.decode("utf-8", errors="replace")
+            if not isinstance(s, str):
+                raise TypeError(
+                    f"CharTokenizer.from_corpus: `strings` must hold str or bytes, got "
+                    f"{type(s).__name__}."
+                )
+            characters.update(s)
+        return cls(list(RESERVED_TOKENS) + sorted(characters))
+
+    def _tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        codepoints = tf.strings.unicode_decode(
+            strings, "UTF-8", errors="replace", replacement_char=0xFFFD
+        )  # (B, None) int32
+        c = codepoints.flat_values
+        position = tf.searchsorted(self._codepoints, c, side="left", out_type=tf.int32)
+        position = tf.minimum(position, tf.size(self._codepoints) - 1)
+        found = tf.gather(self._codepoints, position) == c
+        ids = tf.where(found, position + len(RESERVED_TOKENS), UNK_ID)
+        return codepoints.with_flat_values(ids)
+
+
+# ---------------------------------------------------------------------------
+# WordPiece
+
+
+class WordPieceTokenizer(_Tokenizer):
+    """WordPiece tokenizer on tensorflow-text that restores the original spacing.
+
+    Pipeline, all in the graph: invalid UTF-8 is replaced;
+    `tensorflow_text.FastBertNormalizer` normalises; BERT's basic splitter cuts
+    words at whitespace, punctuation and CJK ideographs, keeping whitespace runs
+    as words; `tensorflow_text.FastWordpieceTokenizer` (greedy longest match,
+    suffix pieces marked `##`) splits each word into pieces. Detokenizing
+    concatenates the pieces without separators, which is exact because the
+    whitespace is part of the token stream (see the module docstring).
+
+    Args:
+        vocabulary: `RESERVED_TOKENS` followed by word-initial and `##` suffix
+            pieces, as `from_corpus` learns them.
+        lower_case: lower-case and strip accents before splitting (the
+            round trip then returns the normalised text).
+        max_bytes_per_word: longer words become one `[UNK]`.
+        name: module name.
+
+    Example:
+
+    >>> tokenizer = WordPieceTokenizer.from_corpus(
+    ...     ["Nov 21st, 2026", "2026-11-21"], vocab_size=100)
+    >>> tokenizer.detokenize(tokenizer.tokenize(["Nov 21st, 2026"])).numpy()[0].decode()
+    'Nov 21st, 2026'
+
+    References:
+        Schuster & Nakajima, "Japanese and Korean voice search", ICASSP 2012.
+        Song et al., "Fast WordPiece Tokenization", EMNLP 2021.
+    """
+
+    _kind = "wordpiece"
+
+    def __init__(
+        self,
+        vocabulary: Sequence[str],
+        lower_case: bool = False,
+        max_bytes_per_word: int = 100,
+        name: str | None = None,
+    ):
+        if isinstance(max_bytes_per_word, bool) or not isinstance(max_bytes_per_word, int):
+            raise TypeError(
+                f"WordPieceTokenizer: `max_bytes_per_word` must be an int, got "
+                f"{max_bytes_per_word!r}."
+            )
+        if max_bytes_per_word < 1:
+            raise ValueError(
+                f"WordPieceTokenizer: `max_bytes_per_word` must be >= 1, got {max_bytes_per_word}."
+            )
+        super().__init__(vocabulary, name=name)
+        self.lower_case = bool(lower_case)
+        self.max_bytes_per_word = max_bytes_per_word
+        self._normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=self.lower_case)
+        self._splitter = BasicTokenizer(keep_whitespace=True)
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=self._vocabulary,
+            suffix_indicator=_SUFFIX_INDICATOR,
+            max_bytes_per_word=max_bytes_per_word,
+            token_out_type=tf.int32,
+            unknown_token=RESERVED_TOKENS[UNK_ID],
+            no_pretokenization=True,
+        )
+
+    def _surface(self, token_id: int, token: str) -> str:
+        if token_id == UNK_ID:
+            return _REPLACEMENT_CHARACTER
+        if token_id < len(RESERVED_TOKENS):
+            return ""
+        if token.startswith(_SUFFIX_INDICATOR) and len(token) > len(_SUFFIX_INDICATOR):
+            return token[len(_SUFFIX_INDICATOR) :]
+        return token
+
+    def _options(self) -> dict:
+        return {"lower_case": self.lower_case, "max_bytes_per_word": self.max_bytes_per_word}
+
+    @classmethod
+    def from_corpus(
+        cls,
+        strings: Iterable[str],
+        vocab_size: int = 8000,
+        lower_case: bool = False,
+        max_bytes_per_word: int = 100,
+        learn_params: dict | None = None,
+    ) -> WordPieceTokenizer:
+        """Learns a vocabulary with `bert_vocab_from_dataset`.
+
+        The corpus is normalised with the same `FastBertNormalizer` settings and
+        split with whitespace kept, exactly as `tokenize` does.
+
+        Args:
+            strings: an iterable of `str`.
+            vocab_size: the largest vocabulary wanted (reserved tokens included);
+                the learner may return fewer tokens.
+            lower_case: see the class.
+            max_bytes_per_word: see the class.
+            learn_params: extra arguments for
+                `wordpiece_tokenizer_learner_lib.learn`.
+
+        Returns:
+            A `WordPieceTokenizer`.
+        """
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise TypeError(
+                f"WordPieceTokenizer.from_corpus: `vocab_size` must be an int, got {vocab_size!r}."
+            )
+        if vocab_size <= len(RESERVED_TOKENS):
+            raise ValueError(
+                f"WordPieceTokenizer.from_corpus: `vocab_size` must exceed the "
+                f"{len(RESERVED_TOKENS)} reserved tokens, got {vocab_size}."
+            )
+        corpus = list(strings)
+        if not corpus:
+            raise ValueError("WordPieceTokenizer.from_corpus: `strings` is empty.")
+        normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=bool(lower_case))
+        dataset = (
+            tf.data.Dataset.from_tensor_slices(tf.constant(corpus, dtype=tf.string))
+            .batch(1024)
+            .map(lambda s: normalizer.normalize(_replace_invalid_utf8(s)))
+        )
+        vocabulary = bert_vocab_from_dataset(
+            dataset,
+            vocab_size=vocab_size,
+            reserved_tokens=list(RESERVED_TOKENS),
+            bert_tokenizer_params={"keep_whitespace": True},
+            learn_params=learn_params or {},
+        )
+        return cls(
+            vocabulary,
+            lower_case=lower_case,
+            max_bytes_per_word=max_bytes_per_word,
+        )
+
+    def _tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        normalized = self._normalizer.normalize(_replace_invalid_utf8(strings))
+        words = self._splitter.tokenize(normalized)  # (B, W) strings
+        pieces = self._wordpiece.tokenize(words)  # (B, W, P) int32
+        return pieces.merge_dims(1, 2)
+
+
+def _replace_invalid_utf8(strings: tf.Tensor) -> tf.Tensor:
+    return tf.strings.unicode_transcode(
+        strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+
+
+# ---------------------------------------------------------------------------
+# Loading
+
+
+def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTokenizer:
+    """Loads a tokenizer written by `save` (`vocab.txt` + `tokenizer.json`)."""
+    directory = os.fspath(directory)
+    metadata_path = os.path.join(directory, METADATA_FILE)
+    vocabulary_path = os.path.join(directory, VOCABULARY_FILE)
+    for path in (metadata_path, vocabulary_path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"load_tokenizer: {path} does not exist.")
+    with open(metadata_path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    with open(vocabulary_path, encoding="utf-8", newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocabulary = [
+        _unescape_token(line, vocabulary_path, number) for number, line in enumerate(lines, 1)
+    ]
+    kind = metadata.get("type")
+    if kind == CharTokenizer._kind:
+        return CharTokenizer(vocabulary)
+    if kind == WordPieceTokenizer._kind:
+        return WordPieceTokenizer(
+            vocabulary,
+            lower_case=bool(metadata.get("lower_case", False)),
+            max_bytes_per_word=int(metadata.get("max_bytes_per_word", 100)),
+        )
+    raise ValueError(
+        f"load_tokenizer: {metadata_path} has tokenizer type {kind!r}; expected "
+        f"{CharTokenizer._kind!r} or {WordPieceTokenizer._kind!r}."
+    )
