@@ -1,0 +1,366 @@
+"""Greedy and beam-search decoding for the seq2seq models of `keras_seq.models`.
+
+Everything here is TensorFlow graph code that can be wrapped in `tf.function`
+and saved in a SavedModel: the output is a fixed ``(B, max_length)`` buffer
+updated inside one `tf.while_loop` (no `TensorArray`, no Python loop over
+time), and the loop stops early once every sequence has produced ``[END]``.
+
+The decoder runs one step at a time from the model's named parts (see
+`keras_seq.models.seq2seq`): the recurrent decoder carries its state and reuses
+the attention keys W_k h computed once per batch; the Transformer decoder
+carries a self-attention key/value cache per block and reads cross-attention
+keys/values computed once from the encoder output.
+
+Example:
+
+>>> import tensorflow as tf
+>>> from keras_seq import models, decoding
+>>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
+>>> decode = tf.function(lambda ids: decoding.greedy_decode(model, ids, max_length=5))
+>>> tuple(decode(tf.constant([[5, 6, 7, 0], [4, 4, 0, 0]])).shape)
+(2, 5)
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_seq.text import END_ID, PAD_ID, START_ID
+
+_NEG_INF = -1e9  # finite, so that -inf - -inf never turns into NaN
+
+
+class _RecurrentSteps:
+    """One-step view of an `rnn_seq2seq` model."""
+
+    def __init__(self, model):
+        self.encoder = model.get_layer("encoder")
+        self.embedding = model.get_layer("target_embedding")
+        self.decoder = model.get_layer("decoder")
+        self.logits = model.get_layer("logits")
+
+    def start(self, encoder_inputs, max_length):
+        h, *s0 = self.encoder(encoder_inputs, training=False)
+        constants = {"h": h, "mask": tf.not_equal(encoder_inputs, PAD_ID)}
+        if self.decoder.attention is not None:
+            constants["processed_key"] = self.decoder.precompute_keys(h)
+        return constants, {"s": list(s0)}
+
+    def step(self, tokens, t, constants, state, return_attention=False):
+        y = self.embedding(tokens)  # (B, E)
+        o, s, alpha = self.decoder.step(
+            y,
+            state["s"],
+            constants["h"],
+            constants.get("processed_key"),
+            constants["mask"],
+            training=False,
+        )
+        logits = self.logits(o)
+        if return_attention:
+            return logits, {"s": s}, alpha
+        return logits, {"s": s}
+
+
+class _TransformerSteps:
+    """One-step view of a `transformer_seq2seq` model, with key/value caches."""
+
+    def __init__(self, model):
+        self.encoder = model.get_layer("encoder")
+        self.embedding = model.get_layer("target_embedding")
+        self.position = model.get_layer("target_position")
+        self.blocks = []
+        while True:
+            try:
+                self.blocks.append(model.get_layer(f"decoder_layer_{len(self.blocks)}"))
+            except ValueError:
+                break
+        names = {layer.name for layer in model.layers}
+        self.final_norm = (
+            model.get_layer("decoder_final_norm") if "decoder_final_norm" in names else None
+        )
+        logits = model.get_layer("logits")
+        self.output_dense = logits if isinstance(logits, keras.layers.Dense) else None
+        self.num_heads = self.blocks[0].num_heads
+        self.head_dim = self.embedding.output_dim // self.num_heads
+
+    def _empty_cache(self, batch_size, length):
+        return tf.zeros(
+            [batch_size, 2, length, self.num_heads, self.head_dim], self.embedding.compute_dtype
+        )
+
+    def start(self, encoder_inputs, max_length):
+        h = self.encoder(encoder_inputs, training=False)
+        mask = tf.not_equal(encoder_inputs, PAD_ID)
+        batch_size, source_length = tf.shape(h)[0], tf.shape(h)[1]
+        # Cross-attention keys/values depend only on h: write them once, at index 0.
+        dummy = tf.zeros([batch_size, 1, self.embedding.output_dim], h.dtype)
+        cross = []
+        for block in self.blocks:
+            _, _, c = block(
+                dummy,
+                h,
+                encoder_padding_mask=mask,
+                self_attention_cache=self._empty_cache(batch_size, 1),
+                self_attention_cache_update_index=0,
+                cross_attention_cache=self._empty_cache(batch_size, source_length),
+                cross_attention_cache_update_index=0,
+                training=False,
+            )
+            cross.append(c)
+        constants = {"h": h, "mask": mask, "cross": cross}
+        state = {"self": [self._empty_cache(batch_size, max_length) for _ in self.blocks]}
+        return constants, state
+
+    def step(self, tokens, t, constants, state):
+        x = self.embedding(tokens[:, None])  # (B, 1, d)
+        x = self.position(x, start_index=t)
+        caches = []
+        for block, cache, cross in zip(self.blocks, state["self"], constants["cross"]):
+            x, cache, _ = block(
+                x,
+                constants["h"],
+                encoder_padding_mask=constants["mask"],
+                self_attention_cache=cache,
+                self_attention_cache_update_index=t,
+                cross_attention_cache=cross,
+                cross_attention_cache_update_index=None,
+                training=False,
+            )
+            caches.append(cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        x = x[:, 0]
+        if self.output_dense is not None:
+            logits = self.output_dense(x)
+        else:
+            logits = tf.cast(self.embedding(x, reverse=True), "float32")
+        return logits, {"self": caches}
+
+
+def _steps_for(model):
+    names = {layer.name for layer in model.layers}
+    if {"encoder", "target_embedding", "decoder", "logits"} <= names:
+        return _RecurrentSteps(model)
+    if {"encoder", "target_embedding", "target_position", "decoder_layer_0"} <= names:
+        return _TransformerSteps(model)
+    raise ValueError(
+        f"keras_seq.decoding: model {model.name!r} was not built by "
+        "keras_seq.models.rnn_seq2seq or keras_seq.models.transformer_seq2seq "
+        "(it lacks the named encoder/decoder layers decoding steps through)."
+    )
+
+
+def _check_decode_args(where, encoder_inputs, max_length):
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
+        raise ValueError(f"{where}: `max_length` must be a positive int; received {max_length!r}.")
+    encoder_inputs = tf.convert_to_tensor(encoder_inputs)
+    if encoder_inputs.shape.rank != 2 or not encoder_inputs.dtype.is_integer:
+        raise ValueError(
+            f"{where}: `encoder_inputs` must be a (batch, length) integer tensor of token "
+            f"ids; received shape {encoder_inputs.shape} and dtype {encoder_inputs.dtype.name}."
+        )
+    return tf.cast(encoder_inputs, "int32")
+
+
+def _write_column(buffer, t, values):
+    """buffer[..., t] = values, as a select so it lowers to simple ops."""
+    at_t = tf.equal(tf.range(tf.shape(buffer)[-1]), t)
+    return tf.where(at_t, values[..., None], buffer)
+
+
+def _greedy(steps, encoder_inputs, max_length, start_id, end_id):
+    batch_size = tf.shape(encoder_inputs)[0]
+    constants, state = steps.start(encoder_inputs, max_length)
+    ids = tf.zeros([batch_size, max_length], tf.int32)
+    tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
+    finished = tf.zeros([batch_size], tf.bool)
+
+    def cond(t, tokens, finished, ids, state):
+        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
+
+    def body(t, tokens, finished, ids, state):
+        logits, state = steps.step(tokens, t, constants, state)
+        tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        tokens = tf.where(finished, tf.constant(PAD_ID, tf.int32), tokens)
+        ids = _write_column(ids, t, tokens)
+        finished = tf.logical_or(finished, tf.equal(tokens, end_id))
+        return t + 1, tokens, finished, ids, state
+
+    _, _, _, ids, _ = tf.while_loop(
+        cond, body, (tf.constant(0), tokens, finished, ids, state)
+    )
+    return ids
+
+
+def greedy_decode(
+    model: keras.Model,
+    encoder_inputs,
+    max_length: int,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tf.Tensor:
+    """Greedy decoding: y_i = argmax_y p(y | y_<i, x), until ``[END]``.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or
+            `models.transformer_seq2seq`.
+        encoder_inputs: ``(B, S)`` int source ids, 0-padded (rows may have
+            different lengths). ``B`` may be 0.
+        max_length: int, size of the output buffer (``[END]`` included).
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(B, max_length)`` int32 ids; each row holds its tokens up to and
+        including ``[END]``, then ``[PAD]`` (0).
+    """
+    encoder_inputs = _check_decode_args("greedy_decode", encoder_inputs, max_length)
+    return _greedy(_steps_for(model), encoder_inputs, max_length, start_id, end_id)
+
+
+def _length_penalty(lengths, alpha):
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016)."""
+    return tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
+
+
+def _sequence_lengths(ids, end_id):
+    """Tokens up to and including the first END; the whole buffer if none."""
+    max_length = tf.shape(ids)[-1]
+    is_end = tf.equal(ids, end_id)
+    first_end = tf.argmax(tf.cast(is_end, tf.int32), axis=-1, output_type=tf.int32)
+    return tf.where(tf.reduce_any(is_end, axis=-1), first_end + 1, max_length)
+
+
+def _beam_search(steps, encoder_inputs, max_length, beam_width, length_penalty, start_id, end_id):
+    batch_size = tf.shape(encoder_inputs)[0]
+    k = beam_width
+    constants, state = steps.start(encoder_inputs, max_length)
+    # Beams of one example sit next to each other: row b * k + j.
+    tile = lambda x: tf.repeat(x, k, axis=0)  # noqa: E731
+    constants = tf.nest.map_structure(tile, constants)
+    state = tf.nest.map_structure(tile, state)
+
+    # Only beam 0 is alive at first, so the k beams do not start as copies.
+    log_probs = tf.tile(
+        tf.concat([[0.0], tf.fill([k - 1], _NEG_INF)], axis=0)[None, :], [batch_size, 1]
+    )  # (B, k)
+    ids = tf.zeros([batch_size, k, max_length], tf.int32)
+    finished = tf.zeros([batch_size, k], tf.bool)
+    tokens = tf.fill([batch_size * k], tf.constant(start_id, tf.int32))
+
+    def cond(t, tokens, log_probs, finished, ids, state):
+        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
+
+    def body(t, tokens, log_probs, finished, ids, state):
+        logits, state = steps.step(tokens, t, constants, state)
+        vocabulary_size = tf.shape(logits)[-1]
+        step_log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        step_log_probs = tf.reshape(step_log_probs, [batch_size, k, vocabulary_size])
+        # A finished beam may only be extended by PAD, at no cost.
+        pad_only = tf.where(tf.equal(tf.range(vocabulary_size), PAD_ID), 0.0, _NEG_INF)
+        step_log_probs = tf.where(finished[:, :, None], pad_only, step_log_probs)
+        scores = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
+        log_probs, flat = tf.math.top_k(scores, k)  # (B, k)
+        beam = flat // vocabulary_size
+        tokens = flat % vocabulary_size
+        ids = _write_column(tf.gather(ids, beam, batch_dims=1), t, tokens)
+        finished = tf.logical_or(
+            tf.gather(finished, beam, batch_dims=1), tf.equal(tokens, end_id)
+        )
+        rows = tf.reshape(beam + k * tf.range(batch_size)[:, None], [-1])
+        state = tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
+        return t + 1, tf.reshape(tokens, [-1]), log_probs, finished, ids, state
+
+    _, _, log_probs, _, ids, _ = tf.while_loop(
+        cond, body, (tf.constant(0), tokens, log_probs, finished, ids, state)
+    )
+    normalized = log_probs / _length_penalty(_sequence_lengths(ids, end_id), length_penalty)
+    best = tf.argmax(normalized, axis=-1, output_type=tf.int32)
+    return tf.gather(ids, best, batch_dims=1), tf.gather(log_probs, best, batch_dims=1)
+
+
+def beam_search(
+    model: keras.Model,
+    encoder_inputs,
+    max_length: int,
+    beam_width: int = 4,
+    length_penalty: float = 0.0,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search: keeps the ``beam_width`` most probable prefixes per step.
+
+    Each step extends every live beam by every token and keeps the k best
+    sums of log-probabilities; a beam that produced ``[END]`` is carried on
+    unchanged. The answer is the beam maximising log p(Y|x) / lp(Y), with the
+    GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (α = 0: plain log-probability;
+    α > 0 favours longer outputs). ``beam_width=1`` is greedy decoding.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or
+            `models.transformer_seq2seq`.
+        encoder_inputs: ``(B, S)`` int source ids, 0-padded. ``B`` may be 0.
+        max_length: int, size of the output buffer (``[END]`` included).
+        beam_width: int, beams kept per example. Default 4.
+        length_penalty: float α ≥ 0. Default 0.
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(ids, log_probs)``: ``(B, max_length)`` int32 ids laid out as in
+        `greedy_decode`, and ``(B,)`` float32 log p(ids | x).
+
+    References:
+        Wu et al. Google's Neural Machine Translation System. arXiv:1609.08144, 2016.
+    """
+    if not isinstance(beam_width, int) or isinstance(beam_width, bool) or beam_width <= 0:
+        raise ValueError(f"beam_search: `beam_width` must be a positive int; received {beam_width!r}.")
+    if not float(length_penalty) >= 0.0:
+        raise ValueError(
+            f"beam_search: `length_penalty` must be >= 0; received {length_penalty!r}."
+        )
+    encoder_inputs = _check_decode_args("beam_search", encoder_inputs, max_length)
+    return _beam_search(
+        _steps_for(model),
+        encoder_inputs,
+        max_length,
+        beam_width,
+        float(length_penalty),
+        start_id,
+        end_id,
+    )
+
+
+def sequence_log_probability(
+    model: keras.Model,
+    encoder_inputs,
+    output_ids,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tf.Tensor:
+    """log p(Y | x) of given outputs under the teacher-forced model.
+
+    Sums log-probabilities of the tokens of each row of ``output_ids`` up to
+    and including its first ``[END]`` (everything, if there is none), feeding
+    ``[START] + Y`` to the whole model in one call (no decoding loop).
+
+    Returns:
+        ``(B,)`` float32.
+    """
+    output_ids = tf.cast(output_ids, tf.int32)
+    batch_size = tf.shape(output_ids)[0]
+    decoder_inputs = tf.concat(
+        [tf.fill([batch_size, 1], tf.constant(start_id, tf.int32)), output_ids[:, :-1]], axis=1
+    )
+    logits = model(
+        {"encoder_inputs": tf.cast(encoder_inputs, tf.int32), "decoder_inputs": decoder_inputs},
+        training=False,
+    )
+    token_log_probs = tf.gather(
+        tf.nn.log_softmax(tf.cast(logits, tf.float32)), output_ids, batch_dims=2
+    )
+    positions = tf.range(tf.shape(output_ids)[1])[None, :]
+    counted = positions < _sequence_lengths(output_ids, end_id)[:, None]
+    return tf.reduce_sum(tf.where(counted, token_log_probs, 0.0), axis=-1)

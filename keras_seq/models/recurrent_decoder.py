@@ -1,0 +1,234 @@
+"""The recurrent decoder of `rnn_seq2seq`, with Bahdanau attention fed at every step."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_seq.models import _cells
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class RecurrentDecoder(keras.layers.Layer):
+    """Recurrent decoder that reads an attention context at every step.
+
+    With attention (Bahdanau et al., 2015, with the decoder state as query):
+
+        e_ij = vᵀ tanh(W_q s_{i-1} + W_k h_j)       α_ij = softmax_j(e_ij)
+        c_i  = Σ_j α_ij h_j
+        s_i  = cell([y_{i-1}; c_i], s_{i-1})
+        o_i  = [s_i; c_i]
+
+    Without attention (``attention_units=None``) it is the plain encoder-decoder
+    of Sutskever et al. (2014) / Cho et al. (2014): ``s_i = cell(y_{i-1},
+    s_{i-1})`` and ``o_i = s_i``; the encoder reaches it only through the
+    initial state.
+
+    The whole-sequence call (teacher forcing) and one-step decoding share
+    `step()`, so greedy decoding computes exactly what training computed.
+    The cell has no dropout of its own (dropout masks cannot be drawn inside
+    the step loop); put `Dropout` layers around the decoder instead.
+
+    Args:
+        units: int, width of the decoder state s.
+        cell: str, one of ``"gru"``, ``"lstm"`` (Keras' LSTM), ``"peephole"``,
+            ``"coupled"``. Default ``"gru"``.
+        attention_units: int or None, width of the additive attention's hidden
+            layer; None disables attention. Default None.
+        attention_normalize: bool, weight-normalised attention. Default False.
+
+    Call arguments:
+        inputs: ``(B, T, E)`` embedded previous tokens y_{i-1}.
+        encoder_outputs: ``(B, S, D)`` annotations h_j (needed with attention).
+        initial_state: list of ``(B, units)`` tensors, s_0 (zeros if None).
+        encoder_outputs_mask: ``(B, S)`` bool, True for real source tokens;
+            taken from the Keras mask of ``encoder_outputs`` when not given.
+        return_attention_scores: also return α, ``(B, T, S)``.
+
+    Returns:
+        ``(B, T, units + D)`` with attention, ``(B, T, units)`` without
+        (and α when asked).
+
+    Example:
+
+    >>> decoder = RecurrentDecoder(16, cell="gru", attention_units=8)
+    >>> o = decoder(keras.ops.ones((2, 5, 4)), keras.ops.ones((2, 7, 6)))
+    >>> tuple(o.shape)
+    (2, 5, 22)
+
+    References:
+        Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning
+        to Align and Translate. ICLR 2015.
+        Sutskever, Vinyals, Le. Sequence to Sequence Learning with Neural
+        Networks. NeurIPS 2014.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        cell: str = "gru",
+        attention_units: int | None = None,
+        attention_normalize: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(units, int) or units <= 0:
+            raise ValueError(
+                f"RecurrentDecoder: `units` must be a positive int; received units={units!r}."
+            )
+        if attention_units is not None and (
+            not isinstance(attention_units, int) or attention_units <= 0
+        ):
+            raise ValueError(
+                "RecurrentDecoder: `attention_units` must be a positive int or None; "
+                f"received attention_units={attention_units!r}."
+            )
+        self.units = units
+        self.cell_name = _cells.check_cell(cell, "RecurrentDecoder")
+        self.attention_units = attention_units
+        self.attention_normalize = bool(attention_normalize)
+        self.supports_masking = True
+
+    @property
+    def num_states(self) -> int:
+        return _cells.num_states(self.cell_name)
+
+    def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
+        if self.attention_units is not None and encoder_outputs_shape is None:
+            raise ValueError(
+                "RecurrentDecoder: with attention the layer needs `encoder_outputs`; "
+                "call it as decoder(inputs, encoder_outputs)."
+            )
+        input_dim = inputs_shape[-1]
+        if self.attention_units is not None:
+            from keras_seq.layers import BahdanauAttention
+
+            value_dim = encoder_outputs_shape[-1]
+            self.attention = BahdanauAttention(
+                self.attention_units,
+                normalize=self.attention_normalize,
+                dtype=self.dtype_policy,
+                name="attention",
+            )
+            self.attention.build((None, self.units), (None, None, value_dim))
+            input_dim += value_dim
+        else:
+            self.attention = None
+        _, cell_class = _cells.recurrent_classes(self.cell_name)
+        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
+        self.cell.build((None, input_dim))
+        self.built = True
+
+    def get_initial_state(self, batch_size):
+        return [
+            keras.ops.zeros((batch_size, self.units), dtype=self.compute_dtype)
+            for _ in range(self.num_states)
+        ]
+
+    def precompute_keys(self, encoder_outputs):
+        """W_k h_j for all j, computed once per source batch (attention only)."""
+        if self.attention is None:
+            return None
+        return self.attention.precompute_keys(encoder_outputs)
+
+    def step(
+        self,
+        y,
+        states,
+        encoder_outputs=None,
+        processed_key=None,
+        encoder_mask=None,
+        training=None,
+    ):
+        """One decoder step: ``(B, E)`` input y_{i-1} and states s_{i-1}.
+
+        Returns ``(o_i, new_states, alpha_i)``; ``alpha_i`` is ``(B, S)``, or
+        None without attention.
+        """
+        states = list(states)
+        alpha = None
+        if self.attention is not None:
+            # The query is s_{i-1}: the hidden state h for every cell family.
+            context, alpha = self.attention(
+                states[0],
+                encoder_outputs,
+                value_mask=encoder_mask,
+                processed_key=processed_key,
+                return_attention_scores=True,
+                training=training,
+            )
+            y = keras.ops.concatenate([y, context], axis=-1)
+        s, new_states = self.cell(y, states, training=training)
+        new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [new_states]
+        o = s if self.attention is None else keras.ops.concatenate([s, context], axis=-1)
+        return o, new_states, alpha
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        initial_state=None,
+        mask=None,
+        encoder_outputs_mask=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        batch_size = keras.ops.shape(inputs)[0]
+        if initial_state is None:
+            states = self.get_initial_state(batch_size)
+        else:
+            states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [
+                initial_state
+            ]
+            if len(states) != self.num_states:
+                raise ValueError(
+                    f"RecurrentDecoder: cell {self.cell_name!r} takes {self.num_states} "
+                    f"initial state tensor(s); received {len(states)}."
+                )
+        processed_key = self.precompute_keys(encoder_outputs)
+        if self.attention is not None and encoder_outputs_mask is not None:
+            encoder_outputs_mask = keras.ops.cast(encoder_outputs_mask, "bool")
+
+        y_seq = tf.transpose(inputs, [1, 0, 2])  # (T, B, E): scan runs over the first axis
+        o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
+        o0 = tf.zeros([batch_size, o_dim], dtype=self.compute_dtype)
+        alpha0 = (
+            tf.zeros([batch_size, tf.shape(encoder_outputs)[1]], dtype=self.compute_dtype)
+            if self.attention is not None
+            else tf.zeros([batch_size, 0], dtype=self.compute_dtype)
+        )
+
+        def body(carry, y):
+            o, new_states, alpha = self.step(
+                y, carry[0], encoder_outputs, processed_key, encoder_outputs_mask, training
+            )
+            if alpha is None:
+                alpha = alpha0
+            return [new_states, o, tf.cast(alpha, self.compute_dtype)]
+
+        _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
+        outputs = tf.transpose(o_seq, [1, 0, 2])  # (B, T, o_dim)
+        if return_attention_scores:
+            return outputs, tf.transpose(alpha_seq, [1, 0, 2])  # (B, T, S)
+        return outputs
+
+    def compute_output_shape(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
+        o_dim = self.units
+        if self.attention_units is not None:
+            o_dim += encoder_outputs_shape[-1]
+        return (inputs_shape[0], inputs_shape[1], o_dim)
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "cell": self.cell_name,
+                "attention_units": self.attention_units,
+                "attention_normalize": self.attention_normalize,
+            }
+        )
+        return config

@@ -1,0 +1,280 @@
+"""Sequence-to-sequence builders: recurrent with attention, and Transformer.
+
+Design: each builder returns a functional `keras.Model` with inputs
+``encoder_inputs (B, S)`` and ``decoder_inputs (B, T)`` (int token ids, 0 =
+padding) and the output ``logits (B, T, V)``, trained with teacher forcing.
+Its parts are reachable by layer name so that `keras_seq.decoding` can run the
+decoder one step at a time without a second model:
+
+- ``"encoder"``: a nested functional model, source ids -> encoder outputs
+  (the recurrent one also returns the decoder's initial states);
+- ``"target_embedding"``, then the decoder (``"decoder"`` for the recurrent
+  model, ``"decoder_layer_{i}"`` for the Transformer), then ``"logits"`` (or
+  the tied ``"target_embedding"`` called with ``reverse=True``).
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_seq.models import _cells
+from keras_seq.models.embedding import PaddingMask, TokenEmbedding
+from keras_seq.models.recurrent_decoder import RecurrentDecoder
+
+
+def _check_positive_int(where: str, **values) -> None:
+    for arg, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{where}: `{arg}` must be a positive int; received {arg}={value!r}.")
+
+
+def _check_rate(where: str, **values) -> None:
+    for arg, value in values.items():
+        if not 0.0 <= float(value) < 1.0:
+            raise ValueError(f"{where}: `{arg}` must be in [0, 1); received {arg}={value!r}.")
+
+
+def rnn_seq2seq(
+    source_vocabulary_size: int,
+    target_vocabulary_size: int,
+    units: int = 128,
+    embedding_dim: int = 64,
+    cell: str = "gru",
+    attention: str | None = "bahdanau",
+    attention_units: int | None = None,
+    dropout: float = 0.0,
+    name: str = "rnn_seq2seq",
+) -> keras.Model:
+    """Bidirectional recurrent encoder and attentive recurrent decoder.
+
+    The architecture of Bahdanau et al. (2015): the encoder reads the source
+    with a bidirectional RNN, h_j = [h→_j; h←_j]; the decoder state starts at
+    s_0 = tanh(W_s [h→_S; h←_1]) and at each step reads the previous target
+    token together with an attention context c_i over all h_j (see
+    `RecurrentDecoder`); logits come from a linear layer on [s_i; c_i]. With
+    ``attention=None`` it is the plain encoder-decoder of Sutskever et al.
+    (2014) / Cho et al. (2014), where s_0 alone carries the source.
+
+    Args:
+        source_vocabulary_size: int, number of source token ids.
+        target_vocabulary_size: int, number of target token ids.
+        units: int, width of each encoder direction and of the decoder state.
+            Default 128.
+        embedding_dim: int, width of the source and target embeddings. Default 64.
+        cell: ``"gru"`` (default), ``"lstm"`` (Keras' LSTM), ``"peephole"``
+            (`keras_seq.layers.PeepholeLSTM`) or ``"coupled"``
+            (`keras_seq.layers.CoupledGateLSTM`).
+        attention: ``"bahdanau"`` (default) or None.
+        attention_units: int, hidden width of the additive attention. Defaults
+            to ``units``.
+        dropout: float, dropout on the embeddings and on [s_i; c_i]. Default 0.
+        name: model name.
+
+    Returns:
+        An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
+        logits (B, T, target_vocabulary_size)``.
+
+    Example:
+
+    >>> model = rnn_seq2seq(20, 15, units=8, embedding_dim=4)
+    >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
+    ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
+    >>> tuple(logits.shape)
+    (2, 3, 15)
+
+    References:
+        Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning
+        to Align and Translate. ICLR 2015.
+        Cho et al. Learning Phrase Representations using RNN Encoder-Decoder
+        for Statistical Machine Translation. EMNLP 2014.
+    """
+    where = "rnn_seq2seq"
+    _check_positive_int(
+        where,
+        source_vocabulary_size=source_vocabulary_size,
+        target_vocabulary_size=target_vocabulary_size,
+        units=units,
+        embedding_dim=embedding_dim,
+    )
+    _cells.check_cell(cell, where)
+    if attention not in ("bahdanau", None):
+        raise ValueError(
+            f"{where}: `attention` must be 'bahdanau' or None; received attention={attention!r}."
+        )
+    if attention_units is None:
+        attention_units = units
+    _check_positive_int(where, attention_units=attention_units)
+    _check_rate(where, dropout=dropout)
+    layer_class, _ = _cells.recurrent_classes(cell)
+
+    # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
+    source = keras.Input((None,), dtype="int32", name="source_ids")
+    x = keras.layers.Embedding(
+        source_vocabulary_size, embedding_dim, mask_zero=True, name="source_embedding"
+    )(source)
+    x = keras.layers.Dropout(dropout, name="source_dropout")(x)
+    encoded = keras.layers.Bidirectional(
+        layer_class(units, return_sequences=True, return_state=True),
+        name="bidirectional_encoder",
+    )(x)
+    h, states = encoded[0], encoded[1:]
+    n = _cells.num_states(cell)
+    forward, backward = states[:n], states[n:]
+    initial_state = []
+    for k in range(n):
+        # s_0 = tanh(W_s [h→; h←]); an LSTM's memory cell starts linear.
+        both = keras.layers.Concatenate(name=f"final_states_{k}")([forward[k], backward[k]])
+        initial_state.append(
+            keras.layers.Dense(units, activation="tanh" if k == 0 else None, name=f"bridge_{k}")(
+                both
+            )
+        )
+    encoder = keras.Model(source, [h, *initial_state], name="encoder")
+
+    encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
+    decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
+    h, *s0 = encoder(encoder_inputs)
+    y = keras.layers.Embedding(
+        target_vocabulary_size, embedding_dim, mask_zero=True, name="target_embedding"
+    )(decoder_inputs)
+    y = keras.layers.Dropout(dropout, name="target_dropout")(y)
+    decoder = RecurrentDecoder(
+        units,
+        cell=cell,
+        attention_units=attention_units if attention else None,
+        name="decoder",
+    )
+    if attention:
+        o = decoder(y, h, initial_state=s0)
+    else:
+        o = decoder(y, initial_state=s0)
+    o = keras.layers.Dropout(dropout, name="output_dropout")(o)
+    logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(o)
+    return keras.Model(
+        {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, logits, name=name
+    )
+
+
+def _transformer_embed(ids, vocabulary_size, model_dim, dropout, prefix, embedding=None):
+    from keras_seq.layers import SinusoidalPositionalEncoding
+
+    if embedding is None:
+        embedding = TokenEmbedding(vocabulary_size, model_dim, name=f"{prefix}_embedding")
+    x = embedding(ids)
+    x = SinusoidalPositionalEncoding(name=f"{prefix}_position")(x)
+    return keras.layers.Dropout(dropout, name=f"{prefix}_dropout")(x), embedding
+
+
+def transformer_seq2seq(
+    source_vocabulary_size: int,
+    target_vocabulary_size: int,
+    num_layers: int = 2,
+    model_dim: int = 128,
+    num_heads: int = 4,
+    intermediate_dim: int = 512,
+    dropout: float = 0.1,
+    tie_embeddings: bool = True,
+    normalize_first: bool = False,
+    name: str = "transformer_seq2seq",
+) -> keras.Model:
+    """Transformer encoder-decoder (Vaswani et al., 2017).
+
+    x = √d · E[ids] + P (sinusoidal positions), then ``num_layers``
+    `TransformerEncoder` blocks over the source and ``num_layers``
+    `TransformerDecoder` blocks (causal self-attention, cross-attention to
+    the encoder output) over the shifted target; logits = h Eᵀ with tied
+    embeddings, else a separate linear layer.
+
+    Args:
+        source_vocabulary_size: int, number of source token ids.
+        target_vocabulary_size: int, number of target token ids.
+        num_layers: int, encoder blocks and decoder blocks (each). Default 2.
+        model_dim: int, width d of every block. Default 128.
+        num_heads: int, attention heads; must divide ``model_dim``. Default 4.
+        intermediate_dim: int, width of the position-wise feed-forward layer.
+            Default 512.
+        dropout: float, dropout on embeddings and inside blocks. Default 0.1.
+        tie_embeddings: bool, share the target embedding with the output
+            projection. Default True.
+        normalize_first: bool, pre-norm blocks (plus a final LayerNorm) instead
+            of the paper's post-norm. Default False.
+        name: model name.
+
+    Returns:
+        An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
+        logits (B, T, target_vocabulary_size)``.
+
+    Example:
+
+    >>> model = transformer_seq2seq(20, 15, num_layers=1, model_dim=8,
+    ...                             num_heads=2, intermediate_dim=16)
+    >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
+    ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
+    >>> tuple(logits.shape)
+    (2, 3, 15)
+
+    References:
+        Vaswani et al. Attention Is All You Need. NeurIPS 2017.
+    """
+    from keras_seq.layers import TransformerDecoder, TransformerEncoder
+
+    where = "transformer_seq2seq"
+    _check_positive_int(
+        where,
+        source_vocabulary_size=source_vocabulary_size,
+        target_vocabulary_size=target_vocabulary_size,
+        num_layers=num_layers,
+        model_dim=model_dim,
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+    )
+    if model_dim % num_heads:
+        raise ValueError(
+            f"{where}: `num_heads` must divide `model_dim`; received model_dim={model_dim}, "
+            f"num_heads={num_heads}."
+        )
+    _check_rate(where, dropout=dropout)
+
+    source = keras.Input((None,), dtype="int32", name="source_ids")
+    source_mask = PaddingMask(name="source_padding_mask")(source)
+    x, _ = _transformer_embed(source, source_vocabulary_size, model_dim, dropout, "source")
+    for i in range(num_layers):
+        x = TransformerEncoder(
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            name=f"encoder_layer_{i}",
+        )(x, padding_mask=source_mask)
+    if normalize_first:
+        x = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(x)
+    encoder = keras.Model(source, x, name="encoder")
+
+    encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
+    decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
+    encoder_mask = PaddingMask(name="encoder_padding_mask")(encoder_inputs)
+    decoder_mask = PaddingMask(name="decoder_padding_mask")(decoder_inputs)
+    h = encoder(encoder_inputs)
+    y, target_embedding = _transformer_embed(
+        decoder_inputs, target_vocabulary_size, model_dim, dropout, "target"
+    )
+    for i in range(num_layers):
+        y = TransformerDecoder(
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            name=f"decoder_layer_{i}",
+        )(y, h, decoder_padding_mask=decoder_mask, encoder_padding_mask=encoder_mask)
+    if normalize_first:
+        y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(y)
+    if tie_embeddings:
+        # A float32 identity keeps the output name and float32 logits under
+        # mixed precision.
+        logits = target_embedding(y, reverse=True)
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+    else:
+        logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(y)
+    return keras.Model(
+        {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, logits, name=name
+    )
