@@ -6,5 +6,14 @@ from keras_seq.layers.gru import GRU, GRUCell  # noqa: F401
 from keras_seq.layers.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
+# isort: split
+from keras_seq.layers.bahdanau_attention import BahdanauAttention  # noqa: F401
+from keras_seq.layers.multi_head_attention import MultiHeadAttention  # noqa: F401
+from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
+from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
+    SinusoidalPositionalEncoding,
+)
+from keras_seq.layers.transformer_decoder import TransformerDecoder  # noqa: F401
+from keras_seq.layers.transformer_encoder import TransformerEncoder  # noqa: F401
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,258 @@
+"""Multi-head scaled dot-product attention with a key/value cache."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_seq.layers import _masking
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class MultiHeadAttention(keras.layers.MultiHeadAttention):
+    """Multi-head attention, `keras.layers.MultiHeadAttention` plus a key/value cache.
+
+    For each head h (Vaswani et al. 2017, eq. 1 and section 3.2.2):
+
+        q_h = x_q W_h^Q,   k_h = x_k W_h^K,   v_h = x_v W_h^V
+        head_h = softmax(q_h k_hᵀ / sqrt(key_dim) + M) v_h
+        output = concat(head_1, ..., head_H) W^O
+
+    where M is 0 at kept and -inf at masked (query, key) pairs. The
+    constructor, call signature and weights (`query`, `key`, `value`,
+    `attention_output` EinsumDense sub-layers, in that `get_weights()` order)
+    are those of `keras.layers.MultiHeadAttention`, so weights copy both ways.
+    Differences:
+
+    - The softmax runs in float32 under mixed precision, and a query row whose
+      keys are all masked gets zero weights (finite output, never NaN).
+    - Explicit `query_mask`, `value_mask` and `key_mask` arguments are honoured
+      and combined (logical AND) with any implicit Keras masks.
+    - Incremental decoding: `cache` is a `(B, 2, S, num_heads, key_dim)`
+      tensor holding the projected keys (`cache[:, 0]`) and values
+      (`cache[:, 1]`) of S positions, as in KerasHub's
+      `CachedMultiHeadAttention`. With `cache_update_index=None` the cache is
+      used as it is (e.g. cross-attention to an encoded source; `value` is
+      then ignored). Otherwise the projections of `key`/`value` (T' new
+      positions) are written at `cache_update_index` and attention runs over
+      all S cached positions; with `use_causal_mask=True` query `i` sees keys
+      up to `cache_update_index + i`. The call then returns
+      `(output, new_cache)` or `(output, scores, new_cache)`. With a cache,
+      `value_mask`/`key_mask` cover the S cache positions, and the implicit
+      Keras masks of `value`/`key` (which only describe the new positions) are
+      not used. A cache requires `value_dim == key_dim`.
+
+    Args:
+        num_heads: int, number of attention heads H.
+        key_dim: int, size of each query/key head.
+        value_dim: int or None, size of each value head (default `key_dim`).
+        dropout: float, dropout rate on the attention weights.
+        use_bias: bool, whether the projections have biases.
+        output_shape: int or tuple, output feature shape (default: the query
+            feature size).
+        **kwargs: every other `keras.layers.MultiHeadAttention` argument
+            (`attention_axes`, `kernel_initializer`, `seed`, ...).
+
+    Example:
+
+    ```python
+    import numpy as np
+    from keras_seq.layers import MultiHeadAttention
+
+    mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = np.random.rand(3, 5, 8).astype("float32")
+    y = mha(x, x, use_causal_mask=True)                      # (3, 5, 8)
+    cache = np.zeros((3, 2, 5, 2, 4), "float32")
+    y0, cache = mha(x[:, :1], x[:, :1], cache=cache,
+                    cache_update_index=0, use_causal_mask=True)  # step 0
+    ```
+
+    References:
+        - Vaswani et al., 2017. Attention Is All You Need.
+          https://arxiv.org/abs/1706.03762
+    """
+
+    def _check_inputs(self, query, value, key, cache):
+        name = f"MultiHeadAttention '{self.name}'"
+        query_dim = self._query_dense.kernel.shape[0]
+        if query.shape[-1] is not None and query.shape[-1] != query_dim:
+            raise ValueError(
+                f"{name}: `query` must have {query_dim} features (the size it was "
+                f"built with). Received shape {tuple(query.shape)}."
+            )
+        for arg, tensor in (("value", value), ("key", key)):
+            b_q, b_t = query.shape[0], tensor.shape[0]
+            if b_q is not None and b_t is not None and b_q != b_t:
+                raise ValueError(
+                    f"{name}: `query` and `{arg}` must have the same batch size. "
+                    f"Received query shape {tuple(query.shape)}, {arg} shape "
+                    f"{tuple(tensor.shape)}."
+                )
+        if cache is None:
+            return
+        if len(query.shape) != 3:
+            raise ValueError(
+                f"{name}: `cache` needs `query` of rank 3 (B, T, dim). Received "
+                f"shape {tuple(query.shape)}."
+            )
+        if self._value_dim != self._key_dim:
+            raise ValueError(
+                f"{name}: `cache` stores keys and values in one tensor, so it needs "
+                f"value_dim == key_dim. Received key_dim={self._key_dim}, "
+                f"value_dim={self._value_dim}."
+            )
+        _masking.check_mask_shape(
+            name, "cache", cache, (query.shape[0], 2, None, self._num_heads, self._key_dim)
+        )
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        if key is None:
+            key = value
+        self._check_inputs(query, value, key, cache)
+        if cache is None and cache_update_index is not None:
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': `cache_update_index` needs a "
+                f"`cache`. Received cache=None, cache_update_index={cache_update_index}."
+            )
+
+        # Keras' layer __call__ fills these from implicit masks only when they
+        # are None; an explicit mask is combined with the implicit one here.
+        query_mask = _masking.logical_and_masks(query_mask, _masking.keras_mask(query))
+        if cache is None:
+            value_mask = _masking.logical_and_masks(value_mask, _masking.keras_mask(value))
+            if key is not value:
+                key_mask = _masking.logical_and_masks(key_mask, _masking.keras_mask(key))
+        # Masks must not leak into the projections (EinsumDense would carry them).
+        for tensor in (query, value, key):
+            _masking.set_keras_mask(tensor, None)
+
+        if self._use_gate:
+            gate = self._gate_dense(query)
+        q = self._query_dense(query)  # (B, T, H, key_dim)
+        if cache is None:
+            k = self._key_dense(key)  # (B, S, H, key_dim)
+            v = self._value_dense(value)  # (B, S, H, value_dim)
+        else:
+            cache = ops.cast(cache, self.compute_dtype)
+            k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
+            if cache_update_index is not None:
+                start = [0, cache_update_index, 0, 0]
+                k = ops.slice_update(k, start, ops.cast(self._key_dense(key), k.dtype))
+                v = ops.slice_update(v, start, ops.cast(self._value_dense(value), v.dtype))
+                cache = ops.stack([k, v], axis=1)
+
+        mask = self._merge_masks(
+            q,
+            k,
+            query_mask,
+            value_mask,
+            key_mask,
+            attention_mask,
+            use_causal_mask,
+            0 if cache_update_index is None else cache_update_index,
+        )
+        attention_output, scores = self._compute_attention(q, k, v, mask, training)
+        if self._use_gate:
+            attention_output = ops.multiply(attention_output, gate)
+        output = self._output_dense(attention_output)
+        if query_mask is not None:
+            _masking.set_keras_mask(output, query_mask)
+
+        result = (output, scores) if return_attention_scores else (output,)
+        if cache is not None:
+            result = result + (cache,)
+        return result[0] if len(result) == 1 else result
+
+    def _merge_masks(self, q, k, query_mask, value_mask, key_mask, attention_mask, causal, offset):
+        name = f"MultiHeadAttention '{self.name}'"
+        rank = len(q.shape)
+        batch = q.shape[0]
+        if rank != 4:
+            # Several attention axes: masks are given already merged, as in Keras.
+            if query_mask is not None or value_mask is not None or key_mask is not None:
+                raise ValueError(
+                    f"{name}: query/value/key masks need rank-3 inputs (B, T, dim); "
+                    "pass `attention_mask` for inputs with several attention axes."
+                )
+            if causal:
+                raise ValueError(f"{name}: `use_causal_mask` needs rank-3 inputs (B, T, dim).")
+            return None if attention_mask is None else ops.cast(attention_mask, "bool")
+        t, s = q.shape[1], k.shape[1]
+        _masking.check_mask_shape(name, "query_mask", query_mask, (batch, t))
+        _masking.check_mask_shape(name, "value_mask", value_mask, (batch, s))
+        _masking.check_mask_shape(name, "key_mask", key_mask, (batch, s))
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            _masking.check_mask_shape(
+                name, "attention_mask", attention_mask, (batch, t, s), allow_broadcast=True
+            )
+        mask = _masking.merge_attention_masks(
+            ops.shape(q)[1],
+            ops.shape(k)[1],
+            query_mask=query_mask,
+            key_masks=(value_mask, key_mask),
+            attention_mask=attention_mask,
+            use_causal_mask=causal,
+            causal_offset=offset,
+        )
+        if self._sliding_window is not None:
+            i = ops.expand_dims(ops.arange(ops.shape(q)[1]), 1) + ops.cast(offset, "int32")
+            j = ops.expand_dims(ops.arange(ops.shape(k)[1]), 0)
+            window = ops.less(ops.abs(i - j), self._sliding_window)[None]
+            mask = _masking.logical_and_masks(mask, window)
+        return mask
+
+    def _compute_attention(self, query, key, value, attention_mask=None, training=None, **kwargs):
+        # Scaling q (smaller than the scores) first, as Keras does, keeps the
+        # two layers numerically identical.
+        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
+        scores = ops.einsum(self._dot_product_equation, key, query)  # (B, H, T, S)
+        if attention_mask is not None:
+            # (B, T, S) -> (B, 1, T, S): the same mask for every head.
+            axis = -len(self._attention_axes) * 2 - 1
+            for _ in range(len(scores.shape) - len(attention_mask.shape)):
+                attention_mask = ops.expand_dims(attention_mask, axis=axis)
+        weights = _masking.masked_softmax(scores, attention_mask, axis=self._softmax.axis)
+        dropped = self._dropout_layer(weights, training=training) if self._dropout else weights
+        output = ops.einsum(self._combine_equation, dropped, value)  # (B, T, H, value_dim)
+        return output, weights
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        output_shape = self.compute_output_shape(
+            query.shape, value.shape, None if key is None else key.shape
+        )
+        result = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
+        if return_attention_scores:
+            source_length = value.shape[1] if cache is None else cache.shape[2]
+            scores_shape = (query.shape[0], self._num_heads, query.shape[1], source_length)
+            result += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
+        if cache is not None:
+            result += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
+        return result[0] if len(result) == 1 else result
