@@ -1,0 +1,330 @@
+"""Numerics of the recurrent family against NumPy references and Keras built-ins."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_seq import layers
+from keras_seq.layers._recurrent_driver import builtin_loop_mode
+
+B, T, IN, U = 3, 5, 4, 6
+
+
+# --- NumPy references, written from the equations in API.md -------------------
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _np_peephole_step(weights, x, states):
+    W, U_, b, p_i, p_f, p_o = weights
+    h, c = states
+    z_i, z_f, z_c, z_o = np.split(x @ W + h @ U_ + b, 4, axis=-1)
+    i = _sigmoid(z_i + p_i * c)
+    f = _sigmoid(z_f + p_f * c)
+    c_t = f * c + i * np.tanh(z_c)
+    o = _sigmoid(z_o + p_o * c_t)
+    h_t = o * np.tanh(c_t)
+    return h_t, [h_t, c_t]
+
+
+def _np_cifg_step(weights, x, states):
+    W, U_, b = weights[:3]
+    peepholes = weights[3:]
+    h, c = states
+    z_f, z_c, z_o = np.split(x @ W + h @ U_ + b, 3, axis=-1)
+    if peepholes:
+        z_f = z_f + peepholes[0] * c
+    f = _sigmoid(z_f)
+    c_t = f * c + (1.0 - f) * np.tanh(z_c)
+    if peepholes:
+        z_o = z_o + peepholes[1] * c_t
+    o = _sigmoid(z_o)
+    h_t = o * np.tanh(c_t)
+    return h_t, [h_t, c_t]
+
+
+def _np_gru_step(weights, x, states):
+    W, U_, b = weights
+    (h,) = states
+    u = h.shape[-1]
+    if b.ndim == 2:  # reset_after: r multiplies (U_h h + b_h recurrent)
+        x_z, x_r, x_h = np.split(x @ W + b[0], 3, axis=-1)
+        h_z, h_r, h_h = np.split(h @ U_ + b[1], 3, axis=-1)
+        z = _sigmoid(x_z + h_z)
+        r = _sigmoid(x_r + h_r)
+        h_tilde = np.tanh(x_h + r * h_h)
+    else:
+        x_z, x_r, x_h = np.split(x @ W + b, 3, axis=-1)
+        z = _sigmoid(x_z + h @ U_[:, :u])
+        r = _sigmoid(x_r + h @ U_[:, u : 2 * u])
+        h_tilde = np.tanh(x_h + (r * h) @ U_[:, 2 * u :])
+    h_t = z * h + (1.0 - z) * h_tilde
+    return h_t, [h_t]
+
+
+def _np_run(step, weights, x, states, mask=None, go_backwards=False):
+    """Keras semantics: masked steps keep the states and repeat the previous output."""
+    steps = range(x.shape[1])
+    if go_backwards:
+        steps = reversed(steps)
+    output = np.zeros_like(states[0])
+    outputs = []
+    for t in steps:
+        new_output, new_states = step(weights, x[:, t], states)
+        if mask is not None:
+            keep = mask[:, t, None]
+            new_states = [np.where(keep, n, s) for n, s in zip(new_states, states)]
+            new_output = np.where(keep, new_output, output)
+        output, states = new_output, new_states
+        outputs.append(output)
+    return np.stack(outputs, axis=1), states
+
+
+CASES = {
+    "peephole": (layers.PeepholeLSTM, {}, _np_peephole_step, 2),
+    "cifg": (layers.CoupledGateLSTM, {}, _np_cifg_step, 2),
+    "cifg_peepholes": (layers.CoupledGateLSTM, {"use_peepholes": True}, _np_cifg_step, 2),
+    "gru": (layers.GRU, {}, _np_gru_step, 1),
+    "gru_reset_before": (layers.GRU, {"reset_after": False}, _np_gru_step, 1),
+}
+
+
+def _randomize(layer, rng, scale=0.5):
+    """Random weights everywhere (peepholes and biases included)."""
+    weights = [rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()]
+    layer.set_weights(weights)
+    return weights
+
+
+def _make(case, rng, **kwargs):
+    cls, extra, step, n_states = CASES[case]
+    layer = cls(U, **extra, **kwargs)
+    layer.build((None, None, IN))
+    return layer, _randomize(layer, rng), step, n_states
+
+
+def _inputs(rng, batch=B, steps=T):
+    return rng.normal(size=(batch, steps, IN)).astype("float32")
+
+
+def _ragged_mask(lengths, steps=T):
+    return np.arange(steps)[None, :] < np.asarray(lengths)[:, None]
+
+
+# --- against the NumPy references ----------------------------------------------
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("variant", ["plain", "masked_backwards_initial_state"])
+def test_layer_and_cell_match_numpy_reference(case, variant, rng):
+    layer, weights, step, n_states = _make(case, rng, return_sequences=True, return_state=True)
+    x = _inputs(rng)
+    mask, initial, go_backwards = None, None, False
+    states = [np.zeros((B, U), "float32") for _ in range(n_states)]
+    if variant != "plain":
+        mask = _ragged_mask([5, 3, 1])
+        states = [rng.normal(size=(B, U)).astype("float32") for _ in range(n_states)]
+        initial, go_backwards = states, True
+        layer = layer.__class__.from_config({**layer.get_config(), "go_backwards": True})
+        layer.build((None, None, IN))
+        layer.set_weights(weights)
+    w64 = [w.astype("float64") for w in weights]
+    expected, expected_states = _np_run(
+        step, w64, x.astype("float64"), [s.astype("float64") for s in states], mask, go_backwards
+    )
+
+    sequence, *final_states = layer(x, mask=mask, initial_state=initial)
+    np.testing.assert_allclose(sequence, expected, atol=1e-5)
+    for got, want in zip(final_states, expected_states):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+    # The per-step cell, driven by Keras' own generic loop.
+    rnn = keras.layers.RNN(
+        layer.cell, return_sequences=True, return_state=True, go_backwards=go_backwards
+    )
+    cell_sequence, *cell_states = rnn(x, mask=mask, initial_state=initial)
+    np.testing.assert_allclose(cell_sequence, expected, atol=1e-5)
+    for got, want in zip(cell_states, expected_states):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+# --- against the Keras built-ins -------------------------------------------------
+
+
+def _grads(layer, x, mask, probe):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(layer(x, mask=mask) * probe)
+    return tape.gradient(loss, [x, *layer.trainable_weights])
+
+
+def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(rng):
+    x = tf.constant(_inputs(rng))
+    mask = tf.constant(_ragged_mask([5, 4, 2]))
+    ours = layers.PeepholeLSTM(U, return_sequences=True)
+    ours.build((None, None, IN))
+    kernel, recurrent, bias = _randomize(ours, rng)[:3]
+    ours.set_weights([kernel, recurrent, bias] + [np.zeros(U, "float32")] * 3)
+    reference = keras.layers.LSTM(U, return_sequences=True)
+    reference.build((None, None, IN))
+    reference.set_weights([kernel, recurrent, bias])
+
+    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
+    ours_grads = _grads(ours, x, mask, probe)
+    reference_grads = _grads(reference, x, mask, probe)
+    for got, want in zip(ours_grads[:4], reference_grads):  # x, kernel, recurrent, bias
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_gru_equals_keras_gru_with_copied_weights(reset_after, rng):
+    x = tf.constant(_inputs(rng))
+    mask = tf.constant(_ragged_mask([5, 4, 2]))
+    reference = keras.layers.GRU(U, return_sequences=True, reset_after=reset_after)
+    reference.build((None, None, IN))
+    weights = _randomize(reference, rng)
+    ours = layers.GRU(U, return_sequences=True, reset_after=reset_after)
+    ours.build((None, None, IN))
+    ours.set_weights(reference.get_weights())
+    assert [w.shape for w in ours.get_weights()] == [w.shape for w in weights]
+
+    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
+    for got, want in zip(_grads(ours, x, mask, probe), _grads(reference, x, mask, probe)):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("keras_layer, ours_layer", [
+    (keras.layers.LSTM, layers.PeepholeLSTM),
+    (keras.layers.GRU, layers.GRU),
+])
+def test_bidirectional_stacked_with_embedding_mask_equals_keras(keras_layer, ours_layer, rng):
+    tokens = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 0, 0], [5, 0, 0, 0, 0]])
+
+    def build(recurrent):
+        inputs = keras.Input((None,), dtype="int32")
+        h = keras.layers.Embedding(10, IN, mask_zero=True)(inputs)
+        h = keras.layers.Bidirectional(recurrent(U, return_sequences=True))(h)
+        h = recurrent(U, return_sequences=True)(h)  # stacked: the mask flows on
+        return keras.Model(inputs, h)
+
+    reference, ours = build(keras_layer), build(ours_layer)
+    for ref_layer, our_layer in zip(reference.layers[1:], ours.layers[1:]):
+        subs = ([(ref_layer.forward_layer, our_layer.forward_layer),
+                 (ref_layer.backward_layer, our_layer.backward_layer)]
+                if isinstance(ref_layer, keras.layers.Bidirectional) else [(ref_layer, our_layer)])
+        for ref_sub, our_sub in subs:
+            _randomize(ref_sub, rng)
+            weights = ref_sub.get_weights()
+            weights += [np.zeros(U, "float32")] * (len(our_sub.get_weights()) - len(weights))
+            our_sub.set_weights(weights)
+    expected = reference(tokens)
+    got = ours(tokens)
+    keep = tokens != 0
+    np.testing.assert_allclose(np.asarray(got)[keep], np.asarray(expected)[keep], atol=1e-5)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+# --- masking ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
+@pytest.mark.parametrize("go_backwards", [False, True])
+def test_padded_batch_equals_unpadded(case, go_backwards, rng):
+    layer, _, _, n_states = _make(
+        case, rng, return_sequences=True, return_state=True, go_backwards=go_backwards
+    )
+    lengths = [5, 3, 2]
+    x = _inputs(rng)
+    sequence, *states = layer(x, mask=_ragged_mask(lengths))
+    for b, length in enumerate(lengths):
+        alone, *alone_states = layer(x[b : b + 1, :length])
+        for got, want in zip(states, alone_states):
+            np.testing.assert_allclose(got[b], want[0], atol=1e-6)
+        # Valid positions in processing order: the first `length` outputs going
+        # forwards; going backwards the padded steps come first and repeat zeros.
+        valid = sequence[b, :length] if not go_backwards else sequence[b, T - length :]
+        np.testing.assert_allclose(valid, alone[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["peephole", "cifg", "gru"])
+def test_all_masked_sequence_gives_finite_zero_output(case, rng):
+    layer, _, _, _ = _make(case, rng, return_sequences=True, return_state=True)
+    mask = _ragged_mask([5, 0, 2])
+    sequence, *states = layer(_inputs(rng), mask=mask)
+    assert np.all(np.isfinite(sequence)) and all(np.all(np.isfinite(s)) for s in states)
+    # Nothing was processed: the initial (zero) states come back.
+    np.testing.assert_array_equal(sequence[1], 0.0)
+    for s in states:
+        np.testing.assert_array_equal(s[1], 0.0)
+
+
+# --- driver forms ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru_reset_before"])
+def test_builtin_loop_form_equals_training_form(case, rng):
+    layer, _, _, _ = _make(case, rng, return_sequences=True, return_state=True, go_backwards=True)
+    x, mask = _inputs(rng), _ragged_mask([5, 3, 2])
+    call = tf.function(lambda x, m: layer(x, mask=m))
+    expected = call(x, mask)
+    with builtin_loop_mode():
+        builtin = tf.function(lambda x, m: layer(x, mask=m))
+        got = builtin(x, mask)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, atol=1e-6)
+    # The two forms really are different loops.
+    assert "TensorScatterUpdate" in _op_types(builtin.get_concrete_function(x, mask))
+    assert "TensorScatterUpdate" not in _op_types(call.get_concrete_function(x, mask))
+    assert not any("TensorList" in op for op in _op_types(builtin.get_concrete_function(x, mask)))
+
+
+def _op_types(concrete):
+    graph_def = concrete.graph.as_graph_def()
+    types = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        types |= {node.op for node in function.node_def}
+    return types
+
+
+@pytest.mark.parametrize("case", ["peephole", "gru"])
+def test_unrolled_equals_loop(case, rng):
+    layer, weights, _, _ = _make(case, rng, return_sequences=True, return_state=True)
+    unrolled = layer.__class__.from_config({**layer.get_config(), "unroll": True})
+    unrolled.build((None, T, IN))
+    unrolled.set_weights(weights)
+    x, mask = _inputs(rng), _ragged_mask([5, 3, 2])
+    for got, want in zip(unrolled(x, mask=mask), layer(x, mask=mask)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_jit_compiled_gradients_equal_eager(rng):
+    layer, _, _, _ = _make("peephole", rng, return_sequences=True)
+    x = tf.constant(_inputs(rng))
+    mask = tf.constant(_ragged_mask([5, 3, 2]))
+    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    expected = _grads(layer, x, mask, probe)
+    got = tf.function(lambda: _grads(layer, x, mask, probe), jit_compile=True)()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def test_distribute_strategy_training_step_matches_plain(rng):
+    x, y = _inputs(rng, batch=4), rng.normal(size=(4, U)).astype("float32")
+
+    def fit_once():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((T, IN)), layers.CoupledGateLSTM(U)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        return model.get_weights()
+
+    plain = fit_once()
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        distributed = fit_once()
+    for d, p in zip(distributed, plain):
+        np.testing.assert_allclose(d, p, atol=1e-6)
