@@ -139,8 +139,7 @@ def date_task(
             raise ValueError(f"date_task: `{name}_size` must be an int >= 0, got {size!r}.")
     if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
         raise ValueError(
-            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got "
-            f"{sum(sizes.values())}."
+            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got {sum(sizes.values())}."
         )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"date_task: `seed` must be an int, got {seed!r}.")
@@ -185,7 +184,9 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
     if max_examples is not None and (
         isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 0
     ):
-        raise ValueError(f"load_tsv: `max_examples` must be None or an int >= 0, got {max_examples!r}.")
+        raise ValueError(
+            f"load_tsv: `max_examples` must be None or an int >= 0, got {max_examples!r}."
+        )
     path = os.fspath(path)
     pairs: list[tuple[str, str]] = []
     with open(path, "rb") as f:
@@ -263,8 +264,12 @@ def make_dataset(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"make_dataset: `{name}` must be an int >= {minimum}, got {value!r}.")
-    if shuffle_seed is not None and (isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int)):
-        raise TypeError(f"make_dataset: `shuffle_seed` must be None or an int, got {shuffle_seed!r}.")
+    if shuffle_seed is not None and (
+        isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int)
+    ):
+        raise TypeError(
+            f"make_dataset: `shuffle_seed` must be None or an int, got {shuffle_seed!r}."
+        )
     pairs = list(pairs)
     if not pairs:
         raise ValueError("make_dataset: `pairs` is empty.")

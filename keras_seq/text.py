@@ -275,7 +275,9 @@ class _Tokenizer(tf.Module):
         """Writes `vocab.txt` (escaped, see module docstring) and `tokenizer.json`."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8", newline="\n") as f:
+        with open(
+            os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8", newline="\n"
+        ) as f:
             for token in self._vocabulary:
                 f.write(_escape_token(token) + "\n")
         metadata = {"type": self._kind, "format_version": _FORMAT_VERSION, **self._options()}
