@@ -136,24 +136,31 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             value_mask = _masking.logical_and_masks(value_mask, _masking.keras_mask(value))
             if key is not value:
                 key_mask = _masking.logical_and_masks(key_mask, _masking.keras_mask(key))
-        # Masks must not leak into the projections (EinsumDense would carry them).
-        for tensor in (query, value, key):
+        # EinsumDense does not support masking and would warn about a mask on
+        # its input, so the implicit masks are lifted for the projections and
+        # put back afterwards (the caller's tensors keep them).
+        implicit = [(t, _masking.keras_mask(t)) for t in (query, value, key)]
+        for tensor, _ in implicit:
             _masking.set_keras_mask(tensor, None)
-
-        if self._use_gate:
-            gate = self._gate_dense(query)
-        q = self._query_dense(query)  # (B, T, H, key_dim)
-        if cache is None:
-            k = self._key_dense(key)  # (B, S, H, key_dim)
-            v = self._value_dense(value)  # (B, S, H, value_dim)
-        else:
-            cache = ops.cast(cache, self.compute_dtype)
-            k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
-            if cache_update_index is not None:
-                start = [0, cache_update_index, 0, 0]
-                k = ops.slice_update(k, start, ops.cast(self._key_dense(key), k.dtype))
-                v = ops.slice_update(v, start, ops.cast(self._value_dense(value), v.dtype))
-                cache = ops.stack([k, v], axis=1)
+        try:
+            if self._use_gate:
+                gate = self._gate_dense(query)
+            q = self._query_dense(query)  # (B, T, H, key_dim)
+            if cache is None:
+                k = self._key_dense(key)  # (B, S, H, key_dim)
+                v = self._value_dense(value)  # (B, S, H, value_dim)
+            else:
+                cache = ops.cast(cache, self.compute_dtype)
+                k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
+                if cache_update_index is not None:
+                    start = [0, cache_update_index, 0, 0]
+                    k = ops.slice_update(k, start, ops.cast(self._key_dense(key), k.dtype))
+                    v = ops.slice_update(v, start, ops.cast(self._value_dense(value), v.dtype))
+                    cache = ops.stack([k, v], axis=1)
+        finally:
+            for tensor, mask in implicit:
+                if mask is not None:
+                    _masking.set_keras_mask(tensor, mask)
 
         mask = self._merge_masks(
             q,
