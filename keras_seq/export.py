@@ -7,6 +7,7 @@ delegate is needed.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,7 +56,10 @@ def convert_to_tflite(
 
     with builtin_loop_mode():
         concrete = tf.function(call).get_concrete_function(*specs)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], model)
+    # No trackable object: the converter then freezes the variables into
+    # constants. Passing the model keeps them as resource variables
+    # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if optimize:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -90,7 +94,10 @@ def tflite_op_names(tflite_model: bytes) -> set[str]:
 
 def run_tflite(tflite_model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
     """Runs a converted model on concrete inputs (resizing dynamic dimensions)."""
-    interpreter = tf.lite.Interpreter(model_content=tflite_model)
+    with warnings.catch_warnings():
+        # tf.lite.Interpreter warns that it moves to ai_edge_litert; it still works.
+        warnings.simplefilter("ignore", UserWarning)
+        interpreter = tf.lite.Interpreter(model_content=tflite_model)
     details = interpreter.get_input_details()
     if len(details) != len(inputs):
         raise ValueError(

@@ -84,7 +84,8 @@ def run_recurrence(
     states = list(initial_states)
     xw = tf.transpose(xw, [1, 0, 2])  # (T, B, P)
     if mask is not None:
-        mask = tf.transpose(tf.cast(mask, tf.bool))[:, :, None]  # (T, B, 1)
+        # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
+        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)  # (T, B, 1)
     if go_backwards:
         xw = tf.reverse(xw, [0])
         if mask is not None:
