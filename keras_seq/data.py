@@ -13,6 +13,7 @@ unless the year comes first with four digits, so every source names one date.
 from __future__ import annotations
 
 import datetime
+import numbers
 import os
 import random
 from collections.abc import Sequence
@@ -135,16 +136,16 @@ def date_task(
     """
     sizes = {"test": test_size, "validation": validation_size, "train": train_size}
     for name, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
             raise ValueError(f"date_task: `{name}_size` must be an int >= 0, got {size!r}.")
     if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
         raise ValueError(
             f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got {sum(sizes.values())}."
         )
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"date_task: `seed` must be an int, got {seed!r}.")
 
-    rng = random.Random(seed)
+    rng = random.Random(int(seed))
     first = FIRST_DATE.toordinal()
     num_days = LAST_DATE.toordinal() - first + 1
     seen: set[str] = set()
@@ -182,7 +183,9 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
             fewer than two fields, an empty source or target, or invalid UTF-8.
     """
     if max_examples is not None and (
-        isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 0
+        isinstance(max_examples, bool)
+        or not isinstance(max_examples, numbers.Integral)
+        or max_examples < 0
     ):
         raise ValueError(
             f"load_tsv: `max_examples` must be None or an int >= 0, got {max_examples!r}."
@@ -262,10 +265,10 @@ def make_dataset(
         ("source_length", source_length, 1),
         ("target_length", target_length, 2),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
             raise ValueError(f"make_dataset: `{name}` must be an int >= {minimum}, got {value!r}.")
     if shuffle_seed is not None and (
-        isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, int)
+        isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, numbers.Integral)
     ):
         raise TypeError(
             f"make_dataset: `shuffle_seed` must be None or an int, got {shuffle_seed!r}."
@@ -278,6 +281,11 @@ def make_dataset(
             raise ValueError(
                 f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, got {pair!r}."
             )
+    batch_size, source_length, target_length = (
+        int(batch_size),
+        int(source_length),
+        int(target_length),
+    )
     sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
     targets = tf.constant([t for _, t in pairs], dtype=tf.string)
 
@@ -292,7 +300,7 @@ def make_dataset(
 
     dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
     if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(len(pairs), seed=int(shuffle_seed), reshuffle_each_iteration=True)
     # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
     dataset = dataset.batch(batch_size)
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -34,6 +34,7 @@ records the tokenizer type and options; `load_tokenizer` reads both.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -213,11 +214,12 @@ class _Tokenizer(tf.Module):
             int32 tensor of shape `(B, max_length)`.
         """
         cls = type(self).__name__
-        if isinstance(max_length, bool) or not isinstance(max_length, int):
+        if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral):
             raise TypeError(
                 f"{cls}.encode: `max_length` must be an int, got {max_length!r} "
                 f"({type(max_length).__name__})."
             )
+        max_length = int(max_length)
         num_special = int(bool(add_start)) + int(bool(add_end))
         if max_length < max(1, num_special):
             raise ValueError(
@@ -436,7 +438,9 @@ class WordPieceTokenizer(_Tokenizer):
         max_bytes_per_word: int = 100,
         name: str | None = None,
     ):
-        if isinstance(max_bytes_per_word, bool) or not isinstance(max_bytes_per_word, int):
+        if isinstance(max_bytes_per_word, bool) or not isinstance(
+            max_bytes_per_word, numbers.Integral
+        ):
             raise TypeError(
                 f"WordPieceTokenizer: `max_bytes_per_word` must be an int, got "
                 f"{max_bytes_per_word!r}."
@@ -447,13 +451,13 @@ class WordPieceTokenizer(_Tokenizer):
             )
         super().__init__(vocabulary, name=name)
         self.lower_case = bool(lower_case)
-        self.max_bytes_per_word = max_bytes_per_word
+        self.max_bytes_per_word = int(max_bytes_per_word)
         self._normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=self.lower_case)
         self._splitter = BasicTokenizer(keep_whitespace=True)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=self._vocabulary,
             suffix_indicator=_SUFFIX_INDICATOR,
-            max_bytes_per_word=max_bytes_per_word,
+            max_bytes_per_word=self.max_bytes_per_word,
             token_out_type=tf.int32,
             unknown_token=RESERVED_TOKENS[UNK_ID],
             no_pretokenization=True,
@@ -497,7 +501,7 @@ class WordPieceTokenizer(_Tokenizer):
         Returns:
             A `WordPieceTokenizer`.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
             raise TypeError(
                 f"WordPieceTokenizer.from_corpus: `vocab_size` must be an int, got {vocab_size!r}."
             )
@@ -517,7 +521,7 @@ class WordPieceTokenizer(_Tokenizer):
         )
         vocabulary = bert_vocab_from_dataset(
             dataset,
-            vocab_size=vocab_size,
+            vocab_size=int(vocab_size),
             reserved_tokens=list(RESERVED_TOKENS),
             bert_tokenizer_params={"keep_whitespace": True},
             learn_params=learn_params or {},
@@ -562,6 +566,12 @@ def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTok
     vocabulary = [
         _unescape_token(line, vocabulary_path, number) for number, line in enumerate(lines, 1)
     ]
+    version = metadata.get("format_version", _FORMAT_VERSION)
+    if version != _FORMAT_VERSION:
+        raise ValueError(
+            f"load_tokenizer: {metadata_path} has format_version {version!r}; this version "
+            f"of keras-seq reads format_version {_FORMAT_VERSION}."
+        )
     kind = metadata.get("type")
     if kind == CharTokenizer._kind:
         return CharTokenizer(vocabulary)

@@ -143,6 +143,7 @@ def test_date_task_is_deterministic_in_seed(small_task):
     again = data.date_task(train_size=3000, validation_size=500, test_size=500, seed=7)
     other = data.date_task(train_size=3000, validation_size=500, test_size=500, seed=8)
     assert again == small_task
+    assert data.date_task(3000, 500, 500, seed=np.int64(7)) == small_task
     assert other["train"] != small_task["train"]
 
 

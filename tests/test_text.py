@@ -376,3 +376,19 @@ def test_bad_arguments_raise_clear_errors(tmp_path, char_tokenizer):
     (tmp_path / "tokenizer.json").write_text('{"type": "bpe"}')
     with pytest.raises(ValueError, match="bpe"):
         text.load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"type": "char", "format_version": 2}')
+    with pytest.raises(ValueError, match="format_version"):
+        text.load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"type": "char", "format_version": 1}')
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[START]\n[END]\n\\q\n")
+    with pytest.raises(ValueError, match=r"vocab\.txt, line 5: unknown escape"):
+        text.load_tokenizer(tmp_path)
+
+
+def test_numpy_integers_are_accepted_as_lengths(char_tokenizer):
+    encoded = char_tokenizer.encode(["21 Nov 2026"], np.int64(4), add_end=True)
+    assert encoded.numpy().tolist() == [
+        _reference_encode(
+            _reference_char_ids("21 Nov 2026", char_tokenizer.vocabulary), 4, False, True
+        )
+    ]
