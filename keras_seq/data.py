@@ -17,8 +17,12 @@ import numbers
 import os
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from keras_seq.text import CharTokenizer, WordPieceTokenizer
 
 __all__ = [
     "FIRST_DATE",
@@ -219,8 +223,8 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
 
 def make_dataset(
     pairs: Sequence[tuple[str, str]],
-    source_tokenizer,
-    target_tokenizer,
+    source_tokenizer: CharTokenizer | WordPieceTokenizer,
+    target_tokenizer: CharTokenizer | WordPieceTokenizer,
     batch_size: int,
     source_length: int,
     target_length: int,

@@ -74,6 +74,11 @@ _FORMAT_VERSION = 1
 _REPLACEMENT_CHARACTER = "\ufffd"
 _SUFFIX_INDICATOR = "##"
 
+# What `tokenize`/`encode` accept: a string tensor of shape (B,) or a list of str/bytes.
+_Strings = tf.Tensor | Sequence[str | bytes]
+# What `detokenize` accepts: integer ids (B, T), dense or ragged, or nested lists.
+_Ids = tf.Tensor | tf.RaggedTensor | Sequence[Sequence[int]]
+
 
 # ---------------------------------------------------------------------------
 # vocab.txt escaping
@@ -177,7 +182,7 @@ class _Tokenizer(tf.Module):
         """Number of tokens, reserved ones included."""
         return len(self._vocabulary)
 
-    def tokenize(self, strings) -> tf.RaggedTensor:
+    def tokenize(self, strings: _Strings) -> tf.RaggedTensor:
         """Splits a batch of strings into token ids.
 
         Args:
@@ -192,7 +197,7 @@ class _Tokenizer(tf.Module):
 
     def encode(
         self,
-        strings,
+        strings: _Strings,
         max_length: int,
         add_start: bool = False,
         add_end: bool = False,
@@ -242,7 +247,7 @@ class _Tokenizer(tf.Module):
             ids = tf.concat(parts, axis=1)
         return ids.to_tensor(default_value=PAD_ID, shape=[None, max_length])
 
-    def detokenize(self, ids) -> tf.Tensor:
+    def detokenize(self, ids: _Ids) -> tf.Tensor:
         """Turns ids back into strings.
 
         `[PAD]` and `[START]` are dropped, everything from the first `[END]` on
@@ -288,7 +293,7 @@ class _Tokenizer(tf.Module):
             f.write("\n")
 
     # -- helpers ---------------------------------------------------------------
-    def _as_strings(self, strings, method: str) -> tf.Tensor:
+    def _as_strings(self, strings: _Strings, method: str) -> tf.Tensor:
         cls = type(self).__name__
         if isinstance(strings, str | bytes):
             raise ValueError(
