@@ -1,0 +1,429 @@
+"""Transformer blocks and the feed-forward network against NumPy references."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_seq import layers
+from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+
+# ---------------------------------------------------------------- references
+
+
+def _softmax(s, keep):
+    s = np.where(keep, s, -np.inf)
+    row_max = np.max(s, axis=-1, keepdims=True)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    e = np.where(keep, np.exp(s - row_max), 0.0)
+    total = e.sum(-1, keepdims=True)
+    return e / np.where(total > 0, total, 1.0)
+
+
+def _mha(x_q, x_kv, w, keep=None):
+    """Eq. 1 of Vaswani et al. with the 8 arrays of keras.layers.MultiHeadAttention."""
+    W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o = w
+    q = np.einsum("btd,dhk->bthk", x_q, W_q) + b_q
+    k = np.einsum("bsd,dhk->bshk", x_kv, W_k) + b_k
+    v = np.einsum("bsd,dhk->bshk", x_kv, W_v) + b_v
+    s = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+    keep = np.ones(s.shape, bool) if keep is None else np.broadcast_to(keep[:, None], s.shape)
+    att = _softmax(s, keep)
+    heads = np.einsum("bhts,bshk->bthk", att, v)
+    return np.einsum("bthk,hkd->btd", heads, W_o) + b_o
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def _ffn(x, W_1, b_1, W_2, b_2):
+    return np.maximum(x @ W_1 + b_1, 0.0) @ W_2 + b_2
+
+
+def _sublayer(x, f, norm, normalize_first):
+    """Post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
+    return x + f(norm(x)) if normalize_first else norm(x + f(x))
+
+
+def _encoder(x, w, keep, normalize_first):
+    attn, ln1, ln2, ffn = w[0:8], w[8:10], w[10:12], w[12:16]
+    x = _sublayer(
+        x, lambda h: _mha(h, h, attn, keep), lambda h: _layer_norm(h, *ln1), normalize_first
+    )
+    return _sublayer(x, lambda h: _ffn(h, *ffn), lambda h: _layer_norm(h, *ln2), normalize_first)
+
+
+def _decoder(x, e, w, self_keep, cross_keep, normalize_first):
+    self_attn, ln1 = w[0:8], w[8:10]
+    x = _sublayer(
+        x,
+        lambda h: _mha(h, h, self_attn, self_keep),
+        lambda h: _layer_norm(h, *ln1),
+        normalize_first,
+    )
+    rest = w[10:]
+    if e is not None:
+        cross_attn, ln2, rest = w[10:18], w[18:20], w[20:]
+        x = _sublayer(
+            x,
+            lambda h: _mha(h, e, cross_attn, cross_keep),
+            lambda h: _layer_norm(h, *ln2),
+            normalize_first,
+        )
+    ffn, ln3 = rest[0:4], rest[4:6]
+    return _sublayer(x, lambda h: _ffn(h, *ffn), lambda h: _layer_norm(h, *ln3), normalize_first)
+
+
+def _causal(T):
+    return np.tril(np.ones((T, T), bool))[None]
+
+
+def _randomize(layer, rng):
+    layer.set_weights(
+        [rng.normal(scale=0.4, size=w.shape).astype("float32") for w in layer.get_weights()]
+    )
+    return layer
+
+
+def _x(rng, *shape):
+    return rng.normal(size=shape).astype("float32")
+
+
+# ---------------------------------------------------------------- feed-forward
+
+
+def test_feed_forward_matches_numpy_and_keeps_width(rng):
+    ffn = layers.PositionwiseFeedForward(16, activation="gelu")
+    x = _x(rng, 2, 5, 6)
+    y = ffn(x)
+    W_1, b_1, W_2, b_2 = ffn.get_weights()
+    h = x @ W_1 + b_1
+    gelu = 0.5 * h * (1 + np.vectorize(__import__("math").erf)(h / np.sqrt(2)))
+    np.testing.assert_allclose(y, gelu @ W_2 + b_2, atol=1e-5)
+    assert [tuple(w.shape) for w in ffn.weights] == [(6, 16), (16,), (16, 6), (6,)]
+    with pytest.raises(ValueError, match="PositionwiseFeedForward: `intermediate_dim`"):
+        layers.PositionwiseFeedForward(0)
+
+
+# ---------------------------------------------------------------- encoder
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_encoder_matches_numpy_reference_with_merged_masks(rng, normalize_first):
+    encoder = layers.TransformerEncoder(12, 2, dropout=0.2, normalize_first=normalize_first)
+    x = _x(rng, 2, 6, 8)
+    encoder(x)
+    _randomize(encoder, rng)
+    padding_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
+    attention_mask = rng.random((2, 6, 6)) > 0.3
+    attention_mask[:, :, 0] = True
+    y = encoder(x, padding_mask=padding_mask, attention_mask=attention_mask)
+    keep = padding_mask[:, None, :] & attention_mask
+    expected = _encoder(x, encoder.get_weights(), keep, normalize_first)
+    np.testing.assert_allclose(y, expected, atol=1e-4)
+
+
+def test_encoder_weight_order_is_kerashubs(rng):
+    encoder = layers.TransformerEncoder(12, 2)
+    encoder(_x(rng, 1, 3, 8))
+    names = [v.path.split("/", 1)[1] for v in encoder.weights]
+    attention = [
+        f"self_attention_layer/{p}/{w}"
+        for p in ("query", "key", "value", "attention_output")
+        for w in ("kernel", "bias")
+    ]
+    assert names == attention + [
+        "self_attention_layer_norm/gamma",
+        "self_attention_layer_norm/beta",
+        "feedforward_layer_norm/gamma",
+        "feedforward_layer_norm/beta",
+        "feedforward/intermediate_dense/kernel",
+        "feedforward/intermediate_dense/bias",
+        "feedforward/output_dense/kernel",
+        "feedforward/output_dense/bias",
+    ]
+    assert [w.shape for w in encoder.get_weights()][-4:] == [(8, 12), (12,), (12, 8), (8,)]
+
+
+def test_encoder_padding_invariance(rng):
+    encoder = layers.TransformerEncoder(12, 2)
+    x = _x(rng, 2, 5, 8)
+    padding_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
+    y = np.asarray(encoder(x, padding_mask=padding_mask))
+    x_long = np.concatenate([x, _x(rng, 2, 4, 8)], axis=1)
+    mask_long = np.concatenate([padding_mask, np.zeros((2, 4), bool)], axis=1)
+    y_long = np.asarray(encoder(x_long, padding_mask=mask_long))
+    np.testing.assert_allclose(y_long[:, :5][padding_mask], y[padding_mask], atol=1e-5)
+
+
+def test_encoder_implicit_mask_equals_explicit_padding_mask(rng):
+    tokens = np.array([[1, 2, 3, 4], [5, 6, 0, 0]])
+    keep = tokens != 0
+    embedding = keras.layers.Embedding(10, 8, mask_zero=True)
+    encoder = layers.TransformerEncoder(12, 2, normalize_first=True)
+    x = embedding(tokens)
+    y = encoder(x)
+    np.testing.assert_array_equal(y._keras_mask, keep)
+    y_explicit = encoder(np.asarray(x), padding_mask=keep)
+    np.testing.assert_allclose(np.asarray(y)[keep], np.asarray(y_explicit)[keep], atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_fully_padded_sequence_is_finite_under_mixed_precision(rng, policy):
+    keras.mixed_precision.set_global_policy(policy)
+    encoder = layers.TransformerEncoder(12, 2)
+    decoder = layers.TransformerDecoder(12, 2)
+    x = _x(rng, 2, 4, 8) * 20
+    none = np.zeros((2, 4), bool)
+    y = encoder(x, padding_mask=none)
+    z = decoder(x, y, decoder_padding_mask=none, encoder_padding_mask=none)
+    assert np.isfinite(np.asarray(z, "float32")).all()
+
+
+# ---------------------------------------------------------------- decoder
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_decoder_matches_numpy_reference_with_cross_attention(rng, normalize_first):
+    decoder = layers.TransformerDecoder(12, 2, normalize_first=normalize_first)
+    x, e = _x(rng, 2, 5, 8), _x(rng, 2, 6, 10)  # encoder width differs
+    decoder(x, e)
+    _randomize(decoder, rng)
+    decoder_padding_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
+    encoder_padding_mask = np.array([[1] * 6, [1] * 2 + [0] * 4], bool)
+    y = decoder(
+        x,
+        e,
+        decoder_padding_mask=decoder_padding_mask,
+        encoder_padding_mask=encoder_padding_mask,
+    )
+    self_keep = decoder_padding_mask[:, None, :] & _causal(5)
+    cross_keep = np.broadcast_to(encoder_padding_mask[:, None, :], (2, 5, 6))
+    expected = _decoder(x, e, decoder.get_weights(), self_keep, cross_keep, normalize_first)
+    np.testing.assert_allclose(y, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("use_causal_mask", [True, False])
+def test_decoder_only_matches_numpy_reference(rng, use_causal_mask):
+    decoder = layers.TransformerDecoder(12, 2)
+    x = _x(rng, 2, 5, 8)
+    decoder(x)
+    _randomize(decoder, rng)
+    y = decoder(x, use_causal_mask=use_causal_mask)
+    keep = _causal(5) if use_causal_mask else None
+    np.testing.assert_allclose(
+        y, _decoder(x, None, decoder.get_weights(), keep, None, False), atol=1e-4
+    )
+
+
+def test_decoder_weight_order_is_kerashubs(rng):
+    def attention(name):
+        return [
+            f"{name}/{p}/{w}"
+            for p in ("query", "key", "value", "attention_output")
+            for w in ("kernel", "bias")
+        ]
+
+    feed_forward = [
+        "feedforward/intermediate_dense/kernel",
+        "feedforward/intermediate_dense/bias",
+        "feedforward/output_dense/kernel",
+        "feedforward/output_dense/bias",
+        "feedforward_layer_norm/gamma",
+        "feedforward_layer_norm/beta",
+    ]
+    self_block = attention("self_attention") + [
+        "self_attention_layer_norm/gamma",
+        "self_attention_layer_norm/beta",
+    ]
+    cross_block = attention("cross_attention") + [
+        "cross_attention_layer_norm/gamma",
+        "cross_attention_layer_norm/beta",
+    ]
+    decoder = layers.TransformerDecoder(12, 2)
+    decoder(_x(rng, 1, 3, 8), _x(rng, 1, 4, 6))
+    assert [
+        v.path.split("/", 1)[1] for v in decoder.weights
+    ] == self_block + cross_block + feed_forward
+    assert decoder.get_weights()[10].shape == (8, 2, 4)  # cross query kernel
+    assert decoder.get_weights()[12].shape == (6, 2, 4)  # cross key kernel on the encoder width
+    decoder_only = layers.TransformerDecoder(12, 2)
+    decoder_only(_x(rng, 1, 3, 8))
+    assert [v.path.split("/", 1)[1] for v in decoder_only.weights] == self_block + feed_forward
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_cached_decoding_equals_full_causal_at_every_position(rng, normalize_first):
+    decoder = layers.TransformerDecoder(12, 2, normalize_first=normalize_first)
+    T = 6
+    x, e = _x(rng, 2, T, 8), _x(rng, 2, 4, 10)
+    encoder_padding_mask = np.array([[1] * 4, [1] * 3 + [0]], bool)
+    full = np.asarray(decoder(x, e, encoder_padding_mask=encoder_padding_mask))
+    self_cache = np.zeros((2, 2, T, 2, 4), "float32")
+    cross_cache = None
+    for i in range(T):
+        y_i, self_cache, cross_cache = decoder(
+            x[:, i : i + 1],
+            e,
+            encoder_padding_mask=encoder_padding_mask,
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=i,
+            cross_attention_cache=cross_cache,
+        )
+        np.testing.assert_allclose(y_i, full[:, i : i + 1], atol=1e-5)
+    assert cross_cache.shape == (2, 2, 4, 2, 4)
+
+
+def test_cached_decoder_only_equals_full_with_cache_padding_mask(rng):
+    decoder = layers.TransformerDecoder(12, 2)
+    T = 5
+    x = _x(rng, 2, T, 8)
+    padding_mask = np.array([[1] * 5, [0, 1, 1, 1, 1]], bool)  # left padding
+    full = np.asarray(decoder(x, decoder_padding_mask=padding_mask))
+    cache = np.zeros((2, 2, T, 2, 4), "float32")
+    for i in range(T):
+        y_i, cache = decoder(
+            x[:, i : i + 1],
+            decoder_padding_mask=padding_mask,
+            self_attention_cache=cache,
+            self_attention_cache_update_index=i,
+        )
+        np.testing.assert_allclose(
+            np.asarray(y_i)[:, 0][padding_mask[:, i]], full[:, i][padding_mask[:, i]], atol=1e-5
+        )
+
+
+def test_decoder_padding_invariance(rng):
+    decoder = layers.TransformerDecoder(12, 2)
+    x, e = _x(rng, 2, 4, 8), _x(rng, 2, 3, 6)
+    encoder_mask = np.array([[1, 1, 1], [1, 0, 0]], bool)
+    y = np.asarray(decoder(x, e, encoder_padding_mask=encoder_mask))
+    x_long = np.concatenate([x, _x(rng, 2, 3, 8)], axis=1)
+    e_long = np.concatenate([e, _x(rng, 2, 2, 6)], axis=1)
+    encoder_mask_long = np.concatenate([encoder_mask, np.zeros((2, 2), bool)], axis=1)
+    decoder_mask_long = np.arange(7)[None].repeat(2, 0) < 4
+    y_long = np.asarray(
+        decoder(
+            x_long,
+            e_long,
+            decoder_padding_mask=decoder_mask_long,
+            encoder_padding_mask=encoder_mask_long,
+        )
+    )
+    np.testing.assert_allclose(y_long[:, :4], y, atol=1e-5)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_arguments_raise_clear_errors(rng):
+    with pytest.raises(ValueError, match="TransformerEncoder: `num_heads`"):
+        layers.TransformerEncoder(8, 0)
+    with pytest.raises(ValueError, match="TransformerDecoder: `intermediate_dim`"):
+        layers.TransformerDecoder(0, 2)
+    with pytest.raises(ValueError, match="'enc'.*`num_heads`=3 must divide the model width.*8"):
+        layers.TransformerEncoder(8, 3, name="enc")(_x(rng, 1, 2, 8))
+    encoder = layers.TransformerEncoder(8, 2, name="enc")
+    with pytest.raises(ValueError, match="'enc'.*`padding_mask` must have shape"):
+        encoder(_x(rng, 2, 3, 8), padding_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="'enc'.*`attention_mask` must have shape"):
+        encoder(_x(rng, 2, 3, 8), attention_mask=np.ones((2, 3, 5), bool))
+    decoder = layers.TransformerDecoder(8, 2, name="dec")
+    decoder(_x(rng, 2, 3, 8), _x(rng, 2, 4, 6))
+    with pytest.raises(ValueError, match="'dec'.*built with cross-attention"):
+        decoder(_x(rng, 2, 3, 8))
+    with pytest.raises(ValueError, match="'dec'.*same batch size"):
+        decoder(_x(rng, 2, 3, 8), _x(rng, 3, 4, 6))
+    with pytest.raises(ValueError, match="'dec'.*`decoder_padding_mask` must have shape"):
+        decoder(
+            _x(rng, 2, 1, 8),
+            _x(rng, 2, 4, 6),
+            decoder_padding_mask=np.ones((2, 1), bool),
+            self_attention_cache=np.zeros((2, 2, 5, 2, 4), "float32"),
+            self_attention_cache_update_index=0,
+        )
+
+
+# ---------------------------------------------------------------- saving, export, size
+
+
+def test_keras_file_round_trip_of_encoder_decoder_model(rng, tmp_path):
+    source, target = keras.Input((None, 8)), keras.Input((None, 6))
+    encoded = layers.TransformerEncoder(12, 2, activation="gelu", normalize_first=True)(source)
+    decoded = layers.TransformerDecoder(10, 3, dropout=0.1, layer_norm_epsilon=1e-6)(
+        target, encoded
+    )
+    model = keras.Model([source, target], decoded)
+    model.save(tmp_path / "blocks.keras")
+    restored = keras.models.load_model(tmp_path / "blocks.keras", safe_mode=True)
+    inputs = [_x(rng, 2, 5, 8), _x(rng, 2, 4, 6)]
+    np.testing.assert_allclose(restored(inputs), model(inputs), atol=1e-5)
+    for layer in model.layers[2:]:
+        config = layer.get_config()
+        assert type(layer).from_config(config).get_config() == config
+
+
+@pytest.mark.slow
+def test_tflite_encoder_and_cached_decoder_step_match_keras(rng):
+    encoder = layers.TransformerEncoder(12, 2)
+    source, padding = keras.Input((None, 8)), keras.Input((None,), dtype="bool")
+    model = keras.Model([source, padding], encoder(source, padding_mask=padding))
+    x = _x(rng, 2, 5, 8)
+    mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
+    flatbuffer = convert_to_tflite(model)
+    assert not any(op.startswith("CUSTOM") for op in tflite_op_names(flatbuffer))
+    np.testing.assert_allclose(run_tflite(flatbuffer, x, mask)[0], model([x, mask]), atol=1e-5)
+
+    decoder = layers.TransformerDecoder(12, 2)
+    e = _x(rng, 2, 4, 6)
+    full = np.asarray(decoder(x, e))
+
+    def step(x_t, e, self_cache, cross_cache, index):
+        return decoder(
+            x_t,
+            e,
+            self_attention_cache=self_cache,
+            self_attention_cache_update_index=index,
+            cross_attention_cache=cross_cache,
+        )
+
+    signature = [
+        tf.TensorSpec((None, 1, 8)),
+        tf.TensorSpec((None, None, 6)),
+        tf.TensorSpec((None, 2, 5, 2, 4)),
+        tf.TensorSpec((None, 2, None, 2, 4)),
+        tf.TensorSpec((), tf.int32),
+    ]
+    flatbuffer = convert_to_tflite(step, signature)
+    assert not any(op.startswith("CUSTOM") for op in tflite_op_names(flatbuffer))
+    self_cache = np.zeros((2, 2, 5, 2, 4), "float32")
+    _, _, cross_cache = decoder(
+        x[:, :1], e, self_attention_cache=self_cache, self_attention_cache_update_index=0
+    )
+    cross_cache = np.asarray(cross_cache)
+    for i in range(5):
+        y_i, self_cache, _ = run_tflite(
+            flatbuffer, x[:, i : i + 1], e, self_cache, cross_cache, np.int32(i)
+        )
+        np.testing.assert_allclose(y_i, full[:, i : i + 1], atol=1e-5)
+
+
+def test_vaswani_base_parameter_count_matches_closed_form():
+    d, h, d_ff, n = 512, 8, 2048, 6
+    attention = 4 * (d * d + d)  # W_q, W_k, W_v, W_o with biases
+    layer_norm = 2 * d
+    feed_forward = d * d_ff + d_ff + d_ff * d + d
+    expected = n * (attention + 2 * layer_norm + feed_forward) + n * (
+        2 * attention + 3 * layer_norm + feed_forward
+    )
+    total = 0
+    for _ in range(n):
+        encoder = layers.TransformerEncoder(d_ff, h)
+        encoder.build((None, None, d))
+        decoder = layers.TransformerDecoder(d_ff, h)
+        decoder.build((None, None, d), (None, None, d))
+        total += encoder.count_params() + decoder.count_params()
+    assert total == expected
