@@ -260,7 +260,10 @@ class _Tokenizer(tf.Module):
             string tensor of shape `(B,)`.
         """
         cls = type(self).__name__
-        if not isinstance(ids, tf.RaggedTensor):
+        if isinstance(ids, list | tuple):
+            # Python rows of different lengths are ragged ids.
+            ids = tf.ragged.constant(ids, dtype=tf.int32) if ids else tf.zeros((0, 0), tf.int32)
+        elif not isinstance(ids, tf.RaggedTensor):
             ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
             raise TypeError(f"{cls}.detokenize: `ids` must be integers, got dtype {ids.dtype}.")
@@ -300,7 +303,7 @@ class _Tokenizer(tf.Module):
                 f"{cls}.{method}: expected a batch of strings of shape (B,), got a single "
                 f"string {strings!r}; wrap it in a list."
             )
-        strings = tf.convert_to_tensor(strings)
+        strings = tf.convert_to_tensor(strings, dtype_hint=tf.string)
         if strings.dtype != tf.string:
             raise TypeError(f"{cls}.{method}: expected a string tensor, got dtype {strings.dtype}.")
         if strings.shape.rank is not None and strings.shape.rank != 1:

@@ -154,6 +154,7 @@ def test_detokenize_drops_pad_and_start_and_stops_at_first_end(char_tokenizer):
     ragged = tf.ragged.constant([[2, a, b, 3, c], [a, 1, c], [3, a]])
     assert _decode(char_tokenizer.detokenize(np.array(dense))) == ["ab", "a\ufffdc", ""]
     assert _decode(char_tokenizer.detokenize(ragged)) == ["ab", "a\ufffdc", ""]
+    assert _decode(char_tokenizer.detokenize(ragged.to_list())) == ["ab", "a\ufffdc", ""]
     # Ids outside the vocabulary are unknown, not an error.
     out_of_range = [[a, len(vocabulary), -5, b]]
     assert _decode(char_tokenizer.detokenize(out_of_range)) == ["a\ufffd\ufffdb"]
@@ -265,6 +266,8 @@ def test_empty_batch(char_tokenizer, wordpiece_tokenizer):
         empty = tf.constant([], dtype=tf.string)
         assert tokenizer.encode(empty, 5).shape == (0, 5)
         assert tokenizer.detokenize(tf.zeros((0, 5), tf.int32)).shape == (0,)
+        assert tokenizer.tokenize([]).to_list() == []
+        assert tokenizer.detokenize([]).shape == (0,)
 
 
 # ---------------------------------------------------------------------------
