@@ -295,7 +295,7 @@ class _Tokenizer(tf.Module):
             json.dump(metadata, f, indent=2)
             f.write("\n")
 
-    # -- helpers ---------------------------------------------------------------
+    # -- internals -------------------------------------------------------------
     def _as_strings(self, strings: _Strings, method: str) -> tf.Tensor:
         cls = type(self).__name__
         if isinstance(strings, str | bytes):
