@@ -94,7 +94,8 @@ class _TransformerSteps:
         h = self.encoder(encoder_inputs, training=False)
         mask = tf.not_equal(encoder_inputs, PAD_ID)
         batch_size, source_length = tf.shape(h)[0], tf.shape(h)[1]
-        # Cross-attention keys/values depend only on h: write them once, at index 0.
+        # Cross-attention keys/values depend only on h: write them once, at
+        # index 0, from a throwaway query (its self-attention result is unused).
         dummy = tf.zeros([batch_size, 1, self.embedding.output_dim], h.dtype)
         cross = []
         for block in self.blocks:
@@ -102,7 +103,7 @@ class _TransformerSteps:
                 dummy,
                 h,
                 encoder_padding_mask=mask,
-                self_attention_cache=self._empty_cache(batch_size, 1),
+                self_attention_cache=self._empty_cache(batch_size, max_length),
                 self_attention_cache_update_index=0,
                 cross_attention_cache=self._empty_cache(batch_size, source_length),
                 cross_attention_cache_update_index=0,
@@ -115,7 +116,10 @@ class _TransformerSteps:
 
     def step(self, tokens, t, constants, state):
         x = self.embedding(tokens[:, None])  # (B, 1, d)
-        x = self.position(x, start_index=t)
+        # A fresh tensor without the Keras mask of the embedding: with a cache,
+        # a (B, 1) implicit mask would reach the self-attention as a mask over
+        # the S cache positions, where causal masking already does the job.
+        x = tf.identity(self.position(x, start_index=t))
         caches = []
         for block, cache, cross in zip(self.blocks, state["self"], constants["cross"]):
             x, cache, _ = block(

@@ -4,4 +4,10 @@ from keras_seq.models.embedding import PaddingMask, TokenEmbedding
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 from keras_seq.models.seq2seq import rnn_seq2seq, transformer_seq2seq
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "PaddingMask",
+    "RecurrentDecoder",
+    "TokenEmbedding",
+    "rnn_seq2seq",
+    "transformer_seq2seq",
+]

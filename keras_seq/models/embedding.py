@@ -86,10 +86,12 @@ class TokenEmbedding(keras.layers.Layer):
             return keras.ops.not_equal(inputs, 0)
         return mask
 
-    def compute_output_shape(self, inputs_shape, reverse: bool = False):
+    def compute_output_spec(self, inputs, reverse: bool = False):
         if reverse:
-            return tuple(inputs_shape[:-1]) + (self.vocabulary_size,)
-        return tuple(inputs_shape) + (self.output_dim,)
+            shape = tuple(inputs.shape[:-1]) + (self.vocabulary_size,)
+        else:
+            shape = tuple(inputs.shape) + (self.output_dim,)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

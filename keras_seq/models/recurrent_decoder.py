@@ -7,6 +7,9 @@ import tensorflow as tf
 
 from keras_seq.models import _cells
 
+# Longer statically known target lengths run in a loop instead of unrolled.
+_MAX_UNROLL = 32
+
 
 @keras.saving.register_keras_serializable(package="keras_seq")
 class RecurrentDecoder(keras.layers.Layer):
@@ -188,6 +191,24 @@ class RecurrentDecoder(keras.layers.Layer):
         processed_key = self.precompute_keys(encoder_outputs)
         if self.attention is not None and encoder_outputs_mask is not None:
             encoder_outputs_mask = keras.ops.cast(encoder_outputs_mask, "bool")
+
+        steps = inputs.shape[1]
+        if steps is not None and steps <= _MAX_UNROLL:
+            # A known, short length (as in training batches): unrolling lets
+            # TensorFlow schedule the steps' independent ops together and
+            # avoids the while-loop's per-iteration overhead in the gradient.
+            o_seq, alpha_seq = [], []
+            for i in range(steps):
+                o, states, alpha = self.step(
+                    inputs[:, i], states, encoder_outputs, processed_key,
+                    encoder_outputs_mask, training,
+                )
+                o_seq.append(o)
+                alpha_seq.append(alpha)
+            outputs = keras.ops.stack(o_seq, axis=1)  # (B, T, o_dim)
+            if return_attention_scores:
+                return outputs, keras.ops.stack(alpha_seq, axis=1)  # (B, T, S)
+            return outputs
 
         y_seq = tf.transpose(inputs, [1, 0, 2])  # (T, B, E): scan runs over the first axis
         o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
