@@ -72,6 +72,26 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
           https://arxiv.org/abs/1706.03762
     """
 
+    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, **kwargs):
+        # Keras checks these too, but its messages do not name the layer.
+        for arg, value in (
+            ("num_heads", num_heads),
+            ("key_dim", key_dim),
+            ("value_dim", value_dim),
+        ):
+            if value is None and arg == "value_dim":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(
+                    f"MultiHeadAttention: `{arg}` must be a positive int. Received {arg}={value!r}."
+                )
+        dropout = kwargs.get("dropout", 0.0)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(
+                f"MultiHeadAttention: `dropout` must be in [0, 1). Received {dropout!r}."
+            )
+        super().__init__(num_heads, key_dim, value_dim=value_dim, **kwargs)
+
     def _check_inputs(self, query, value, key, cache):
         name = f"MultiHeadAttention '{self.name}'"
         query_dim = self._query_dense.kernel.shape[0]

@@ -11,6 +11,7 @@ from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward
 from keras_seq.layers.transformer_encoder import (
     _block_config,
     _check_block_args,
+    _check_width,
     _clone,
     _head_dim,
     _padding_attention_mask,
@@ -191,7 +192,16 @@ class TransformerDecoder(keras.layers.Layer):
                     f"{name}: `{arg}` must have shape (batch, time, features). "
                     f"Received {tuple(tensor.shape)}."
                 )
+        _check_width(
+            name, "decoder_sequence", decoder_sequence, self._feedforward_layer_norm.gamma.shape[0]
+        )
         if encoder_sequence is not None:
+            _check_width(
+                name,
+                "encoder_sequence",
+                encoder_sequence,
+                self._cross_attention_layer._key_dense.kernel.shape[0],
+            )
             b_d, b_e = decoder_sequence.shape[0], encoder_sequence.shape[0]
             if b_d is not None and b_e is not None and b_d != b_e:
                 raise ValueError(

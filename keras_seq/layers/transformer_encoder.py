@@ -49,6 +49,14 @@ def _block_config(layer):
     }
 
 
+def _check_width(layer_name, argument, tensor, width):
+    if tensor.shape[-1] is not None and tensor.shape[-1] != width:
+        raise ValueError(
+            f"{layer_name}: `{argument}` must have {width} features (the width the layer "
+            f"was built with). Received shape {tuple(tensor.shape)}."
+        )
+
+
 def _padding_attention_mask(layer_name, sequence, padding_mask, attention_mask, length):
     """`(B, 1|T, S)` mask from a `(B, S)` padding mask (explicit AND implicit)
     and a `(B, T, S)` attention mask; None when there is neither."""
@@ -202,6 +210,12 @@ class TransformerEncoder(keras.layers.Layer):
                 f"TransformerEncoder '{self.name}': `inputs` must have shape "
                 f"(batch, time, features). Received {tuple(inputs.shape)}."
             )
+        _check_width(
+            f"TransformerEncoder '{self.name}'",
+            "inputs",
+            inputs,
+            self._feedforward_layer_norm.gamma.shape[0],
+        )
         mask = _padding_attention_mask(
             f"TransformerEncoder '{self.name}'",
             inputs,

@@ -204,8 +204,10 @@ def test_masked_softmax_runs_in_float32(rng, dtype):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_heads=0, key_dim=4), "num_heads"),
-        (dict(num_heads=2, key_dim=0), "key_dim"),
+        (dict(num_heads=0, key_dim=4), "MultiHeadAttention: `num_heads`"),
+        (dict(num_heads=2, key_dim=0), "MultiHeadAttention: `key_dim`"),
+        (dict(num_heads=2, key_dim=4, value_dim=-1), "MultiHeadAttention: `value_dim`"),
+        (dict(num_heads=2, key_dim=4, dropout=1.0), "MultiHeadAttention: `dropout`"),
     ],
 )
 def test_bad_constructor_arguments_raise(kwargs, message):

@@ -108,6 +108,16 @@ def test_feed_forward_matches_numpy_and_keeps_width(rng):
         layers.PositionwiseFeedForward(0)
 
 
+@pytest.mark.slow
+def test_feed_forward_tflite_matches_keras(rng):
+    inputs = keras.Input((None, 6))
+    model = keras.Model(inputs, layers.PositionwiseFeedForward(16)(inputs))
+    flatbuffer = convert_to_tflite(model)
+    assert not any(op.startswith("CUSTOM") for op in tflite_op_names(flatbuffer))
+    x = _x(rng, 2, 5, 6)
+    np.testing.assert_allclose(run_tflite(flatbuffer, x)[0], model(x), atol=1e-5)
+
+
 # ---------------------------------------------------------------- encoder
 
 
@@ -329,12 +339,16 @@ def test_bad_arguments_raise_clear_errors(rng):
     encoder = layers.TransformerEncoder(8, 2, name="enc")
     with pytest.raises(ValueError, match="'enc'.*`padding_mask` must have shape"):
         encoder(_x(rng, 2, 3, 8), padding_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="'enc'.*`inputs` must have 8 features"):
+        encoder(_x(rng, 2, 3, 6))
     with pytest.raises(ValueError, match="'enc'.*`attention_mask` must have shape"):
         encoder(_x(rng, 2, 3, 8), attention_mask=np.ones((2, 3, 5), bool))
     decoder = layers.TransformerDecoder(8, 2, name="dec")
     decoder(_x(rng, 2, 3, 8), _x(rng, 2, 4, 6))
     with pytest.raises(ValueError, match="'dec'.*built with cross-attention"):
         decoder(_x(rng, 2, 3, 8))
+    with pytest.raises(ValueError, match="'dec'.*`encoder_sequence` must have 6 features"):
+        decoder(_x(rng, 2, 3, 8), _x(rng, 2, 4, 7))
     with pytest.raises(ValueError, match="'dec'.*same batch size"):
         decoder(_x(rng, 2, 3, 8), _x(rng, 3, 4, 6))
     with pytest.raises(ValueError, match="'dec'.*`decoder_padding_mask` must have shape"):
