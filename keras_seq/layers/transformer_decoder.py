@@ -346,6 +346,34 @@ class TransformerDecoder(keras.layers.Layer):
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
 
+    def compute_output_spec(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        decoder_attention_mask=None,
+        encoder_padding_mask=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        use_causal_mask=True,
+        training=None,
+    ):
+        outputs = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
+        if self_attention_cache is None:
+            return outputs
+        self_cache = keras.KerasTensor(self_attention_cache.shape, dtype=self.compute_dtype)
+        if encoder_sequence is None:
+            return outputs, self_cache
+        if cross_attention_cache is not None:
+            cross_shape = cross_attention_cache.shape
+        else:
+            cross_shape = (encoder_sequence.shape[0], 2, encoder_sequence.shape[1])
+            cross_shape += (self.num_heads, self._head_dim)
+        return outputs, self_cache, keras.KerasTensor(cross_shape, dtype=self.compute_dtype)
+
     def get_config(self):
         config = super().get_config()
         config.update(_block_config(self))

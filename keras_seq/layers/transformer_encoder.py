@@ -248,6 +248,21 @@ class TransformerEncoder(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 
+    def compute_output_spec(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
+        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        batch, length = inputs.shape[0], inputs.shape[1]
+        scores_shape = (batch, self.num_heads, length, length)
+        return outputs, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
     def get_config(self):
         config = super().get_config()
         config.update(_block_config(self))

@@ -306,6 +306,41 @@ def test_cached_decoder_only_equals_full_with_cache_padding_mask(rng):
         )
 
 
+def test_cached_step_and_scores_build_in_functional_models(rng):
+    decoder = layers.TransformerDecoder(12, 2)
+    x_t, e = keras.Input((1, 8)), keras.Input((None, 6))
+    self_cache, cross_cache = keras.Input((2, 5, 2, 4)), keras.Input((2, None, 2, 4))
+    index = 3
+    outputs = decoder(
+        x_t,
+        e,
+        self_attention_cache=self_cache,
+        self_attention_cache_update_index=index,
+        cross_attention_cache=cross_cache,
+        cross_attention_cache_update_index=0,
+    )
+    step = keras.Model([x_t, e, self_cache, cross_cache], list(outputs))
+    inputs = [_x(rng, 2, 1, 8), _x(rng, 2, 4, 6), _x(rng, 2, 2, 5, 2, 4), _x(rng, 2, 2, 4, 2, 4)]
+    eager = decoder(
+        inputs[0],
+        inputs[1],
+        self_attention_cache=inputs[2],
+        self_attention_cache_update_index=index,
+        cross_attention_cache=inputs[3],
+        cross_attention_cache_update_index=0,
+    )
+    for got, want in zip(step(inputs), eager):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+    encoder = layers.TransformerEncoder(12, 2)
+    source = keras.Input((None, 8))
+    y, scores = encoder(source, return_attention_scores=True)
+    assert scores.shape == (None, 2, None, None)
+    x = _x(rng, 2, 5, 8)
+    _, scores_value = keras.Model(source, [y, scores])(x)
+    np.testing.assert_allclose(np.asarray(scores_value).sum(-1), 1.0, atol=1e-5)
+
+
 def test_decoder_padding_invariance(rng):
     decoder = layers.TransformerDecoder(12, 2)
     x, e = _x(rng, 2, 4, 8), _x(rng, 2, 3, 6)
