@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_seq.layers._recurrent_driver import builtin_loop_mode_enabled
 from keras_seq.models import _cells
 
 # Longer statically known target lengths run in a loop instead of unrolled.
@@ -227,7 +228,10 @@ class RecurrentDecoder(keras.layers.Layer):
                 alpha = alpha0
             return [new_states, o, tf.cast(alpha, self.compute_dtype)]
 
-        _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
+        if builtin_loop_mode_enabled():
+            o_seq, alpha_seq = _builtin_scan(body, y_seq, states, o0, alpha0)
+        else:
+            _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
         outputs = tf.transpose(o_seq, [1, 0, 2])  # (B, T, o_dim)
         if return_attention_scores:
             return outputs, tf.transpose(alpha_seq, [1, 0, 2])  # (B, T, S)
@@ -253,3 +257,27 @@ class RecurrentDecoder(keras.layers.Layer):
             }
         )
         return config
+
+
+def _builtin_scan(body, y_seq, states, o0, alpha0):
+    """`tf.scan(body, y_seq, [states, o0, alpha0])` in TFLite-builtin ops.
+
+    Used while exporting (`builtin_loop_mode`): `tf.scan` collects outputs in
+    TensorArrays, which become Flex ops in TFLite when the length is dynamic;
+    here they are written with SCATTER_ND into preallocated (T, ...) tensors.
+    """
+    steps = tf.shape(y_seq)[0]
+    o_seq = tf.zeros(tf.concat([[steps], tf.shape(o0)], 0), o0.dtype)
+    alpha_seq = tf.zeros(tf.concat([[steps], tf.shape(alpha0)], 0), alpha0.dtype)
+
+    def loop_body(t, states, o_seq, alpha_seq):
+        states, o, alpha = body([states, o0, alpha0], tf.gather(y_seq, t))
+        at_t = tf.reshape(t, [1, 1])
+        o_seq = tf.tensor_scatter_nd_update(o_seq, at_t, o[None])
+        alpha_seq = tf.tensor_scatter_nd_update(alpha_seq, at_t, alpha[None])
+        return t + 1, states, o_seq, alpha_seq
+
+    _, _, o_seq, alpha_seq = tf.while_loop(
+        lambda t, *_: t < steps, loop_body, (tf.constant(0), states, o_seq, alpha_seq)
+    )
+    return o_seq, alpha_seq
