@@ -42,6 +42,7 @@ def check_mask_shape(
     mask,
     expected: Sequence[int | None],
     allow_broadcast: bool = False,
+    kind: str = "boolean, True = keep",
 ) -> None:
     """Raises a ValueError naming the layer and argument if `mask` has the wrong shape.
 
@@ -52,6 +53,7 @@ def check_mask_shape(
         expected: the expected shape; `None` entries match any size, and a
             size that is not statically known in `mask` is not checked.
         allow_broadcast: also accept size 1 wherever a size is expected.
+        kind: what the tensor holds, for the message.
     """
     if mask is None:
         return
@@ -63,8 +65,7 @@ def check_mask_shape(
     ):
         pretty = tuple("?" if e is None else e for e in expected)
         raise ValueError(
-            f"{layer_name}: `{argument}` must have shape {pretty} "
-            f"(boolean, True = keep). Received shape {shape}."
+            f"{layer_name}: `{argument}` must have shape {pretty} ({kind}). Received shape {shape}."
         )
 
 

@@ -92,14 +92,18 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             )
         super().__init__(num_heads, key_dim, value_dim=value_dim, **kwargs)
 
-    def _check_inputs(self, query, value, key, cache):
+    def _check_inputs(self, query, value, key, cache, cache_update_index):
         name = f"MultiHeadAttention '{self.name}'"
-        query_dim = self._query_dense.kernel.shape[0]
-        if query.shape[-1] is not None and query.shape[-1] != query_dim:
-            raise ValueError(
-                f"{name}: `query` must have {query_dim} features (the size it was "
-                f"built with). Received shape {tuple(query.shape)}."
-            )
+        widths = [("query", query, self._query_dense)]
+        if cache is None or cache_update_index is not None:  # else they are not projected
+            widths += [("value", value, self._value_dense), ("key", key, self._key_dense)]
+        for arg, tensor, dense in widths:
+            width = dense.kernel.shape[0]
+            if tensor.shape[-1] is not None and tensor.shape[-1] != width:
+                raise ValueError(
+                    f"{name}: `{arg}` must have {width} features (the size it was "
+                    f"built with). Received shape {tuple(tensor.shape)}."
+                )
         for arg, tensor in (("value", value), ("key", key)):
             b_q, b_t = query.shape[0], tensor.shape[0]
             if b_q is not None and b_t is not None and b_q != b_t:
@@ -122,7 +126,11 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 f"value_dim={self._value_dim}."
             )
         _masking.check_mask_shape(
-            name, "cache", cache, (query.shape[0], 2, None, self._num_heads, self._key_dim)
+            name,
+            "cache",
+            cache,
+            (query.shape[0], 2, None, self._num_heads, self._key_dim),
+            kind="projected keys and values",
         )
 
     def call(
@@ -142,7 +150,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     ):
         if key is None:
             key = value
-        self._check_inputs(query, value, key, cache)
+        self._check_inputs(query, value, key, cache, cache_update_index)
         if cache is None and cache_update_index is not None:
             raise ValueError(
                 f"MultiHeadAttention '{self.name}': `cache_update_index` needs a "

@@ -220,6 +220,8 @@ def test_bad_call_arguments_raise(rng):
     mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 8))
     with pytest.raises(ValueError, match="'mha'.*`query` must have 8 features"):
         mha(_x(rng, 2, 3, 7), _x(rng, 2, 4, 8))
+    with pytest.raises(ValueError, match="'mha'.*`value` must have 8 features"):
+        mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 5))
     with pytest.raises(ValueError, match="'mha'.*same batch size"):
         mha(_x(rng, 2, 3, 8), _x(rng, 3, 4, 8))
     with pytest.raises(ValueError, match="'mha'.*`value_mask` must have shape"):
