@@ -65,9 +65,9 @@ def run_recurrence(
 
     Args:
         step: ``step(xw_t, states) -> (output, new_states)`` with ``xw_t`` of
-            shape ``(B, P)`` and ``states`` a list; the output has the shape of
-            the first state.
-        xw: ``(B, T, P)`` input projection for every step.
+            shape ``(B, P)`` and ``states`` a list; the output must be the
+            first new state (h, for every cell of this package).
+        xw: ``(T, B, P)`` input projection for every step, time-major.
         initial_states: list of ``(B, units)`` tensors.
         mask: optional ``(B, T)`` mask, ``True`` = keep.
         go_backwards: process the sequence in reverse; outputs are returned in
@@ -81,8 +81,6 @@ def run_recurrence(
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
         with ``return_sequences``, else ``last_output[:, None]``.
     """
-    states = list(initial_states)
-    xw = tf.transpose(xw, [1, 0, 2])  # (T, B, P)
     if mask is not None:
         # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
         mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)  # (T, B, 1)
@@ -90,14 +88,23 @@ def run_recurrence(
         xw = tf.reverse(xw, [0])
         if mask is not None:
             mask = tf.reverse(mask, [0])
-    zero_output = tf.zeros_like(states[0])
 
-    def masked_step(xw_t, mask_t, prev_output, states):
+    # The loop carries the states and, with a mask only, the previous output
+    # (without a mask the output of a step is its first state, h).
+    carry = list(initial_states)
+    if mask is not None:
+        zero_output = tf.zeros_like(carry[0])
+        carry = [zero_output, *carry]
+
+    def advance(xw_t, mask_t, carry):
+        if mask_t is None:
+            output, new_states = step(xw_t, carry)
+            return output, list(new_states)
+        prev_output, states = carry[0], carry[1:]
         output, new_states = step(xw_t, states)
-        if mask_t is not None:
-            new_states = [tf.where(mask_t, n, s) for n, s in zip(new_states, states)]
-            output = tf.where(mask_t, output, zero_output if zero_output_for_mask else prev_output)
-        return output, list(new_states)
+        new_states = [tf.where(mask_t, n, s) for n, s in zip(new_states, states)]
+        output = tf.where(mask_t, output, zero_output if zero_output_for_mask else prev_output)
+        return output, [output, *new_states]
 
     if unroll:
         run = _unrolled
@@ -105,9 +112,9 @@ def run_recurrence(
         run = _builtin_loop
     else:
         run = _tensor_array_loop
-    last_output, outputs, states = run(
-        masked_step, xw, mask, zero_output, states, return_sequences
-    )
+    outputs, carry = run(advance, xw, mask, carry, return_sequences)
+    last_output = carry[0]
+    states = carry[1:] if mask is not None else carry
     if return_sequences:
         outputs = tf.transpose(outputs, [1, 0, 2])  # (B, T, units)
     else:
@@ -115,23 +122,22 @@ def run_recurrence(
     return last_output, outputs, states
 
 
-def _unrolled(masked_step, xw, mask, output, states, return_sequences):
+def _unrolled(advance, xw, mask, carry, return_sequences):
     steps = xw.shape[0]
     if steps is None:
         raise ValueError("unroll=True needs a static number of time steps.")
     outputs = []
     for t in range(steps):
-        mask_t = None if mask is None else mask[t]
-        output, states = masked_step(xw[t], mask_t, output, states)
+        output, carry = advance(xw[t], None if mask is None else mask[t], carry)
         outputs.append(output)
-    return output, (tf.stack(outputs) if return_sequences else None), states
+    return (tf.stack(outputs) if return_sequences else None), carry
 
 
 def _num_steps(xw):
     return xw.shape[0] if xw.shape[0] is not None else tf.shape(xw)[0]
 
 
-def _tensor_array_loop(masked_step, xw, mask, output, states, return_sequences):
+def _tensor_array_loop(advance, xw, mask, carry, return_sequences):
     steps = _num_steps(xw)
     xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:]).unstack(xw)
     mask_ta = None
@@ -139,47 +145,46 @@ def _tensor_array_loop(masked_step, xw, mask, output, states, return_sequences):
         mask_ta = tf.TensorArray(tf.bool, size=steps, element_shape=mask.shape[1:]).unstack(mask)
     # An empty TensorArray keeps the loop signature the same when not collecting.
     out_ta = tf.TensorArray(
-        output.dtype, size=steps if return_sequences else 0, element_shape=output.shape
+        carry[0].dtype, size=steps if return_sequences else 0, element_shape=carry[0].shape
     )
 
-    def body(t, out_ta, output, *states):
+    def body(t, out_ta, *carry):
         mask_t = None if mask_ta is None else mask_ta.read(t)
-        output, new_states = masked_step(xw_ta.read(t), mask_t, output, list(states))
+        output, carry = advance(xw_ta.read(t), mask_t, list(carry))
         if return_sequences:
             out_ta = out_ta.write(t, output)
-        return (t + 1, out_ta, output, *new_states)
+        return (t + 1, out_ta, *carry)
 
     result = tf.while_loop(
         lambda t, *_: t < steps,
         body,
-        (tf.constant(0), out_ta, output, *states),
+        (tf.constant(0), out_ta, *carry),
         maximum_iterations=steps,
         parallel_iterations=32,
-        swap_memory=True,
     )
     outputs = result[1].stack() if return_sequences else None
-    return result[2], outputs, list(result[3:])
+    return outputs, list(result[2:])
 
 
-def _builtin_loop(masked_step, xw, mask, output, states, return_sequences):
+def _builtin_loop(advance, xw, mask, carry, return_sequences):
     steps = tf.shape(xw)[0]
     if return_sequences:
-        outputs = tf.zeros(tf.concat([[steps], tf.shape(output)], 0), output.dtype)
+        outputs = tf.zeros(tf.concat([[steps], tf.shape(carry[0])], 0), carry[0].dtype)
     else:
-        outputs = tf.zeros([0], output.dtype)
+        outputs = tf.zeros([0], carry[0].dtype)
 
-    def body(t, outputs, output, *states):
+    def body(t, outputs, *carry):
         mask_t = None if mask is None else tf.gather(mask, t)
-        output, new_states = masked_step(tf.gather(xw, t), mask_t, output, list(states))
+        output, carry = advance(tf.gather(xw, t), mask_t, list(carry))
         if return_sequences:
             outputs = tf.tensor_scatter_nd_update(outputs, tf.reshape(t, [1, 1]), output[None])
-        return (t + 1, outputs, output, *new_states)
+        return (t + 1, outputs, *carry)
 
     result = tf.while_loop(
         lambda t, *_: t < steps,
         body,
-        (tf.constant(0), outputs, output, *states),
+        (tf.constant(0), outputs, *carry),
         maximum_iterations=steps,
     )
     outputs = result[1] if return_sequences else None
-    return result[2], outputs, list(result[3:])
+    return outputs, list(result[2:])

@@ -62,13 +62,13 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             self.output_peephole = self._add_peephole("output_peephole")
         self.built = True
 
-    def _recurrent_params(self):
+    def _recurrent_params(self, batch_size=None):
         if not self.use_peepholes:
             return (self._read(self.recurrent_kernel),)
         return (
             self._read(self.recurrent_kernel),
-            self._read(self.forget_peephole),
-            self._read(self.output_peephole),
+            self._read_per_example(self.forget_peephole, batch_size),
+            self._read_per_example(self.output_peephole, batch_size),
         )
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
@@ -80,7 +80,9 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             p_f, p_o = params[1:]
             z_f = z_f + p_f * c_tm1
         f = self.recurrent_activation(z_f)
-        c = f * c_tm1 + (1.0 - f) * self.activation(z_c)
+        # = f ⊙ c_{t-1} + (1 − f) ⊙ c̃ with one op less (and no constant to broadcast).
+        c_tilde = self.activation(z_c)
+        c = c_tilde + f * (c_tm1 - c_tilde)
         if self.use_peepholes:
             z_o = z_o + p_o * c
         o = self.recurrent_activation(z_o)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_seq.layers._recurrent_base import (
@@ -72,40 +73,51 @@ class GRUCell(_RecurrentCell):
         self.built = True
 
     def _project_inputs(self, x):
-        xw = ops.matmul(x, self._read(self.kernel))
-        if self.use_bias:
-            bias = self._read(self.bias)
-            xw = xw + (bias[0] if self.reset_after else bias)
-        return xw
+        xw = self._matmul(x, self._read(self.kernel))
+        if not self.use_bias:
+            return xw
+        bias = self._read(self.bias)
+        if not self.reset_after:
+            return xw + bias
+        # The recurrent biases of z and r are plain sums too, so they join the
+        # input bias here; only b_h (recurrent) must stay inside r ⊙ (...).
+        u = self.units
+        zeros = ops.zeros((u,), dtype=bias.dtype)
+        return xw + (bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
 
-    def _recurrent_params(self):
+    def _recurrent_params(self, batch_size=None):
         U = self._read(self.recurrent_kernel)
-        recurrent_bias = None
-        if self.use_bias and self.reset_after:
-            recurrent_bias = self._read(self.bias)[1]
-        return U, recurrent_bias
+        if not self.reset_after:
+            # Sliced once here, not at every step: U_zr acts on h, U_h on r ⊙ h.
+            return U[:, : 2 * self.units], U[:, 2 * self.units :]
+        b_h = None
+        if self.use_bias:
+            b_h = self._read_per_example(self.bias[1, 2 * self.units :], batch_size)
+        return U, b_h
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1 = states[0]
-        U, recurrent_bias = params
         u = self.units
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        x_z, x_r, x_h = ops.split(xw_t, 3, axis=-1)
+        # tf.split with static sizes: ops.split with indices computes the sizes in
+        # the graph at every step.
+        x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
         if self.reset_after:
-            # One (u, 3u) matmul; r multiplies U_h h after it.
-            uh = ops.matmul(h_in, U)
-            if recurrent_bias is not None:
-                uh = uh + recurrent_bias
-            uh_z, uh_r, uh_h = ops.split(uh, 3, axis=-1)
-            z = self.recurrent_activation(x_z + uh_z)
-            r = self.recurrent_activation(x_r + uh_r)
+            U, b_h = params
+            # One (u, 3u) matmul; r multiplies U_h h (+ recurrent b_h) after it.
+            uh_zr, uh_h = tf.split(ops.matmul(h_in, U), [2 * u, u], axis=-1)
+            if b_h is not None:
+                uh_h = uh_h + b_h
+        else:
+            U_zr, U_h = params
+            uh_zr = ops.matmul(h_in, U_zr)
+        # z and r side by side: one activation for both gates.
+        z, r = ops.split(self.recurrent_activation(x_zr + uh_zr), 2, axis=-1)
+        if self.reset_after:
             h_tilde = self.activation(x_h + r * uh_h)
         else:
-            uh_z, uh_r = ops.split(ops.matmul(h_in, U[:, : 2 * u]), 2, axis=-1)
-            z = self.recurrent_activation(x_z + uh_z)
-            r = self.recurrent_activation(x_r + uh_r)
-            h_tilde = self.activation(x_h + ops.matmul(r * h_in, U[:, 2 * u :]))
-        h = z * h_tm1 + (1.0 - z) * h_tilde
+            h_tilde = self.activation(x_h + ops.matmul(r * h_in, U_h))
+        h = h_tilde + z * (h_tm1 - h_tilde)  # = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ, one op less
         return h, [h]
 
     def get_config(self):

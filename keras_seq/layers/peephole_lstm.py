@@ -70,12 +70,12 @@ class PeepholeLSTMCell(_LSTMCellBase):
         self.output_peephole = self._add_peephole("output_peephole")
         self.built = True
 
-    def _recurrent_params(self):
+    def _recurrent_params(self, batch_size=None):
         return (
             self._read(self.recurrent_kernel),
-            self._read(self.input_peephole),
-            self._read(self.forget_peephole),
-            self._read(self.output_peephole),
+            self._read_per_example(self.input_peephole, batch_size),
+            self._read_per_example(self.forget_peephole, batch_size),
+            self._read_per_example(self.output_peephole, batch_size),
         )
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
