@@ -1,6 +1,7 @@
 """Functional-API model builders: seq2seq, language models and classifiers."""
 
 from keras_seq.models.embedding import PaddingMask, TokenEmbedding
+from keras_seq.models.language_model import language_model, sequence_classifier
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 from keras_seq.models.seq2seq import rnn_seq2seq, transformer_seq2seq
 
@@ -8,6 +9,8 @@ __all__ = [
     "PaddingMask",
     "RecurrentDecoder",
     "TokenEmbedding",
+    "language_model",
     "rnn_seq2seq",
+    "sequence_classifier",
     "transformer_seq2seq",
 ]

@@ -1,0 +1,187 @@
+"""Language-model and sequence-classifier builders."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_seq.models import _cells
+from keras_seq.models.embedding import PaddingMask, TokenEmbedding
+from keras_seq.models.seq2seq import _check_positive_int, _check_rate
+
+
+def language_model(
+    vocabulary_size: int,
+    kind: str = "transformer",
+    num_layers: int = 2,
+    units: int = 128,
+    num_heads: int = 4,
+    intermediate_dim: int = 512,
+    cell: str = "gru",
+    dropout: float = 0.1,
+    tie_embeddings: bool = True,
+    name: str = "language_model",
+) -> keras.Model:
+    """Next-token language model: decoder-only Transformer or stacked RNN.
+
+    ``kind="transformer"`` (GPT-style): x = √d·E[ids] + P, then
+    ``num_layers`` `TransformerDecoder` blocks without cross-attention (causal
+    self-attention only), logits = h Eᵀ when ``tie_embeddings``.
+    ``kind="rnn"``: an embedding, ``num_layers`` stacked recurrent layers
+    (``cell`` as in `rnn_seq2seq`) and a linear output layer.
+    Position t of the logits predicts token t + 1.
+
+    Args:
+        vocabulary_size: int, number of token ids (0 = padding).
+        kind: ``"transformer"`` (default) or ``"rnn"``.
+        num_layers: int, blocks or recurrent layers. Default 2.
+        units: int, model width d (Transformer) or recurrent units. Default 128.
+        num_heads: int, attention heads (Transformer); must divide ``units``.
+        intermediate_dim: int, feed-forward width (Transformer). Default 512.
+        cell: recurrent cell of ``kind="rnn"``. Default ``"gru"``.
+        dropout: float, dropout rate. Default 0.1.
+        tie_embeddings: bool, share the embedding with the output layer
+            (Transformer). Default True.
+        name: model name.
+
+    Returns:
+        A `keras.Model` ``token_ids (B, T) -> logits (B, T, vocabulary_size)``.
+
+    Example:
+
+    >>> model = language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
+    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+    (2, 5, 30)
+
+    References:
+        Radford et al. Improving Language Understanding by Generative
+        Pre-Training. 2018.
+        Mikolov et al. Recurrent neural network based language model. 2010.
+    """
+    where = "language_model"
+    _check_positive_int(
+        where, vocabulary_size=vocabulary_size, num_layers=num_layers, units=units
+    )
+    _check_rate(where, dropout=dropout)
+    if kind not in ("transformer", "rnn"):
+        raise ValueError(f"{where}: `kind` must be 'transformer' or 'rnn'; received kind={kind!r}.")
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    if kind == "rnn":
+        layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
+        x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
+            token_ids
+        )
+        for i in range(num_layers):
+            x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+            x = layer_class(units, return_sequences=True, name=f"recurrent_{i}")(x)
+        x = keras.layers.Dropout(dropout, name="output_dropout")(x)
+        logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
+        return keras.Model(token_ids, logits, name=name)
+
+    from keras_seq.layers import SinusoidalPositionalEncoding, TransformerDecoder
+
+    _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
+    if units % num_heads:
+        raise ValueError(
+            f"{where}: `num_heads` must divide `units`; received units={units}, "
+            f"num_heads={num_heads}."
+        )
+    mask = PaddingMask(name="padding_mask")(token_ids)
+    embedding = TokenEmbedding(vocabulary_size, units, name="embedding")
+    x = SinusoidalPositionalEncoding(name="position")(embedding(token_ids))
+    x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+    for i in range(num_layers):
+        x = TransformerDecoder(
+            intermediate_dim, num_heads, dropout=dropout, name=f"decoder_layer_{i}"
+        )(x, decoder_padding_mask=mask)
+    if tie_embeddings:
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(
+            embedding(x, reverse=True)
+        )
+    else:
+        logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
+    return keras.Model(token_ids, logits, name=name)
+
+
+def sequence_classifier(
+    vocabulary_size: int,
+    num_classes: int,
+    kind: str = "rnn",
+    units: int = 64,
+    cell: str = "gru",
+    num_layers: int = 1,
+    num_heads: int = 4,
+    intermediate_dim: int = 256,
+    dropout: float = 0.1,
+    name: str = "sequence_classifier",
+) -> keras.Model:
+    """Sequence classifier: an encoder, masked mean pooling, a linear layer.
+
+    ``kind="rnn"``: embedding → ``num_layers`` bidirectional recurrent layers
+    (``cell`` as in `rnn_seq2seq`). ``kind="transformer"``: √d·E[ids] + P →
+    ``num_layers`` `TransformerEncoder` blocks. Then the mean of the encoder
+    outputs over non-padding positions, dropout, and logits over the classes.
+
+    Args:
+        vocabulary_size: int, number of token ids (0 = padding).
+        num_classes: int, number of classes.
+        kind: ``"rnn"`` (default) or ``"transformer"``.
+        units: int, recurrent units per direction, or model width d. Default 64.
+        cell: recurrent cell of ``kind="rnn"``. Default ``"gru"``.
+        num_layers: int, encoder layers. Default 1.
+        num_heads: int, attention heads (Transformer); must divide ``units``.
+        intermediate_dim: int, feed-forward width (Transformer). Default 256.
+        dropout: float, dropout rate. Default 0.1.
+        name: model name.
+
+    Returns:
+        A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``.
+
+    Example:
+
+    >>> model = sequence_classifier(30, 3, units=8)
+    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+    (2, 3)
+    """
+    where = "sequence_classifier"
+    _check_positive_int(
+        where,
+        vocabulary_size=vocabulary_size,
+        num_classes=num_classes,
+        units=units,
+        num_layers=num_layers,
+    )
+    _check_rate(where, dropout=dropout)
+    if kind not in ("transformer", "rnn"):
+        raise ValueError(f"{where}: `kind` must be 'rnn' or 'transformer'; received kind={kind!r}.")
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    if kind == "rnn":
+        layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
+        x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
+            token_ids
+        )
+        for i in range(num_layers):
+            x = keras.layers.Bidirectional(
+                layer_class(units, return_sequences=True), name=f"bidirectional_{i}"
+            )(x)
+    else:
+        from keras_seq.layers import SinusoidalPositionalEncoding, TransformerEncoder
+
+        _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
+        if units % num_heads:
+            raise ValueError(
+                f"{where}: `num_heads` must divide `units`; received units={units}, "
+                f"num_heads={num_heads}."
+            )
+        mask = PaddingMask(name="padding_mask")(token_ids)
+        x = TokenEmbedding(vocabulary_size, units, name="embedding")(token_ids)
+        x = SinusoidalPositionalEncoding(name="position")(x)
+        x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+        for i in range(num_layers):
+            x = TransformerEncoder(
+                intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"
+            )(x, padding_mask=mask)
+    # The Keras mask of the ids reaches the pooling, which averages real tokens only.
+    x = keras.layers.GlobalAveragePooling1D(name="mean_pooling")(x)
+    x = keras.layers.Dropout(dropout, name="output_dropout")(x)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
+    return keras.Model(token_ids, logits, name=name)

@@ -1,0 +1,183 @@
+"""Seq2seq builders and the recurrent decoder: numerics, training, saving, errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_seq import models
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _reference_attentive_gru_decoder(y, h, s0, source_mask, decoder):
+    """NumPy transcription of RecurrentDecoder's equations (GRU, reset_after).
+
+    e_ij = vᵀ tanh(W_q s_{i-1} + W_k h_j); α = softmax over unmasked j;
+    c_i = Σ α_ij h_j; s_i = GRU([y_{i-1}; c_i], s_{i-1}); o_i = [s_i; c_i].
+    """
+    attention, cell = decoder.attention, decoder.cell
+    w_q, w_k, v = (np.asarray(w) for w in (attention.query_kernel, attention.key_kernel,
+                                           attention.score_vector))
+    kernel, recurrent_kernel, bias = (np.asarray(w) for w in cell.weights)
+    u = s0.shape[-1]
+    s = s0
+    outputs, alphas = [], []
+    for i in range(y.shape[1]):
+        e = np.tanh((s @ w_q)[:, None, :] + h @ w_k) @ v  # (B, S)
+        e = np.where(source_mask, e, -np.inf)
+        alpha = np.exp(e - e.max(-1, keepdims=True))
+        alpha /= alpha.sum(-1, keepdims=True)
+        c = np.einsum("bs,bsd->bd", alpha, h)
+        x = np.concatenate([y[:, i], c], -1)
+        x_proj = x @ kernel + bias[0]  # gate order z, r, h as in keras.layers.GRU
+        s_proj = s @ recurrent_kernel + bias[1]
+        z = _sigmoid(x_proj[:, :u] + s_proj[:, :u])
+        r = _sigmoid(x_proj[:, u : 2 * u] + s_proj[:, u : 2 * u])
+        h_tilde = np.tanh(x_proj[:, 2 * u :] + r * s_proj[:, 2 * u :])
+        s = z * s + (1 - z) * h_tilde
+        outputs.append(np.concatenate([s, c], -1))
+        alphas.append(alpha)
+    return np.stack(outputs, 1), np.stack(alphas, 1)
+
+
+def test_recurrent_decoder_matches_numpy_equations(rng):
+    decoder = models.RecurrentDecoder(6, cell="gru", attention_units=5)
+    y = rng.normal(size=(3, 4, 2)).astype("float32")
+    h = rng.normal(size=(3, 7, 8)).astype("float32")
+    s0 = rng.normal(size=(3, 6)).astype("float32")
+    mask = np.arange(7)[None, :] < np.array([[7], [3], [1]])
+    out, alpha = decoder(y, h, initial_state=[s0], encoder_outputs_mask=mask,
+                         return_attention_scores=True)
+    expected_out, expected_alpha = _reference_attentive_gru_decoder(y, h, s0, mask, decoder)
+    np.testing.assert_allclose(out, expected_out, atol=1e-5)
+    np.testing.assert_allclose(alpha, expected_alpha, atol=1e-6)
+
+
+def test_unrolled_decoder_equals_loop_over_unknown_length(rng):
+    decoder = models.RecurrentDecoder(5, cell="coupled", attention_units=4)
+    y = rng.normal(size=(2, 6, 3)).astype("float32")
+    h = rng.normal(size=(2, 4, 6)).astype("float32")
+    unrolled = decoder(y, h)  # static length: the Python-unrolled path
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None, 6])])
+    def loop(y, h):  # unknown length: the tf.scan path
+        return decoder(y, h)
+
+    np.testing.assert_allclose(loop(y, h), unrolled, atol=1e-6)
+
+
+def _copy_batch(rng, vocabulary_size=12, batch=32, length=5):
+    source = rng.integers(4, vocabulary_size, size=(batch, length)).astype("int32")
+    start = np.full((batch, 1), 2, "int32")
+    end = np.full((batch, 1), 3, "int32")
+    return (
+        {"encoder_inputs": source, "decoder_inputs": np.concatenate([start, source], 1)},
+        np.concatenate([source, end], 1),
+    )
+
+
+_BUILDERS = {
+    "rnn_gru_bahdanau": lambda: models.rnn_seq2seq(12, 12, units=16, embedding_dim=8),
+    "rnn_lstm_plain": lambda: models.rnn_seq2seq(
+        12, 12, units=16, embedding_dim=8, cell="lstm", attention=None
+    ),
+    "transformer": lambda: models.transformer_seq2seq(
+        12, 12, num_layers=1, model_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_BUILDERS))
+def test_seq2seq_loss_falls_when_training_a_copy_task(kind, rng):
+    keras.utils.set_random_seed(0)
+    model = _BUILDERS[kind]()
+    model.compile(
+        keras.optimizers.Adam(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+    )
+    x, y = _copy_batch(rng)
+    loss = model.fit(x, y, epochs=15, batch_size=32, verbose=0).history["loss"]
+    # The first entry is the loss of the untrained model (one step taken).
+    assert loss[-1] < 0.8 * loss[0]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, cell="peephole"),
+        lambda: models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, cell="coupled",
+                                   attention=None),
+        lambda: models.transformer_seq2seq(12, 10, num_layers=1, model_dim=8, num_heads=2,
+                                           intermediate_dim=16, normalize_first=True),
+        lambda: models.transformer_seq2seq(12, 10, num_layers=1, model_dim=8, num_heads=2,
+                                           intermediate_dim=16, tie_embeddings=False),
+    ],
+    ids=["rnn_peephole", "rnn_coupled_plain", "transformer_prenorm", "transformer_untied"],
+)
+def test_keras_file_round_trip_reproduces_outputs(build, rng, tmp_path):
+    model = build()
+    x, _ = _copy_batch(rng, vocabulary_size=10, batch=3)
+    x["encoder_inputs"][1, 3:] = 0
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(restored(x), model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_extra_source_padding_does_not_change_logits(kind, rng):
+    model = (
+        models.rnn_seq2seq(12, 12, units=8, embedding_dim=4)
+        if kind == "rnn"
+        else models.transformer_seq2seq(12, 12, num_layers=1, model_dim=8, num_heads=2,
+                                        intermediate_dim=16)
+    )
+    x, _ = _copy_batch(rng, batch=4)
+    padded = dict(x, encoder_inputs=np.pad(x["encoder_inputs"], ((0, 0), (0, 3))))
+    np.testing.assert_allclose(model(padded), model(x), atol=1e-5)
+
+
+def test_tied_output_projection_is_the_embedding_transpose(rng):
+    embedding = models.TokenEmbedding(7, 4)
+    ids = np.array([[1, 5, 0]])
+    x = np.asarray(embedding(ids))
+    np.testing.assert_allclose(x, 2.0 * np.asarray(embedding.embeddings)[ids], rtol=1e-6)
+    h = rng.normal(size=(1, 3, 4)).astype("float32")
+    np.testing.assert_allclose(
+        embedding(h, reverse=True), h @ np.asarray(embedding.embeddings).T, rtol=1e-5
+    )
+
+
+def test_mixed_precision_keeps_float32_logits():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = models.rnn_seq2seq(12, 12, units=8, embedding_dim=4)
+    x, _ = _copy_batch(np.random.default_rng(0), batch=2)
+    logits = model(x)
+    assert logits.dtype == "float32"
+    assert model.get_layer("decoder").compute_dtype == "float16"
+    assert np.isfinite(np.asarray(logits)).all()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: models.rnn_seq2seq(10, 10, cell="lstmx"), "rnn_seq2seq: `cell`"),
+        (lambda: models.rnn_seq2seq(10, 10, attention="luong"), "`attention`"),
+        (lambda: models.rnn_seq2seq(0, 10), "source_vocabulary_size"),
+        (lambda: models.rnn_seq2seq(10, 10, dropout=1.5), "`dropout`"),
+        (lambda: models.transformer_seq2seq(10, 10, model_dim=10, num_heads=4), "divide"),
+        (lambda: models.RecurrentDecoder(-1), "RecurrentDecoder: `units`"),
+        (lambda: models.TokenEmbedding(5, 0), "TokenEmbedding: `output_dim`"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_attentive_decoder_without_encoder_outputs_is_rejected():
+    with pytest.raises(ValueError, match="RecurrentDecoder: with attention"):
+        models.RecurrentDecoder(4, attention_units=4)(np.zeros((1, 2, 3), "float32"))
