@@ -1,0 +1,283 @@
+"""SavedModel export: strings in, strings out, served by plain TensorFlow.
+
+The stand-in for TF Serving is a fresh Python process that imports TensorFlow
+(and tensorflow-text only for the WordPiece model) but cannot import keras_seq.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_seq import decoding, models, text
+from keras_seq.export import export_run, export_saved_model
+
+pytestmark = pytest.mark.slow
+
+SOURCE_LENGTH, TARGET_LENGTH = 12, 10
+CORPUS = ["21 Nov 2026", "2026-11-21", "Saturday, 3rd of May 1999", "1999-05-03", "xyz"]
+# Mixed lengths: empty, short, one longer than SOURCE_LENGTH (truncated), an
+# unknown character (é) and invalid UTF-8.
+INPUTS = ["", "21 Nov", "Saturday, 3rd of May 1999", "3 mai 1999 é", b"12\xff34"]
+
+# Runs in a fresh interpreter: keras_seq is made unimportable, so the
+# SavedModels must carry everything they need.
+_SERVE_SCRIPT = r"""
+import json, sys
+sys.modules["keras_seq"] = None  # any `import keras_seq` now raises ImportError
+import tensorflow as tf
+
+def serve(path, inputs):
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    out = signature(inputs=tf.constant(inputs))
+    return {
+        "inputs": {k: [repr(v.dtype), v.shape.as_list()] for k, v in
+                   signature.structured_input_signature[1].items()},
+        "outputs": [s.decode("utf-8") for s in out["outputs"].numpy()],
+        "output_ids": out["output_ids"].numpy().tolist(),
+    }
+
+with open(sys.argv[1], "rb") as f:
+    request = json.load(f)
+inputs = [bytes.fromhex(s) for s in request["inputs_hex"]]
+result = {"char": serve(request["char"], inputs)}
+result["tensorflow_text_loaded_for_char"] = "tensorflow_text" in sys.modules
+import tensorflow_text  # noqa: F401  (registers the WordPiece ops)
+result["wordpiece"] = serve(request["wordpiece"], inputs)
+result["keras_seq_modules"] = sorted(
+    m for m, v in sys.modules.items() if v is not None and m.split(".")[0] == "keras_seq"
+)
+print("RESULT " + json.dumps(result))
+"""
+
+
+def _as_bytes(s):
+    return s if isinstance(s, bytes) else s.encode("utf-8")
+
+
+def _randomize(model, seed):
+    """Larger random weights than the initialisers, so untrained outputs vary."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(scale=0.5, size=w.shape).astype(w.dtype) for w in
+                       model.get_weights()])
+
+
+def _reference_greedy(model, source_ids, max_length):
+    """Greedy decoding by re-running the teacher-forced model on the prefix.
+
+    Independent of `keras_seq.decoding`: no step functions, no caches.
+    """
+    batch = source_ids.shape[0]
+    ids = np.zeros((batch, max_length), np.int32)
+    finished = np.zeros(batch, bool)
+    for t in range(max_length):
+        decoder_inputs = np.concatenate(
+            [np.full((batch, 1), text.START_ID, np.int32), ids[:, :t]], axis=1
+        )
+        logits = model({"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs})
+        tokens = np.argmax(np.asarray(logits)[:, t], axis=-1)
+        ids[:, t] = np.where(finished, text.PAD_ID, tokens)
+        finished |= ids[:, t] == text.END_ID
+    return ids
+
+
+def _reference_detokenize(tokenizer, ids):
+    """Python transcription of the detokenizing rules of keras_seq.text."""
+    vocabulary = tokenizer.vocabulary
+    strings = []
+    for row in ids:
+        pieces = []
+        for i in row:
+            if i == text.END_ID:
+                break
+            if i in (text.PAD_ID, text.START_ID):
+                continue
+            token = "\ufffd" if i == text.UNK_ID else vocabulary[i]
+            pieces.append(token[2:] if token.startswith("##") and len(token) > 2 else token)
+        strings.append("".join(pieces))
+    return strings
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    root = tmp_path_factory.mktemp("savedmodel")
+    char_tokenizer = text.CharTokenizer.from_corpus(CORPUS)
+    v = char_tokenizer.vocabulary_size
+    rnn = models.rnn_seq2seq(v, v, units=8, embedding_dim=6)
+    _randomize(rnn, 1)
+    word_tokenizer = text.WordPieceTokenizer.from_corpus(CORPUS, vocab_size=60)
+    w = word_tokenizer.vocabulary_size
+    transformer = models.transformer_seq2seq(
+        w, w, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0
+    )
+    _randomize(transformer, 2)
+    char_path = export_saved_model(
+        rnn, char_tokenizer, char_tokenizer, root / "char" / "1", SOURCE_LENGTH, TARGET_LENGTH
+    )
+    wordpiece_path = export_saved_model(
+        transformer,
+        word_tokenizer,
+        word_tokenizer,
+        root / "wordpiece" / "1",
+        SOURCE_LENGTH,
+        TARGET_LENGTH,
+        beam_width=3,
+        length_penalty=0.6,
+    )
+    request = root / "request.json"
+    request.write_text(
+        json.dumps(
+            {
+                "char": char_path,
+                "wordpiece": wordpiece_path,
+                "inputs_hex": [_as_bytes(s).hex() for s in INPUTS],
+            }
+        )
+    )
+    script = root / "serve.py"
+    script.write_text(_SERVE_SCRIPT)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(request)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=root,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")][-1]
+    served = json.loads(line[len("RESULT ") :])
+    return {
+        "served": served,
+        "rnn": (rnn, char_tokenizer),
+        "transformer": (transformer, word_tokenizer),
+    }
+
+
+def test_fresh_process_serves_without_keras_seq(exported):
+    served = exported["served"]
+    assert served["keras_seq_modules"] == []
+    # The character model is core TensorFlow only.
+    assert served["tensorflow_text_loaded_for_char"] is False
+    assert served["char"]["inputs"] == {"inputs": ["tf.string", [None]]}
+
+
+def test_greedy_savedmodel_equals_teacher_forced_reference_decoding(exported):
+    model, tokenizer = exported["rnn"]
+    served = exported["served"]["char"]
+    source_ids = tokenizer.encode(INPUTS, SOURCE_LENGTH).numpy()
+    expected_ids = _reference_greedy(model, source_ids, TARGET_LENGTH)
+    np.testing.assert_array_equal(served["output_ids"], expected_ids)
+    assert served["outputs"] == _reference_detokenize(tokenizer, expected_ids)
+    # The outputs are not trivially constant: the test can tell rows apart.
+    assert len(set(served["outputs"])) > 1
+
+
+def test_greedy_savedmodel_equals_in_process_decoding(exported):
+    model, tokenizer = exported["rnn"]
+    ids = decoding.greedy_decode(model, tokenizer.encode(INPUTS, SOURCE_LENGTH), TARGET_LENGTH)
+    expected = [s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy()]
+    assert exported["served"]["char"]["outputs"] == expected
+
+
+def test_wordpiece_beam_savedmodel_equals_in_process_beam_search(exported):
+    model, tokenizer = exported["transformer"]
+    served = exported["served"]["wordpiece"]
+    ids, _ = decoding.beam_search(
+        model, tokenizer.encode(INPUTS, SOURCE_LENGTH), TARGET_LENGTH, 3, 0.6
+    )
+    np.testing.assert_array_equal(served["output_ids"], ids.numpy())
+    assert served["outputs"] == _reference_detokenize(tokenizer, ids.numpy())
+    assert len(set(served["outputs"])) > 1
+
+
+def test_export_saved_model_rejects_bad_arguments(exported):
+    model, tokenizer = exported["rnn"]
+    with pytest.raises(ValueError, match="export_saved_model: `target_length` must be a positive"):
+        export_saved_model(model, tokenizer, tokenizer, "unused", 8, 0)
+    with pytest.raises(TypeError, match="export_saved_model: `source_tokenizer` must be"):
+        export_saved_model(model, "vocab.txt", tokenizer, "unused", 8, 8)
+    small = text.CharTokenizer.from_corpus(["ab"])
+    with pytest.raises(ValueError, match="predicts only 7"):
+        export_saved_model(
+            models.rnn_seq2seq(7, 7, units=4, embedding_dim=2), tokenizer, tokenizer, "x", 8, 8
+        )
+    classifier = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="must be a translation model"):
+        export_saved_model(classifier, small, small, "unused", 8, 8)
+
+
+# ---------------------------------------------------------------- export_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, exported):
+    """A folder laid out as `keras-seq train` writes it."""
+    model, tokenizer = exported["rnn"]
+    path = tmp_path_factory.mktemp("run")
+    model.save(path / "model.keras")
+    tokenizer.save(path)
+    config = {"source_length": SOURCE_LENGTH, "target_length": TARGET_LENGTH}
+    (path / "metrics.json").write_text(json.dumps({"config": config}))
+    return path
+
+
+def test_export_run_writes_every_format_and_they_agree(run_dir, tmp_path, exported):
+    import onnxruntime
+
+    from keras_seq.export import run_tflite, tflite_greedy_decode, tflite_op_names
+
+    model, tokenizer = exported["rnn"]
+    written = export_run(run_dir, tmp_path, formats=("savedmodel", "tflite", "onnx"))
+    assert written["savedmodel"] == os.path.join(tmp_path, "translator", "1")
+    assert os.path.isfile(os.path.join(written["savedmodel"], "saved_model.pb"))
+
+    source_ids = tokenizer.encode(INPUTS, SOURCE_LENGTH).numpy()
+    expected_ids = _reference_greedy(model, source_ids, TARGET_LENGTH)
+    served = tf.saved_model.load(written["savedmodel"]).signatures["serving_default"]
+    out = served(inputs=tf.constant([_as_bytes(s) for s in INPUTS]))
+    np.testing.assert_array_equal(out["output_ids"], expected_ids)
+
+    flatbuffers = {}
+    for key in ("tflite", "tflite_encoder", "tflite_decoder_step"):
+        with open(written[key], "rb") as f:
+            flatbuffers[key] = f.read()
+        assert not any(op.startswith("CUSTOM") for op in tflite_op_names(flatbuffers[key]))
+    got = tflite_greedy_decode(
+        flatbuffers["tflite_encoder"], flatbuffers["tflite_decoder_step"], source_ids,
+        TARGET_LENGTH,
+    )
+    np.testing.assert_array_equal(got, expected_ids)
+    # The device side finds the vocabulary and lengths next to the flatbuffers.
+    folder = os.path.dirname(written["tflite"])
+    assert text.load_tokenizer(folder).vocabulary == tokenizer.vocabulary
+    with open(os.path.join(folder, "export.json")) as f:
+        assert json.load(f)["target_length"] == TARGET_LENGTH
+
+    decoder_inputs = np.concatenate(
+        [np.full((len(INPUTS), 1), text.START_ID, np.int32), expected_ids[:, :-1]], axis=1
+    )
+    logits = np.asarray(
+        model({"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs})
+    )
+    (tflite_logits,) = run_tflite(flatbuffers["tflite"], source_ids, decoder_inputs)
+    np.testing.assert_allclose(tflite_logits, logits, atol=1e-5)
+    session = onnxruntime.InferenceSession(written["onnx"])
+    (onnx_logits,) = session.run(
+        None, {"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs}
+    )
+    np.testing.assert_allclose(onnx_logits, logits, atol=1e-4)
+
+
+def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"export_run: `formats` must be .*'coreml'"):
+        export_run(run_dir, tmp_path, formats=("coreml",))
+    with pytest.raises(FileNotFoundError, match="export_run: .*metrics.json does not exist"):
+        export_run(tmp_path, tmp_path / "out")
