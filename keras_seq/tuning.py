@@ -1,0 +1,220 @@
+"""KerasTuner search spaces over keras-seq's cell types and sizes.
+
+Each hypermodel wraps one model builder of `keras_seq.models` and compiles the
+model it builds, so it plugs straight into any `keras_tuner` tuner:
+
+    tuner = keras_tuner.RandomSearch(
+        Seq2SeqHyperModel(source_vocabulary_size=40, target_vocabulary_size=15),
+        objective="val_loss", max_trials=10)
+    tuner.search(train_ds, validation_data=val_ds, epochs=2)
+
+The hyperparameter names are stable (``cell``, ``units``, ``embedding_dim``,
+``attention``, ``dropout``, ``learning_rate`` for seq2seq; ``kind``, ``cell``,
+``units``, ``num_layers``, ``dropout``, ``learning_rate`` for classifiers), so
+a search can be narrowed with `keras_tuner.HyperParameters.Fixed` before it
+starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import keras_tuner
+
+from keras_seq import models
+from keras_seq.models import _cells
+
+__all__ = ["ClassifierHyperModel", "Seq2SeqHyperModel"]
+
+_ALL_CELLS = _cells.CELL_NAMES
+
+
+def _check_choices(where: str, name: str, values: Sequence, allowed=None) -> list:
+    values = list(values)
+    if not values:
+        raise ValueError(f"{where}: `{name}` must list at least one choice; received {values!r}.")
+    if allowed is not None:
+        unknown = [v for v in values if v not in allowed]
+        if unknown:
+            raise ValueError(
+                f"{where}: `{name}` may only contain {list(allowed)}; received {unknown!r}."
+            )
+    return values
+
+
+def _check_int_choices(where: str, name: str, values: Sequence[int]) -> list[int]:
+    values = _check_choices(where, name, values)
+    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+        raise ValueError(f"{where}: `{name}` must hold positive ints; received {values!r}.")
+    return values
+
+
+def _learning_rate(hp: keras_tuner.HyperParameters, bounds: tuple[float, float]) -> float:
+    return hp.Float("learning_rate", bounds[0], bounds[1], sampling="log")
+
+
+class Seq2SeqHyperModel(keras_tuner.HyperModel):
+    """Search space over `models.rnn_seq2seq`: cell type, widths, attention, dropout.
+
+    Builds an attentive recurrent encoder-decoder (Bahdanau et al., 2015) and
+    compiles it with Adam and a padding-masked sparse cross-entropy on logits,
+    the loss `keras-seq train` uses, so trial scores are comparable with it.
+
+    Args:
+        source_vocabulary_size: int, number of source token ids.
+        target_vocabulary_size: int, number of target token ids.
+        cells: cell types to choose from (``"gru"``, ``"lstm"``, ``"peephole"``,
+            ``"coupled"``). Default all four.
+        units: recurrent widths to choose from. Default ``(64, 128, 256)``.
+        embedding_dims: embedding widths to choose from. Default ``(32, 64)``.
+        attention: attention choices, ``"bahdanau"`` and/or ``"none"``.
+            Default both.
+        max_dropout: float in [0, 1), upper end of the dropout range (step
+            0.1). Default 0.3.
+        learning_rate: ``(low, high)`` bounds, sampled on a log scale.
+            Default ``(1e-4, 1e-2)``.
+
+    Example:
+
+    >>> hypermodel = Seq2SeqHyperModel(20, 15, cells=("gru",), units=(8,),
+    ...                                embedding_dims=(4,))
+    >>> model = hypermodel.build(keras_tuner.HyperParameters())
+    >>> model.optimizer.__class__.__name__
+    'Adam'
+    """
+
+    def __init__(
+        self,
+        source_vocabulary_size: int,
+        target_vocabulary_size: int,
+        cells: Sequence[str] = _ALL_CELLS,
+        units: Sequence[int] = (64, 128, 256),
+        embedding_dims: Sequence[int] = (32, 64),
+        attention: Sequence[str] = ("bahdanau", "none"),
+        max_dropout: float = 0.3,
+        learning_rate: tuple[float, float] = (1e-4, 1e-2),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        where = "Seq2SeqHyperModel"
+        self.source_vocabulary_size = source_vocabulary_size
+        self.target_vocabulary_size = target_vocabulary_size
+        self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
+        self.units = _check_int_choices(where, "units", units)
+        self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
+        self.attention = _check_choices(where, "attention", attention, ("bahdanau", "none"))
+        self.max_dropout = _check_max_dropout(where, max_dropout)
+        self.learning_rate = _check_learning_rate(where, learning_rate)
+
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        attention = hp.Choice("attention", self.attention)
+        model = models.rnn_seq2seq(
+            self.source_vocabulary_size,
+            self.target_vocabulary_size,
+            units=hp.Choice("units", self.units),
+            embedding_dim=hp.Choice("embedding_dim", self.embedding_dims),
+            cell=hp.Choice("cell", self.cells),
+            attention=None if attention == "none" else attention,
+            dropout=hp.Float("dropout", 0.0, self.max_dropout, step=0.1),
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(_learning_rate(hp, self.learning_rate)),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
+        return model
+
+
+class ClassifierHyperModel(keras_tuner.HyperModel):
+    """Search space over `models.sequence_classifier`: encoder kind, cell, sizes.
+
+    Args:
+        vocabulary_size: int, number of token ids (0 = padding).
+        num_classes: int, number of classes.
+        kinds: encoder kinds to choose from, ``"rnn"`` and/or ``"transformer"``.
+            Default ``("rnn",)``.
+        cells: recurrent cell types to choose from (used when kind is ``"rnn"``).
+            Default all four.
+        units: widths to choose from (for a Transformer each must be divisible
+            by ``num_heads``). Default ``(32, 64, 128)``.
+        max_layers: int, upper end of the encoder depth range. Default 2.
+        num_heads: int, attention heads of the Transformer encoder. Default 4.
+        max_dropout: float in [0, 1), upper end of the dropout range. Default 0.3.
+        learning_rate: ``(low, high)`` bounds, log scale. Default ``(1e-4, 1e-2)``.
+
+    Example:
+
+    >>> hypermodel = ClassifierHyperModel(30, 3, cells=("peephole",), units=(8,))
+    >>> model = hypermodel.build(keras_tuner.HyperParameters())
+    >>> tuple(model.output.shape)
+    (None, 3)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        num_classes: int,
+        kinds: Sequence[str] = ("rnn",),
+        cells: Sequence[str] = _ALL_CELLS,
+        units: Sequence[int] = (32, 64, 128),
+        max_layers: int = 2,
+        num_heads: int = 4,
+        max_dropout: float = 0.3,
+        learning_rate: tuple[float, float] = (1e-4, 1e-2),
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        where = "ClassifierHyperModel"
+        self.vocabulary_size = vocabulary_size
+        self.num_classes = num_classes
+        self.kinds = _check_choices(where, "kinds", kinds, ("rnn", "transformer"))
+        self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
+        self.units = _check_int_choices(where, "units", units)
+        self.max_layers = _check_int_choices(where, "max_layers", [max_layers])[0]
+        self.num_heads = _check_int_choices(where, "num_heads", [num_heads])[0]
+        if "transformer" in self.kinds and any(u % self.num_heads for u in self.units):
+            raise ValueError(
+                f"{where}: every `units` choice must be divisible by num_heads={self.num_heads} "
+                f"for a Transformer encoder; received units={self.units}."
+            )
+        self.max_dropout = _check_max_dropout(where, max_dropout)
+        self.learning_rate = _check_learning_rate(where, learning_rate)
+
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        kind = hp.Choice("kind", self.kinds)
+        with hp.conditional_scope("kind", ["rnn"]):
+            cell = hp.Choice("cell", self.cells) if kind == "rnn" else "gru"
+        model = models.sequence_classifier(
+            self.vocabulary_size,
+            self.num_classes,
+            kind=kind,
+            units=hp.Choice("units", self.units),
+            cell=cell,
+            num_layers=hp.Int("num_layers", 1, self.max_layers),
+            num_heads=self.num_heads,
+            dropout=hp.Float("dropout", 0.0, self.max_dropout, step=0.1),
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(_learning_rate(hp, self.learning_rate)),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        )
+        return model
+
+
+def _check_max_dropout(where: str, value: float) -> float:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{where}: `max_dropout` must be in [0, 1); received {value!r}.")
+    return float(value)
+
+
+def _check_learning_rate(where: str, bounds: tuple[float, float]) -> tuple[float, float]:
+    low, high = bounds
+    if not 0.0 < low <= high:
+        raise ValueError(
+            f"{where}: `learning_rate` must be (low, high) with 0 < low <= high; "
+            f"received {bounds!r}."
+        )
+    return float(low), float(high)
+
