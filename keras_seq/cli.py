@@ -163,7 +163,7 @@ def _make_decoder(model, source_length, target_length, beam_width=0, length_pena
     spec = tf.TensorSpec([None, source_length], tf.int32)
     if beam_width:
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], autograph=False)
         def decode(source_ids):
             ids, _ = decoding.beam_search(
                 model, source_ids, target_length, beam_width, length_penalty
@@ -172,7 +172,7 @@ def _make_decoder(model, source_length, target_length, beam_width=0, length_pena
 
     else:
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], autograph=False)
         def decode(source_ids):
             return decoding.greedy_decode(model, source_ids, target_length)
 
@@ -325,6 +325,11 @@ def _train(args) -> int:
             {"source": s, "target": t, "output": o}
             for (s, t), o in zip(test_pairs[:5], outputs[:5])
         ],
+        "errors": [
+            {"source": s, "target": t, "output": o}
+            for (s, t), o in zip(test_pairs, outputs)
+            if o != t
+        ][:50],
         "config": config,
     }
     with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:

@@ -48,7 +48,9 @@ class _RecurrentSteps:
         return constants, {"s": list(s0)}
 
     def step(self, tokens, t, constants, state, return_attention=False):
-        y = self.embedding(tokens)  # (B, E)
+        # tf.identity drops the Keras mask of the embedding: the cell has no use
+        # for it (finished rows are handled by the search) and would warn.
+        y = tf.identity(self.embedding(tokens))  # (B, E)
         o, s, alpha = self.decoder.step(
             y,
             state["s"],
