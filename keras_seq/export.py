@@ -11,7 +11,8 @@ This is the one export module of the package.
   forward pass, and `convert_decoder_steps_to_tflite` an encoder plus a single
   decoder step with explicit state, for a greedy loop on the device
   (`tflite_greedy_decode` is that loop, in NumPy).
-- `convert_to_onnx` converts through tf2onnx.
+- `convert_to_onnx` converts any model or function through tf2onnx;
+  `convert_seq2seq_to_onnx` a translation model's forward pass.
 - `export_run` exports a ``keras-seq train`` run folder in any of these formats.
 
 Recurrent loops are traced in their TFLite-builtin form (``builtin_loop_mode``)
@@ -521,6 +522,27 @@ def convert_to_onnx(
     return path
 
 
+def convert_seq2seq_to_onnx(
+    model, path: str | os.PathLike, opset: int = _DEFAULT_OPSET
+) -> str:
+    """Converts a translation model's teacher-forced forward pass to ONNX.
+
+    Inputs ``encoder_inputs (B, S)`` and ``decoder_inputs (B, T)`` int32 with
+    dynamic axes; output ``logits (B, T, V)`` float32, as in
+    `convert_seq2seq_to_tflite`.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+        path: the ``.onnx`` file to write.
+        opset: ONNX opset. Default 17.
+
+    Returns:
+        ``path`` as a string.
+    """
+    _check_seq2seq("convert_seq2seq_to_onnx", model)
+    return convert_to_onnx(_seq2seq_forward(model), path, _seq2seq_signature(), opset=opset)
+
+
 # ---------------------------------------------------------------------------
 # A `keras-seq train` run folder
 
@@ -631,9 +653,7 @@ def export_run(
             f.write("\n")
     if "onnx" in formats:
         os.makedirs(os.path.join(directory, "onnx"), exist_ok=True)
-        written["onnx"] = convert_to_onnx(
-            _seq2seq_forward(model),
-            os.path.join(directory, "onnx", "seq2seq.onnx"),
-            input_signature=_seq2seq_signature(),
+        written["onnx"] = convert_seq2seq_to_onnx(
+            model, os.path.join(directory, "onnx", "seq2seq.onnx")
         )
     return written

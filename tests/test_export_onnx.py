@@ -1,0 +1,116 @@
+"""ONNX export through tf2onnx, checked with onnxruntime against Keras and NumPy."""
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from keras_seq import layers
+from keras_seq.export import convert_to_onnx
+
+pytestmark = pytest.mark.slow
+
+
+def _run_onnx(path, feeds):
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _reference_peephole_lstm(x, mask, weights, units):
+    """API.md's peephole LSTM equations in NumPy; masked steps carry h, c."""
+    kernel, recurrent_kernel, bias, p_i, p_f, p_o = weights
+    batch = x.shape[0]
+    h = np.zeros((batch, units), np.float32)
+    c = np.zeros((batch, units), np.float32)
+    outputs = []
+    for t in range(x.shape[1]):
+        z = x[:, t] @ kernel + h @ recurrent_kernel + bias
+        z_i, z_f, z_c, z_o = np.split(z, 4, axis=-1)
+        i = _sigmoid(z_i + p_i * c)
+        f = _sigmoid(z_f + p_f * c)
+        c_t = f * c + i * np.tanh(z_c)
+        o = _sigmoid(z_o + p_o * c_t)
+        h_t = o * np.tanh(c_t)
+        keep = mask[:, t, None]
+        h, c = np.where(keep, h_t, h), np.where(keep, c_t, c)
+        outputs.append(h)
+    return np.stack(outputs, 1)
+
+
+def test_masked_gru_matches_keras_gru_with_copied_weights(tmp_path, rng):
+    inputs = keras.Input((None, 3), name="x")
+    masked = keras.layers.Masking()(inputs)
+    model = keras.Model(inputs, layers.GRU(5, return_sequences=True)(masked))
+    reference = keras.Sequential(
+        [keras.Input((None, 3)), keras.layers.Masking(),
+         keras.layers.GRU(5, return_sequences=True)]
+    )
+    reference.set_weights(model.get_weights())
+    path = convert_to_onnx(model, tmp_path / "gru.onnx")
+    # Loops and dynamic axes: one file serves every batch size and length.
+    for batch, length in ((4, 6), (1, 9)):
+        x = rng.normal(size=(batch, length, 3)).astype("float32")
+        x[0, length // 2 :] = 0.0  # padded tail, skipped by the mask
+        (got,) = _run_onnx(path, {"x": x})
+        np.testing.assert_allclose(got, reference(x), atol=1e-4)
+
+
+def test_masked_peephole_lstm_matches_numpy_equations(tmp_path, rng):
+    inputs = keras.Input((None, 4), name="x")
+    lstm = layers.PeepholeLSTM(3, return_sequences=True)
+    model = keras.Model(inputs, lstm(keras.layers.Masking()(inputs)))
+    # Non-zero peepholes, so that they are tested too.
+    lstm.set_weights([rng.normal(scale=0.5, size=w.shape).astype("float32")
+                      for w in lstm.get_weights()])
+    path = convert_to_onnx(model, tmp_path / "peephole.onnx", opset=15)
+    assert onnx.load(path).opset_import[0].version == 15
+    x = rng.normal(size=(3, 7, 4)).astype("float32")
+    x[1, 4:] = 0.0
+    (got,) = _run_onnx(path, {"x": x})
+    mask = np.any(x != 0.0, axis=-1)
+    expected = _reference_peephole_lstm(x, mask, lstm.get_weights(), 3)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    np.testing.assert_allclose(got, model(x), atol=1e-4)
+
+
+def test_transformer_encoder_with_padding_mask_matches_keras(tmp_path, rng):
+    x_in = keras.Input((None, 8), name="x")
+    mask_in = keras.Input((None,), dtype="bool", name="padding_mask")
+    encoder = layers.TransformerEncoder(16, num_heads=2)
+    model = keras.Model([x_in, mask_in], encoder(x_in, padding_mask=mask_in))
+    path = convert_to_onnx(model, tmp_path / "encoder.onnx")
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    mask = np.arange(5)[None, :] < np.array([[5], [3]])
+    (got,) = _run_onnx(path, {"x": x, "padding_mask": mask})
+    np.testing.assert_allclose(got, model([x, mask]), atol=1e-4)
+
+
+def test_convert_to_onnx_rejects_bad_opset(tmp_path):
+    inputs = keras.Input((None, 3))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    with pytest.raises(ValueError, match="convert_to_onnx: `opset` must be a positive int"):
+        convert_to_onnx(model, tmp_path / "x.onnx", opset=0)
+
+
+def test_transformer_seq2seq_forward_matches_keras(tmp_path, rng):
+    from keras_seq import models
+    from keras_seq.export import convert_seq2seq_to_onnx
+
+    keras.utils.set_random_seed(5)
+    model = models.transformer_seq2seq(
+        20, 15, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0
+    )
+    path = convert_seq2seq_to_onnx(model, tmp_path / "t.onnx")
+    x = rng.integers(4, 20, (3, 6)).astype("int32")
+    x[1, 2:] = 0
+    y = rng.integers(4, 15, (3, 4)).astype("int32")
+    y[2, 1:] = 0
+    (got,) = _run_onnx(path, {"encoder_inputs": x, "decoder_inputs": y})
+    np.testing.assert_allclose(
+        got, model({"encoder_inputs": x, "decoder_inputs": y}), atol=1e-4
+    )
