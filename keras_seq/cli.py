@@ -261,11 +261,13 @@ def _train(args) -> int:
     ]
     t_data = time.perf_counter()
 
-    strategy = (
-        tf.distribute.MirroredStrategy()
-        if args.distribute == "mirrored"
-        else tf.distribute.get_strategy()
-    )
+    if args.distribute == "mirrored":
+        # Every local GPU; without GPUs every logical CPU device (useful to test
+        # multi-replica training on one machine).
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
+    else:
+        strategy = tf.distribute.get_strategy()
     with strategy.scope():
         model = _build_model(args, tokenizer.vocabulary_size)
         steps = args.epochs * len(datasets[0])
@@ -280,6 +282,7 @@ def _train(args) -> int:
         datasets[0],
         validation_data=datasets[1],
         epochs=args.epochs,
+        shuffle=False,  # the dataset reshuffles itself each epoch
         callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
         verbose=args.verbose,
     )
@@ -311,6 +314,7 @@ def _train(args) -> int:
     )
     metrics = {
         "test_exact_match": accuracy,
+        "replicas": strategy.num_replicas_in_sync,
         "test_examples": len(test_pairs),
         "test_correct": correct,
         "train_examples": len(train_pairs),
