@@ -179,12 +179,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 v = self._value_dense(value)  # (B, S, H, value_dim)
             else:
                 cache = ops.cast(cache, self.compute_dtype)
-                k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
                 if cache_update_index is not None:
-                    start = [0, cache_update_index, 0, 0]
-                    k = ops.slice_update(k, start, ops.cast(self._key_dense(key), k.dtype))
-                    v = ops.slice_update(v, start, ops.cast(self._value_dense(value), v.dtype))
-                    cache = ops.stack([k, v], axis=1)
+                    # One write of the new (B, 2, T', H, key_dim) slab: the
+                    # cache is the big tensor here, so copy it as few times as possible.
+                    k_v = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+                    start = [0, 0, cache_update_index, 0, 0]
+                    cache = ops.slice_update(cache, start, ops.cast(k_v, cache.dtype))
+                k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
         finally:
             for tensor, mask in implicit:
                 if mask is not None:
