@@ -288,6 +288,27 @@ def export_saved_model(
     return directory
 
 
+def saved_model_op_names(directory: str | os.PathLike) -> set[str]:
+    """Names of every op in a SavedModel's graph and its functions (loop bodies included).
+
+    What a server must have registered to load it: core TensorFlow ops,
+    tensorflow-text ops (``FastWordpieceTokenizeWithOffsets``, ...) for a
+    WordPiece tokenizer, and ``Xla*`` ops, which TF Serving runs only with
+    ``--xla_cpu_compilation_enabled=true`` on CPU.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(os.fspath(directory), "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    names = set()
+    for meta_graph in saved_model.meta_graphs:
+        names.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            names.update(node.op for node in function.node_def)
+    return names
+
+
 # ---------------------------------------------------------------------------
 # TFLite for translation models
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_seq import decoding, models, text
-from keras_seq.export import export_run, export_saved_model
+from keras_seq.export import export_run, export_saved_model, saved_model_op_names
 
 pytestmark = pytest.mark.slow
 
@@ -157,6 +157,7 @@ def exported(tmp_path_factory):
     served = json.loads(line[len("RESULT ") :])
     return {
         "served": served,
+        "paths": {"char": char_path, "wordpiece": wordpiece_path},
         "rnn": (rnn, char_tokenizer),
         "transformer": (transformer, word_tokenizer),
     }
@@ -168,6 +169,22 @@ def test_fresh_process_serves_without_keras_seq(exported):
     # The character model is core TensorFlow only.
     assert served["tensorflow_text_loaded_for_char"] is False
     assert served["char"]["inputs"] == {"inputs": ["tf.string", [None]]}
+
+
+def test_op_lists_name_what_a_server_needs(exported):
+    from tensorflow.python.framework import op_def_registry
+
+    char_ops = saved_model_op_names(exported["paths"]["char"])
+    wordpiece_ops = saved_model_op_names(exported["paths"]["wordpiece"])
+    # Every op of the GRU + character model is a core op with a regular
+    # kernel: no XLA-compiled op (TF Serving disables XLA on CPU by default).
+    assert {"UnicodeDecode", "LowerBound", "ReduceJoin", "While"} <= char_ops
+    assert not [op for op in char_ops if op.startswith("Xla")]
+    # The WordPiece ops come from tensorflow-text (registered in this process
+    # because keras_seq.text imported it).
+    text_ops = {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets"}
+    assert text_ops <= wordpiece_ops
+    assert all(op_def_registry.get(op) is not None for op in char_ops | wordpiece_ops)
 
 
 def test_greedy_savedmodel_equals_teacher_forced_reference_decoding(exported):
