@@ -51,6 +51,23 @@ def builtin_loop_mode():
         _state.builtin_loops = previous
 
 
+def project(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
+    """``x @ kernel + bias`` over the last axis of a rank-2 or rank-3 ``x``.
+
+    One 2-D matmul with ``bias_add``: TensorFlow fuses the pair into a single
+    kernel and its bias gradient is one reduction. A rank-3 ``tf.matmul``
+    would broadcast the kernel instead, and its kernel gradient builds and
+    reduces a ``(T, in, P)`` tensor (training was ~30% slower that way).
+    """
+    features = tf.shape(x)[-1]
+    y = tf.matmul(tf.reshape(x, [-1, features]), kernel)
+    if bias is not None:
+        y = tf.nn.bias_add(y, bias)
+    if len(x.shape) == 2:
+        return y
+    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[-1:]], 0))
+
+
 def run_recurrence(
     step: StepFn,
     xw: tf.Tensor,

@@ -12,6 +12,7 @@ from keras_seq.layers._recurrent_base import (
     _RecurrentLayer,
     _validate_recurrent_args,
 )
+from keras_seq.layers._recurrent_driver import project
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -73,17 +74,17 @@ class GRUCell(_RecurrentCell):
         self.built = True
 
     def _project_inputs(self, x):
-        xw = self._matmul(x, self._read(self.kernel))
+        kernel = self._read(self.kernel)
         if not self.use_bias:
-            return xw
+            return project(x, kernel)
         bias = self._read(self.bias)
         if not self.reset_after:
-            return xw + bias
+            return project(x, kernel, bias)
         # The recurrent biases of z and r are plain sums too, so they join the
         # input bias here; only b_h (recurrent) must stay inside r ⊙ (...).
         u = self.units
         zeros = ops.zeros((u,), dtype=bias.dtype)
-        return xw + (bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
+        return project(x, kernel, bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
 
     def _recurrent_params(self, batch_size=None):
         U = self._read(self.recurrent_kernel)
