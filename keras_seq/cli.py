@@ -188,7 +188,7 @@ def _translate_strings(decode, tokenizer, strings, source_length):
     return outputs
 
 
-def _attention_figure(model, tokenizer, sources, outputs, source_length, path):
+def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):
     """Draws α (output tokens x source tokens) for a few examples."""
     import matplotlib
 
@@ -201,7 +201,7 @@ def _attention_figure(model, tokenizer, sources, outputs, source_length, path):
 
     decoder = model.get_layer("decoder")
     encoder_inputs = tokenizer.encode(sources, source_length)
-    output_ids = tokenizer.encode(outputs, source_length, add_end=True)
+    output_ids = tokenizer.encode(outputs, target_length, add_end=True)
     decoder_inputs = tf.concat(
         [tf.fill([len(sources), 1], START_ID), output_ids[:, :-1]], axis=1
     )
@@ -271,8 +271,15 @@ def _train(args) -> int:
     with strategy.scope():
         model = _build_model(args, tokenizer.vocabulary_size)
         steps = args.epochs * len(datasets[0])
+        # Linear warm-up over the first 5% of the steps (the Transformer's
+        # post-norm blocks need it), then cosine decay to 5% of the peak.
+        warmup = steps // 20
         learning_rate = keras.optimizers.schedules.CosineDecay(
-            args.learning_rate, decay_steps=max(1, steps), alpha=0.05
+            0.0,
+            decay_steps=max(1, steps - warmup),
+            alpha=0.05,
+            warmup_target=args.learning_rate,
+            warmup_steps=warmup,
         )
         model.compile(
             optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
@@ -299,7 +306,7 @@ def _train(args) -> int:
     tokenizer.save(run_dir)
     if args.model == "rnn" and args.attention != "none":
         _attention_figure(
-            model, tokenizer, sources[:3], outputs[:3], source_length,
+            model, tokenizer, sources[:3], outputs[:3], source_length, target_length,
             os.path.join(run_dir, "attention.png"),
         )
     t_end = time.perf_counter()

@@ -47,11 +47,11 @@ class _RecurrentSteps:
             constants["processed_key"] = self.decoder.precompute_keys(h)
         return constants, {"s": list(s0)}
 
-    def step(self, tokens, t, constants, state, return_attention=False):
+    def step(self, tokens, t, constants, state):
         # tf.identity drops the Keras mask of the embedding: the cell has no use
         # for it (finished rows are handled by the search) and would warn.
         y = tf.identity(self.embedding(tokens))  # (B, E)
-        o, s, alpha = self.decoder.step(
+        o, s, _ = self.decoder.step(
             y,
             state["s"],
             constants["h"],
@@ -59,10 +59,7 @@ class _RecurrentSteps:
             constants["mask"],
             training=False,
         )
-        logits = self.logits(o)
-        if return_attention:
-            return logits, {"s": s}, alpha
-        return logits, {"s": s}
+        return self.logits(o), {"s": s}
 
 
 class _TransformerSteps:
