@@ -5,7 +5,10 @@ weights) for PeepholeLSTM, CoupledGateLSTM and GRU against keras.layers.LSTM /
 keras.layers.GRU with the same shapes, with and without ``jit_compile=True``.
 All candidates run interleaved in one process (repetition r times every
 candidate once, in a rotating order) so that load from other processes hits
-them alike; the table reports medians and the ratio ours / Keras.
+them alike. The table reports, per candidate, the median and the minimum time
+per batch and the ratios ours / Keras of both: on a shared machine the median
+ratio carries the other processes' load, the minimum ratio is the closest to
+an idle machine; the relative interquartile range says how noisy it was.
 
     python benchmarks/recurrent.py                 # B64 T100 in128 u256 + B1 latency
     python benchmarks/recurrent.py --repeats 5     # quicker, noisier
@@ -79,7 +82,7 @@ def measure(batch, steps, features, units, jit, modes, repeats, iterations):
         shift = r % len(keys)
         for name, mode in keys[shift:] + keys[:shift]:
             samples[(name, mode)].append(_time_once(fns[name][mode], iterations))
-    return {key: (statistics.median(v), _spread(v)) for key, v in samples.items()}
+    return {key: (statistics.median(v), min(v), _spread(v)) for key, v in samples.items()}
 
 
 def _spread(values):
@@ -90,8 +93,8 @@ def _spread(values):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--units", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
@@ -101,9 +104,11 @@ def main():
           f"{[d.device_type for d in tf.config.list_physical_devices()]}, "
           f"CPU threads: {os.cpu_count()}")
     print(f"T={args.steps} in={args.features} u={args.units}, return_sequences=True, "
-          f"{args.repeats} interleaved repetitions x {args.iterations} calls, medians.\n")
-    print("| batch | jit | mode | layer | ms / batch | IQR | vs | ms / batch | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{args.repeats} interleaved repetitions x {args.iterations} calls; "
+          f"load average before: {os.getloadavg()[0]:.1f}\n")
+    print("| batch | jit | mode | ours | median ms (IQR) | min ms | Keras | median ms (IQR) | "
+          "min ms | ratio of medians | ratio of minima |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     settings = [(64, False, ("forward", "train")), (64, True, ("forward", "train")),
                 (1, False, ("forward",)), (1, True, ("forward",))]
     for batch, jit, modes in settings:
@@ -111,11 +116,13 @@ def main():
                           args.repeats, args.iterations)
         for mode in modes:
             for ours, reference in PAIRS:
-                t_ours, s_ours = results[(ours, mode)]
-                t_ref, s_ref = results[(reference, mode)]
-                print(f"| {batch} | {jit} | {mode} | {ours} | {1e3 * t_ours:.1f} | "
-                      f"{100 * s_ours:.0f}% | {reference} | {1e3 * t_ref:.1f} | "
-                      f"**{t_ours / t_ref:.2f}** |", flush=True)
+                med, low, spread = results[(ours, mode)]
+                ref_med, ref_low, ref_spread = results[(reference, mode)]
+                print(f"| {batch} | {jit} | {mode} | {ours} | {1e3 * med:.1f} ({100 * spread:.0f}%) "
+                      f"| {1e3 * low:.1f} | {reference} | {1e3 * ref_med:.1f} "
+                      f"({100 * ref_spread:.0f}%) | {1e3 * ref_low:.1f} | **{med / ref_med:.2f}** "
+                      f"| **{low / ref_low:.2f}** |", flush=True)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -80,8 +80,8 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             p_f, p_o = params[1:]
             z_f = z_f + p_f * c_tm1
         f = self.recurrent_activation(z_f)
-        # = f ⊙ c_{t-1} + (1 − f) ⊙ c̃ with one op less (and no constant to broadcast).
         c_tilde = self.activation(z_c)
+        # = f ⊙ c_{t-1} + (1 − f) ⊙ c̃ with one op less (and no constant to broadcast).
         c = c_tilde + f * (c_tm1 - c_tilde)
         if self.use_peepholes:
             z_o = z_o + p_o * c
