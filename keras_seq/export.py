@@ -183,9 +183,10 @@ class _Translator(tf.Module):
         length_penalty,
     ):
         super().__init__(name="translator")
-        # Attributes are tracked: the model's variables and the tokenizers'
-        # tables are saved with the module.
-        self.model = model
+        # Only the model's variables are saved, not the model: tracking it
+        # would also save its optimizer state (three times the weights with Adam).
+        object.__setattr__(self, "model", model)
+        self.model_variables = list(model.variables)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self._source_length = source_length
