@@ -328,3 +328,19 @@ def test_distribute_strategy_training_step_matches_plain(rng):
         distributed = fit_once()
     for d, p in zip(distributed, plain):
         np.testing.assert_allclose(d, p, atol=1e-6)
+
+
+@pytest.mark.parametrize("keras_layer, ours_layer, kwargs", [
+    (keras.layers.LSTM, layers.PeepholeLSTM, {}),
+    (keras.layers.GRU, layers.GRU, {"reset_after": True}),
+    (keras.layers.GRU, layers.GRU, {"reset_after": False}),
+])
+def test_layers_without_bias_equal_keras(keras_layer, ours_layer, kwargs, rng):
+    x = _inputs(rng)
+    reference = keras_layer(U, use_bias=False, return_sequences=True, **kwargs)
+    reference.build((None, None, IN))
+    weights = _randomize(reference, rng)
+    ours = ours_layer(U, use_bias=False, return_sequences=True, **kwargs)
+    ours.build((None, None, IN))
+    ours.set_weights(weights + [np.zeros(U, "float32")] * (len(ours.weights) - len(weights)))
+    np.testing.assert_allclose(ours(x), reference(x), atol=1e-6)
