@@ -231,7 +231,10 @@ def export_saved_model(
     (``beam_width=1``) or `keras_seq.decoding.beam_search` -> ``target_tokenizer.detokenize``.
     With `text.CharTokenizer`s the graph holds core TensorFlow ops only; a
     `text.WordPieceTokenizer` adds tensorflow-text ops (load them with
-    ``import tensorflow_text`` before `tf.saved_model.load`).
+    ``import tensorflow_text`` before `tf.saved_model.load`). A Transformer's
+    cached decoding adds ``XlaDynamicUpdateSlice`` (the key/value cache
+    update), which TF Serving on CPU runs only with
+    ``--xla_cpu_compilation_enabled=true``; `saved_model_op_names` lists the ops.
 
     Args:
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.

@@ -4,6 +4,7 @@ The stand-in for TF Serving is a fresh Python process that imports TensorFlow
 (and tensorflow-text only for the WordPiece model) but cannot import keras_seq.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -250,14 +251,21 @@ def run_dir(tmp_path_factory, exported):
     return path
 
 
-def test_export_run_writes_every_format_and_they_agree(run_dir, tmp_path, exported):
+@pytest.fixture(scope="module")
+def run_exports(run_dir, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("exported")
+    written = export_run(run_dir, directory, formats=("savedmodel", "tflite", "onnx"))
+    return directory, written
+
+
+def test_export_run_writes_every_format_and_they_agree(run_exports, exported):
     import onnxruntime
 
     from keras_seq.export import run_tflite, tflite_greedy_decode, tflite_op_names
 
     model, tokenizer = exported["rnn"]
-    written = export_run(run_dir, tmp_path, formats=("savedmodel", "tflite", "onnx"))
-    assert written["savedmodel"] == os.path.join(tmp_path, "translator", "1")
+    directory, written = run_exports
+    assert written["savedmodel"] == os.path.join(directory, "translator", "1")
     assert os.path.isfile(os.path.join(written["savedmodel"], "saved_model.pb"))
 
     source_ids = tokenizer.encode(INPUTS, SOURCE_LENGTH).numpy()
@@ -307,3 +315,28 @@ def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path)
         export_run(run_dir, tmp_path, formats=("coreml",))
     with pytest.raises(FileNotFoundError, match="export_run: .*metrics.json does not exist"):
         export_run(tmp_path, tmp_path / "out")
+
+
+def _load_script(name):
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "export", name)
+    spec = importlib.util.spec_from_file_location(name[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_export_folder_check_scripts_run_on_export_run_output(run_exports, exported, capsys):
+    model, tokenizer = exported["rnn"]
+    _, written = run_exports
+    request = os.path.join(os.path.dirname(__file__), os.pardir, "export", "request.json")
+    with open(request) as f:
+        instances = json.load(f)["instances"]
+    assert _load_script("check_savedmodel.py").main([written["savedmodel"], "--request", request]) == 0
+    response = json.loads(capsys.readouterr().out.splitlines()[-1])
+    ids = decoding.greedy_decode(model, tokenizer.encode(instances, SOURCE_LENGTH), TARGET_LENGTH)
+    assert [p["outputs"] for p in response["predictions"]] == _reference_detokenize(
+        tokenizer, ids.numpy()
+    )
+    folder = os.path.dirname(written["tflite"])
+    assert _load_script("check_tflite.py").main([folder, "--text", "21 Nov 2026"]) == 0
+    assert "seq2seq.tflite agrees with the step-by-step decoding: True" in capsys.readouterr().out
