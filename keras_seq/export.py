@@ -442,7 +442,8 @@ def tflite_greedy_decode(
         encoder: flatbuffer of the encoder.
         decoder_step: flatbuffer of the decoder step.
         encoder_inputs: ``(B, S)`` int source ids, 0-padded.
-        max_length: at most the ``target_length`` the step was converted with.
+        max_length: at most the ``target_length`` the step was converted with
+            (checked for Transformer caches).
         start_id: id fed as y_0. Default ``[START]``.
         end_id: id that ends a sequence. Default ``[END]``.
 
@@ -451,6 +452,7 @@ def tflite_greedy_decode(
     """
     from keras_seq.text import END_ID, PAD_ID, START_ID
 
+    _check_positive_int("tflite_greedy_decode", max_length=max_length)
     start_id = START_ID if start_id is None else start_id
     end_id = END_ID if end_id is None else end_id
     encoder_inputs = np.asarray(encoder_inputs, np.int32)
@@ -460,6 +462,14 @@ def tflite_greedy_decode(
     # The step returns the logits and then the state.
     num_state = step.num_outputs - 1
     constants, state = outputs[: len(outputs) - num_state], outputs[len(outputs) - num_state :]
+    # Self-attention caches (B, 2, T, heads, head_dim) hold T steps; writing past
+    # them would be clamped by DYNAMIC_UPDATE_SLICE, silently wrong.
+    cache_lengths = [s.shape[2] for s in state if s.ndim == 5]
+    if cache_lengths and max_length > min(cache_lengths):
+        raise ValueError(
+            f"tflite_greedy_decode: `max_length` must be at most the target_length the "
+            f"decoder step was converted with ({min(cache_lengths)}); received {max_length}."
+        )
     ids = np.zeros((batch_size, max_length), np.int32)
     tokens = np.full((batch_size,), start_id, np.int32)
     finished = np.zeros((batch_size,), bool)

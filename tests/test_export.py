@@ -112,6 +112,10 @@ def test_tflite_host_loop_greedy_equals_in_graph_greedy_and_teacher_forcing(seq2
     logits = np.asarray(model({"encoder_inputs": x, "decoder_inputs": decoder_inputs}))
     live = np.cumsum(got == END_ID, axis=1) - (got == END_ID) == 0  # up to and incl. END
     np.testing.assert_array_equal(np.argmax(logits, -1)[live], got[live])
+    if "transformer" in model.name:
+        # The caches hold TARGET_LENGTH steps; a longer loop must not run clamped.
+        with pytest.raises(ValueError, match="`max_length` must be at most the target_length"):
+            tflite_greedy_decode(encoder, decoder_step, x, TARGET_LENGTH + 1)
 
 
 @pytest.mark.slow
