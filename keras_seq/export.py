@@ -378,9 +378,22 @@ def convert_decoder_steps_to_tflite(
     Returns:
         ``(encoder_flatbuffer, step_flatbuffer)``.
     """
+    where = "convert_decoder_steps_to_tflite"
+    encode, encode_signature, step, step_signature = _decoder_steps(where, model, target_length)
+    return (
+        convert_to_tflite(encode, encode_signature, optimize=optimize),
+        convert_to_tflite(step, step_signature, optimize=optimize),
+    )
+
+
+def _decoder_steps(where, model, target_length):
+    """The encoder and one-step decoder functions of a model, with their signatures.
+
+    Shared by the TFLite and ONNX converters; the state and constants are
+    flattened to positional tensors (see `convert_decoder_steps_to_tflite`).
+    """
     from keras_seq import decoding
 
-    where = "convert_decoder_steps_to_tflite"
     _check_seq2seq(where, model)
     _check_positive_int(where, target_length=target_length)
     steps = decoding._steps_for(model)
@@ -418,9 +431,7 @@ def convert_decoder_steps_to_tflite(
         logits, state = steps.step(tokens, t, constants, state)
         return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
 
-    encoder = convert_to_tflite(encode, [source_spec], optimize=optimize)
-    decoder_step = convert_to_tflite(step, step_signature, optimize=optimize)
-    return encoder, decoder_step
+    return encode, [source_spec], step, step_signature
 
 
 def tflite_greedy_decode(
@@ -551,10 +562,34 @@ def convert_to_onnx(
     call, specs = _traceable(model, input_signature)
     path = os.fspath(path)
     with builtin_loop_mode():
-        tf2onnx.convert.from_function(
-            tf.function(call), input_signature=specs, opset=int(opset), output_path=path
+        model_proto, _ = tf2onnx.convert.from_function(
+            tf.function(call), input_signature=specs, opset=int(opset)
         )
+    # tf2onnx only logs TensorFlow ops it cannot map and leaves them in the
+    # graph, giving a file no runtime loads: fail here instead.
+    unsupported = sorted(_unknown_onnx_ops(model_proto.graph))
+    if unsupported:
+        raise ValueError(
+            f"convert_to_onnx: tf2onnx cannot convert the TensorFlow op(s) {unsupported} "
+            f"(opset {opset}); see export/ONNX.md."
+        )
+    with open(path, "wb") as f:
+        f.write(model_proto.SerializeToString())
     return path
+
+
+def _unknown_onnx_ops(graph) -> set[str]:
+    """Op types of the default ONNX domain that ONNX does not define (subgraphs included)."""
+    import onnx
+
+    unknown = set()
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
+            unknown.add(node.op_type)
+        for attribute in node.attribute:
+            for subgraph in [attribute.g, *attribute.graphs]:
+                unknown |= _unknown_onnx_ops(subgraph)
+    return unknown
 
 
 def convert_seq2seq_to_onnx(
@@ -576,6 +611,37 @@ def convert_seq2seq_to_onnx(
     """
     _check_seq2seq("convert_seq2seq_to_onnx", model)
     return convert_to_onnx(_seq2seq_forward(model), path, _seq2seq_signature(), opset=opset)
+
+
+def convert_decoder_steps_to_onnx(
+    model,
+    encoder_path: str | os.PathLike,
+    decoder_step_path: str | os.PathLike,
+    target_length: int,
+    opset: int = _DEFAULT_OPSET,
+) -> tuple[str, str]:
+    """Converts a translation model into an ONNX encoder and one-step decoder.
+
+    Same inputs and outputs as `convert_decoder_steps_to_tflite` (ONNX input
+    names ``encoder_inputs``; ``tokens``, ``t``, ``constant_<i>``,
+    ``state_<i>``), for a decoding loop in the host.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+        encoder_path: the encoder's ``.onnx`` file.
+        decoder_step_path: the decoder step's ``.onnx`` file.
+        target_length: the most decoding steps (sizes the Transformer's caches).
+        opset: ONNX opset. Default 17.
+
+    Returns:
+        ``(encoder_path, decoder_step_path)`` as strings.
+    """
+    where = "convert_decoder_steps_to_onnx"
+    encode, encode_signature, step, step_signature = _decoder_steps(where, model, target_length)
+    return (
+        convert_to_onnx(encode, encoder_path, encode_signature, opset=opset),
+        convert_to_onnx(step, decoder_step_path, step_signature, opset=opset),
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -5,9 +5,11 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+import tensorflow as tf
 
-from keras_seq import layers
-from keras_seq.export import convert_to_onnx
+from keras_seq import decoding, layers, models
+from keras_seq.export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx, convert_to_onnx
+from keras_seq.text import END_ID, PAD_ID, START_ID
 
 pytestmark = pytest.mark.slow
 
@@ -98,9 +100,6 @@ def test_convert_to_onnx_rejects_bad_opset(tmp_path):
 
 
 def test_transformer_seq2seq_forward_matches_keras(tmp_path, rng):
-    from keras_seq import models
-    from keras_seq.export import convert_seq2seq_to_onnx
-
     keras.utils.set_random_seed(5)
     model = models.transformer_seq2seq(
         20, 15, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0
@@ -114,3 +113,46 @@ def test_transformer_seq2seq_forward_matches_keras(tmp_path, rng):
     np.testing.assert_allclose(
         got, model({"encoder_inputs": x, "decoder_inputs": y}), atol=1e-4
     )
+
+
+def test_rnn_seq2seq_encoder_and_step_greedy_loop_equals_greedy_decode(tmp_path, rng):
+    keras.utils.set_random_seed(6)
+    model = models.rnn_seq2seq(20, 15, units=8, embedding_dim=4)
+    model.set_weights(
+        [rng.normal(scale=0.5, size=w.shape).astype(w.dtype) for w in model.get_weights()]
+    )
+    encoder_path, step_path = convert_decoder_steps_to_onnx(
+        model, tmp_path / "encoder.onnx", tmp_path / "step.onnx", target_length=8
+    )
+    x = rng.integers(4, 20, (4, 7)).astype("int32")
+    x[1, 3:] = 0
+    x[2, 1:] = 0
+    outputs = _run_onnx(encoder_path, {"encoder_inputs": x})
+    step = onnxruntime.InferenceSession(step_path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in step.get_inputs()]
+    num_state = len(step.get_outputs()) - 1
+    constants, state = outputs[: len(outputs) - num_state], outputs[len(outputs) - num_state :]
+    # The host loop of an app, written out: argmax, PAD after END.
+    ids = np.zeros((4, 8), np.int32)
+    tokens = np.full(4, START_ID, np.int32)
+    finished = np.zeros(4, bool)
+    for t in range(8):
+        feeds = dict(zip(names, [tokens, np.array(t, np.int32), *constants, *state]))
+        logits, *state = step.run(None, feeds)
+        tokens = np.where(finished, PAD_ID, logits.argmax(-1)).astype(np.int32)
+        ids[:, t] = tokens
+        finished |= tokens == END_ID
+    np.testing.assert_array_equal(ids, decoding.greedy_decode(model, x, 8))
+    assert len({tuple(row) for row in ids}) > 1
+
+
+def test_convert_to_onnx_refuses_ops_onnx_lacks(tmp_path):
+    # keras.ops.slice_update lowers to XlaDynamicUpdateSlice, which tf2onnx
+    # leaves unconverted; the file would not load in any runtime.
+    def update(x):
+        return keras.ops.slice_update(x, (0, 1), tf.ones((2, 1)))
+
+    signature = [tf.TensorSpec([2, 3], tf.float32, name="x")]
+    with pytest.raises(ValueError, match=r"cannot convert the TensorFlow op\(s\) \['XlaDynamicUpdateSlice'\]"):
+        convert_to_onnx(update, tmp_path / "x.onnx", signature)
+    assert not (tmp_path / "x.onnx").exists()
