@@ -5,14 +5,16 @@ This is the one export module of the package.
 - `export_saved_model` writes a SavedModel whose ``serving_default`` signature
   maps a ``(B,)`` string tensor to ``(B,)`` strings: tokenize -> greedy or beam
   decoding -> detokenize, all TensorFlow ops, so TF Serving (or plain
-  ``tf.saved_model.load``) runs it without this package.
+  ``tf.saved_model.load``) runs it without this package;
+  `saved_model_op_names` lists the ops a server must provide.
 - `convert_to_tflite` converts any model or function with TFLite builtin ops
   only; `convert_seq2seq_to_tflite` converts a translation model's teacher-forced
   forward pass, and `convert_decoder_steps_to_tflite` an encoder plus a single
   decoder step with explicit state, for a greedy loop on the device
   (`tflite_greedy_decode` is that loop, in NumPy).
 - `convert_to_onnx` converts any model or function through tf2onnx;
-  `convert_seq2seq_to_onnx` a translation model's forward pass.
+  `convert_seq2seq_to_onnx` a translation model's forward pass and
+  `convert_decoder_steps_to_onnx` its encoder and decoder step.
 - `export_run` exports a ``keras-seq train`` run folder in any of these formats.
 
 Recurrent loops are traced in their TFLite-builtin form (``builtin_loop_mode``)
