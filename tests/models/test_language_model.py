@@ -22,6 +22,7 @@ def _classifier(kind):
     return models.sequence_classifier(10, 2, units=8, cell="coupled", dropout=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["transformer", "rnn"])
 def test_language_model_loss_falls_on_a_counting_sequence(kind):
     keras.utils.set_random_seed(0)
@@ -45,6 +46,7 @@ def test_language_model_is_causal(rng):
     assert not np.allclose(model(changed)[:, 4:], model(tokens)[:, 4:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rnn", "transformer"])
 def test_classifier_learns_which_half_of_the_vocabulary_dominates(kind, rng):
     keras.utils.set_random_seed(0)

@@ -90,6 +90,7 @@ _BUILDERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(_BUILDERS))
 def test_seq2seq_loss_falls_when_training_a_copy_task(kind, rng):
     keras.utils.set_random_seed(0)
