@@ -8,6 +8,26 @@ from keras import ops
 from keras_seq.layers import _masking
 
 
+def _write_cache(cache, k_v, index):
+    """`cache` (B, 2, S, H, d) with `k_v` (B, 2, T', H, d) written at positions index..index+T'-1.
+
+    A select over the S positions rather than `ops.slice_update`: on TensorFlow
+    the latter becomes the XLA op `XlaDynamicUpdateSlice`, which ONNX has no
+    mapping for and TF Serving runs only with XLA enabled on CPU; `where` (and
+    `take`) are core ops everywhere (TFLite SELECT_V2/GATHER, ONNX Where/Gather).
+    """
+    position = ops.arange(ops.shape(cache)[2], dtype="int32") - ops.cast(index, "int32")  # (S,)
+    new_length = k_v.shape[2]
+    if new_length is None or new_length != 1:
+        # Row p of the cache takes row p - index of k_v where that exists.
+        last = ops.shape(k_v)[2] - 1
+        k_v = ops.take(k_v, ops.clip(position, 0, last), axis=2)  # (B, 2, S, H, d)
+    else:
+        last = 0
+    written = ops.logical_and(position >= 0, position <= last)
+    return ops.where(ops.reshape(written, (1, 1, -1, 1, 1)), k_v, cache)
+
+
 @keras.saving.register_keras_serializable(package="keras_seq")
 class MultiHeadAttention(keras.layers.MultiHeadAttention):
     """Multi-head attention, `keras.layers.MultiHeadAttention` plus a key/value cache.
@@ -180,11 +200,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             else:
                 cache = ops.cast(cache, self.compute_dtype)
                 if cache_update_index is not None:
-                    # One write of the new (B, 2, T', H, key_dim) slab: the
-                    # cache is the big tensor here, so copy it as few times as possible.
                     k_v = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
-                    start = [0, 0, cache_update_index, 0, 0]
-                    cache = ops.slice_update(cache, start, ops.cast(k_v, cache.dtype))
+                    cache = _write_cache(cache, ops.cast(k_v, cache.dtype), cache_update_index)
                 k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
         finally:
             for tensor, mask in implicit:

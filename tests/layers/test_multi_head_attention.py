@@ -283,3 +283,18 @@ def test_tflite_matches_keras_full_and_cached_step(rng):
         y_keras, cache = step(x[:, i : i + 1], cache, i)
         np.testing.assert_allclose(y_tflite, y_keras, atol=1e-5)
         np.testing.assert_allclose(cache_tflite, cache, atol=1e-5)
+
+
+def test_cache_update_traces_to_core_ops_without_xla(rng):
+    # XlaDynamicUpdateSlice has no ONNX mapping and needs XLA in TF Serving.
+    mha = layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    mha.build((None, None, 8), (None, None, 8))
+    step = tf.function(
+        lambda x_t, cache, index: mha(x_t, x_t, cache=cache, cache_update_index=index)
+    ).get_concrete_function(
+        tf.TensorSpec((None, None, 8)),
+        tf.TensorSpec((None, 2, 6, 2, 4)),
+        tf.TensorSpec((), tf.int32),
+    )
+    op_types = {op.type for op in step.graph.get_operations()}
+    assert not any(t.startswith("Xla") for t in op_types), op_types
