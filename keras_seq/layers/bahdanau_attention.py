@@ -159,6 +159,10 @@ class BahdanauAttention(keras.layers.Layer):
         processed_key=None,
     ):
         name = f"BahdanauAttention '{self.name}'"
+        # Keras fills these from implicit masks only when they are None; an
+        # explicit mask is combined with the implicit one here.
+        query_mask = _masking.logical_and_masks(query_mask, _masking.keras_mask(query))
+        value_mask = _masking.logical_and_masks(value_mask, _masking.keras_mask(value))
         single_step = len(query.shape) == 2
         if single_step:
             query = ops.expand_dims(query, 1)  # (B, 1, dq)

@@ -114,6 +114,16 @@ def test_query_mask_zeroes_context_and_implicit_masks_are_honoured(rng):
     _, alpha = layer(query, value, return_attention_scores=True)
     np.testing.assert_allclose(alpha, alpha_ref, atol=1e-5)
     np.testing.assert_array_equal(context._keras_mask, tokens_q != 0)
+    # An explicit mask is combined with the implicit one, not substituted.
+    extra = np.array([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]], bool)
+    _, alpha_both = layer(query, value, value_mask=extra, return_attention_scores=True)
+    _, alpha_ref = _bahdanau_reference(
+        layer.get_weights(),
+        np.asarray(query),
+        np.asarray(value),
+        value_mask=(tokens_v != 0) & extra,
+    )
+    np.testing.assert_allclose(alpha_both, alpha_ref, atol=1e-5)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
