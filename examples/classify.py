@@ -19,9 +19,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kind", choices=("rnn", "transformer"), default="rnn")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--train-size", type=int, default=10_000)
     args = parser.parse_args()
 
-    task = data.date_task(train_size=10_000, validation_size=500, test_size=2_000)
+    task = data.date_task(train_size=args.train_size, validation_size=500, test_size=2_000)
     tokenizer = text.CharTokenizer.from_corpus(s for s, _ in task["train"])
 
     def arrays(pairs):
