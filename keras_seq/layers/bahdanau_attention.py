@@ -64,6 +64,7 @@ class BahdanauAttention(keras.layers.Layer):
     attention = BahdanauAttention(units=16)
     encoder_states = np.random.rand(2, 7, 8).astype("float32")
     decoder_state = np.random.rand(2, 12).astype("float32")
+    attention.build(query_shape=(None, 12), value_shape=(None, None, 8))
     keys = attention.precompute_keys(encoder_states)      # once per source
     context, alpha = attention(decoder_state, encoder_states,
                                processed_key=keys,
