@@ -1,4 +1,4 @@
-"""The one masking helper shared by every attention layer.
+"""Masking for every attention layer: one module, shared by all of them.
 
 Masks are boolean, ``True`` = keep. An attention mask has shape ``(B, T, S)``
 (query positions by key positions), or any shape that broadcasts to it
