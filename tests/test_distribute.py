@@ -1,0 +1,151 @@
+"""Multi-replica training: the strategies give the same weights as one device.
+
+Multi-worker runs use two local processes on 127.0.0.1, bounded by timeouts
+and killed on failure.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_seq.distribute import is_chief, make_strategy
+
+# Trains a tiny PeepholeLSTM regressor for 2 epochs of 2 global batches of 8.
+_TRAIN = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    mode, out = sys.argv[1], sys.argv[2]
+    if mode == "mirrored":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from keras_seq import layers
+    from keras_seq.distribute import is_chief, make_strategy
+
+    strategy = make_strategy(mode)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 6, 3)).astype("float32")
+    y = rng.normal(size=(16, 4)).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        inputs = keras.Input((6, 3))
+        h = layers.PeepholeLSTM(5)(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(4)(h))
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).with_options(options)
+    model.fit(dataset, epochs=2, verbose=0)
+    np.savez(out, replicas=strategy.num_replicas_in_sync, chief=is_chief(),
+             *model.get_weights())
+    """
+)
+
+
+def _run(mode, out, env=None, timeout=240):
+    return subprocess.Popen(
+        [sys.executable, "-c", _TRAIN, mode, str(out)],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _wait(processes, timeout=240):
+    try:
+        for p in processes:
+            output, _ = p.communicate(timeout=timeout)
+            assert p.returncode == 0, output.decode()[-3000:]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _weights(path):
+    data = np.load(path)
+    arrays = [data[f"arr_{i}"] for i in range(len(data.files) - 2)]
+    return arrays, int(data["replicas"]), bool(data["chief"])
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def single_device_weights(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "w.npz"
+    _wait([_run("none", out)])
+    weights, replicas, _ = _weights(out)
+    assert replicas == 1
+    return weights
+
+
+@pytest.mark.slow
+def test_mirrored_two_replicas_equal_one_device(single_device_weights, tmp_path):
+    _wait([_run("mirrored", tmp_path / "w.npz")])
+    weights, replicas, _ = _weights(tmp_path / "w.npz")
+    assert replicas == 2
+    for got, want in zip(weights, single_device_weights):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_local_workers_equal_one_device(single_device_weights, tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(
+            _run("multi_worker", tmp_path / f"w{index}.npz", {"TF_CONFIG": json.dumps(tf_config)})
+        )
+    _wait(processes)
+    chiefs = []
+    for index in range(2):
+        weights, replicas, chief = _weights(tmp_path / f"w{index}.npz")
+        assert replicas == 2
+        chiefs.append(chief)
+        for got, want in zip(weights, single_device_weights):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert chiefs == [True, False]
+
+
+def test_unknown_strategy_and_missing_cluster_are_rejected(monkeypatch):
+    with pytest.raises(ValueError, match="make_strategy: `name` must be one of"):
+        make_strategy("tpu")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="'multi_worker' needs the TF_CONFIG"):
+        make_strategy("multi_worker")
+
+
+def test_chief_is_worker_zero_or_the_chief_task(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert is_chief()
+    cluster = {"worker": ["a:1", "b:2"]}
+    for index, expected in ((0, True), (1, False)):
+        monkeypatch.setenv(
+            "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        )
+        assert is_chief() is expected
+    with_chief = {"chief": ["c:3"], **cluster}
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "worker", "index": 0}})
+    )
+    assert not is_chief()
