@@ -80,9 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-target-length", type=int, default=64, help=argparse.SUPPRESS)
     train.add_argument(
         "--distribute",
-        choices=("none", "mirrored"),
+        choices=("none", "mirrored", "multi_worker"),
         default="none",
-        help="tf.distribute strategy: 'mirrored' uses every local GPU (or CPU device)",
+        help="tf.distribute strategy: 'mirrored' uses every local GPU (or CPU device); "
+        "'multi_worker' one process per worker, the cluster given by TF_CONFIG",
     )
     train.add_argument("--verbose", type=int, default=1, help=argparse.SUPPRESS)
 
@@ -234,7 +235,6 @@ def _attention_figure(model, tokenizer, sources, outputs, source_length, target_
 def _train(args) -> int:
     t_start = time.perf_counter()
     import keras
-    import tensorflow as tf
 
     from keras_seq import data, text
     from keras_seq.text import PAD_ID
@@ -250,6 +250,14 @@ def _train(args) -> int:
         time.strftime("%Y%m%d-%H%M%S"),
     )
     run_dir = os.path.join(args.out, name)
+    if args.distribute == "multi_worker":
+        from keras_seq.distribute import is_chief
+
+        if not is_chief():
+            # Every worker trains; only the chief's run directory is kept.
+            import tempfile
+
+            run_dir = tempfile.mkdtemp(prefix=f"{name}-worker-")
     os.makedirs(run_dir, exist_ok=True)
     keras.utils.set_random_seed(args.seed)
 
@@ -267,13 +275,9 @@ def _train(args) -> int:
     ]
     t_data = time.perf_counter()
 
-    if args.distribute == "mirrored":
-        # Every local GPU; without GPUs every logical CPU device (useful to test
-        # multi-replica training on one machine).
-        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-        strategy = tf.distribute.MirroredStrategy([d.name for d in devices])
-    else:
-        strategy = tf.distribute.get_strategy()
+    from keras_seq.distribute import make_strategy
+
+    strategy = make_strategy(args.distribute)
     with strategy.scope():
         model = _build_model(args, tokenizer.vocabulary_size)
         steps = args.epochs * len(datasets[0])

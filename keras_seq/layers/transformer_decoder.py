@@ -237,6 +237,9 @@ class TransformerDecoder(keras.layers.Layer):
         if decoding:
             # Keys are the S cache positions; the implicit mask of the new
             # tokens cannot describe them, so only an explicit (B, S) mask counts.
+            # The copy drops that implicit mask, which Keras would otherwise pass
+            # to self-attention as a mask over the cache keys.
+            decoder_sequence = ops.copy(decoder_sequence)
             key_length = self_attention_cache.shape[2]
             _masking.check_mask_shape(
                 name,

@@ -476,3 +476,21 @@ def test_vaswani_base_parameter_count_matches_closed_form():
         decoder.build((None, None, d), (None, None, d))
         total += encoder.count_params() + decoder.count_params()
     assert total == expected
+
+
+def test_cached_decoding_of_embedding_masked_tokens_equals_full_causal(rng):
+    # Tokens from Embedding(mask_zero=True) carry an implicit (B, 1) mask per
+    # step; it describes the new token, not the S cache keys.
+    embedding = keras.layers.Embedding(9, 8, mask_zero=True)
+    decoder = layers.TransformerDecoder(12, 2)
+    T = 4
+    tokens = np.array([[3, 5, 2, 7], [4, 1, 6, 8]], "int32")  # no padding
+    full = np.asarray(decoder(embedding(tokens)))
+    cache = np.zeros((2, 2, T, 2, 4), "float32")
+    for i in range(T):
+        y_i, cache = decoder(
+            embedding(tokens[:, i : i + 1]),
+            self_attention_cache=cache,
+            self_attention_cache_update_index=i,
+        )
+        np.testing.assert_allclose(y_i, full[:, i : i + 1], atol=1e-5)
