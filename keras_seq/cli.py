@@ -98,6 +98,22 @@ def _parser() -> argparse.ArgumentParser:
     translate.add_argument(
         "--length-penalty", type=float, default=0.0, help="GNMT length penalty α for --beam"
     )
+
+    export = commands.add_parser(
+        "export",
+        help="export a trained run for TF Serving (SavedModel), TFLite and ONNX",
+        description="Write OUT/translator/1 (strings in, strings out), OUT/tflite/ and "
+        "OUT/onnx/ for the model in RUN_DIR; see export/README.md.",
+    )
+    export.add_argument("run_dir", metavar="RUN_DIR")
+    export.add_argument("out", metavar="OUT")
+    export.add_argument(
+        "--formats",
+        nargs="+",
+        choices=("savedmodel", "tflite", "onnx"),
+        default=["savedmodel", "tflite", "onnx"],
+    )
+    export.add_argument("--beam", type=int, default=1, help="beam width of the SavedModel")
     return parser
 
 
@@ -397,6 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "validation_size", "test_size", "learning_rate",
         )
         return _train(args)
+    if args.command == "export":
+        if args.beam < 1:
+            parser.error(f"--beam must be >= 1, got {args.beam}")
+        from keras_seq.export import export_run
+
+        written = export_run(args.run_dir, args.out, formats=tuple(args.formats), beam_width=args.beam)
+        for kind, path in written.items():
+            print(f"{kind}: {path}")
+        return 0
     if args.beam < 0:
         parser.error(f"--beam must be >= 0, got {args.beam}")
     return _translate(args)

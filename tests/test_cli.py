@@ -52,6 +52,20 @@ def test_translate_prints_the_evaluated_greedy_outputs(date_run, capsys):
 
 
 @pytest.mark.slow
+def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, tmp_path, capsys):
+    import tensorflow as tf
+
+    examples = json.loads((date_run / "metrics.json").read_text())["examples"][:3]
+    assert main(["export", str(date_run), str(tmp_path), "--formats", "savedmodel"]) == 0
+    assert "savedmodel:" in capsys.readouterr().out
+    served = tf.saved_model.load(str(tmp_path / "translator" / "1"))
+    outputs = served.signatures["serving_default"](
+        inputs=tf.constant([e["source"] for e in examples])
+    )["outputs"]
+    assert [o.decode() for o in outputs.numpy()] == [e["output"] for e in examples]
+
+
+@pytest.mark.slow
 def test_train_transformer_on_a_tsv_file(tmp_path, capsys):
     data = tmp_path / "pairs.tsv"
     data.write_text("".join(f"{w}\t{w[::-1]}\tCC-BY\n" for w in
