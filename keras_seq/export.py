@@ -234,9 +234,8 @@ def export_saved_model(
     With `text.CharTokenizer`s the graph holds core TensorFlow ops only; a
     `text.WordPieceTokenizer` adds tensorflow-text ops (load them with
     ``import tensorflow_text`` before `tf.saved_model.load`). A Transformer's
-    cached decoding adds ``XlaDynamicUpdateSlice`` (the key/value cache
-    update), which TF Serving on CPU runs only with
-    ``--xla_cpu_compilation_enabled=true``; `saved_model_op_names` lists the ops.
+    key/value cache is written with core ops (no ``Xla*`` op);
+    `saved_model_op_names` lists the ops a server needs.
 
     Args:
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
