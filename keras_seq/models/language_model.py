@@ -5,8 +5,22 @@ from __future__ import annotations
 import keras
 
 from keras_seq.models import _cells
-from keras_seq.models.embedding import PaddingMask, TokenEmbedding
-from keras_seq.models.seq2seq import _check_positive_int, _check_rate
+from keras_seq.models.embedding import PaddingMask
+from keras_seq.models.seq2seq import _check_positive_int, _check_rate, _transformer_embed
+
+
+def _check_kind(where: str, kind: str) -> None:
+    if kind not in ("transformer", "rnn"):
+        raise ValueError(f"{where}: `kind` must be 'transformer' or 'rnn'; received kind={kind!r}.")
+
+
+def _check_transformer(where: str, units: int, num_heads: int, intermediate_dim: int) -> None:
+    _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
+    if units % num_heads:
+        raise ValueError(
+            f"{where}: `num_heads` must divide `units`; received units={units}, "
+            f"num_heads={num_heads}."
+        )
 
 
 def language_model(
@@ -62,8 +76,7 @@ def language_model(
         where, vocabulary_size=vocabulary_size, num_layers=num_layers, units=units
     )
     _check_rate(where, dropout=dropout)
-    if kind not in ("transformer", "rnn"):
-        raise ValueError(f"{where}: `kind` must be 'transformer' or 'rnn'; received kind={kind!r}.")
+    _check_kind(where, kind)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
@@ -77,18 +90,11 @@ def language_model(
         logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
         return keras.Model(token_ids, logits, name=name)
 
-    from keras_seq.layers import SinusoidalPositionalEncoding, TransformerDecoder
+    from keras_seq.layers import TransformerDecoder
 
-    _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
-    if units % num_heads:
-        raise ValueError(
-            f"{where}: `num_heads` must divide `units`; received units={units}, "
-            f"num_heads={num_heads}."
-        )
+    _check_transformer(where, units, num_heads, intermediate_dim)
     mask = PaddingMask(name="padding_mask")(token_ids)
-    embedding = TokenEmbedding(vocabulary_size, units, name="embedding")
-    x = SinusoidalPositionalEncoding(name="position")(embedding(token_ids))
-    x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+    x, embedding = _transformer_embed(token_ids, vocabulary_size, units, dropout, "token")
     for i in range(num_layers):
         x = TransformerDecoder(
             intermediate_dim, num_heads, dropout=dropout, name=f"decoder_layer_{i}"
@@ -151,8 +157,7 @@ def sequence_classifier(
         num_layers=num_layers,
     )
     _check_rate(where, dropout=dropout)
-    if kind not in ("transformer", "rnn"):
-        raise ValueError(f"{where}: `kind` must be 'rnn' or 'transformer'; received kind={kind!r}.")
+    _check_kind(where, kind)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
@@ -164,18 +169,11 @@ def sequence_classifier(
                 layer_class(units, return_sequences=True), name=f"bidirectional_{i}"
             )(x)
     else:
-        from keras_seq.layers import SinusoidalPositionalEncoding, TransformerEncoder
+        from keras_seq.layers import TransformerEncoder
 
-        _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
-        if units % num_heads:
-            raise ValueError(
-                f"{where}: `num_heads` must divide `units`; received units={units}, "
-                f"num_heads={num_heads}."
-            )
+        _check_transformer(where, units, num_heads, intermediate_dim)
         mask = PaddingMask(name="padding_mask")(token_ids)
-        x = TokenEmbedding(vocabulary_size, units, name="embedding")(token_ids)
-        x = SinusoidalPositionalEncoding(name="position")(x)
-        x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+        x, _ = _transformer_embed(token_ids, vocabulary_size, units, dropout, "token")
         for i in range(num_layers):
             x = TransformerEncoder(
                 intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"
