@@ -210,7 +210,7 @@ def _translate_strings(decode, tokenizer, strings, source_length):
 
 
 def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):
-    """Draws α (output tokens x source tokens) for a few examples."""
+    """Draws the attention weights (output tokens x source tokens) for a few examples."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,18 +218,20 @@ def _attention_figure(model, tokenizer, sources, outputs, source_length, target_
     import numpy as np
     import tensorflow as tf
 
+    from keras_seq import decoding
     from keras_seq.text import START_ID
 
-    decoder = model.get_layer("decoder")
     encoder_inputs = tokenizer.encode(sources, source_length)
     output_ids = tokenizer.encode(outputs, target_length, add_end=True)
     decoder_inputs = tf.concat(
         [tf.fill([len(sources), 1], START_ID), output_ids[:, :-1]], axis=1
     )
-    h, *s0 = model.get_layer("encoder")(encoder_inputs)
-    y = model.get_layer("target_embedding")(decoder_inputs)
-    _, alpha = decoder(y, h, initial_state=s0, return_attention_scores=True)
-    alpha = alpha.numpy()
+    alpha = np.asarray(decoding.attention_weights(model, encoder_inputs, decoder_inputs))
+    title = (
+        "Bahdanau attention weights α (greedy decoding)"
+        if "decoder" in {layer.name for layer in model.layers}
+        else "Cross-attention of the last decoder block, mean over heads (greedy decoding)"
+    )
 
     fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 4.5))
     for ax, source, output, a in zip(np.atleast_1d(axes), sources, outputs, alpha):
@@ -242,7 +244,7 @@ def _attention_figure(model, tokenizer, sources, outputs, source_length, target_
         ax.set_xlabel("source")
         ax.set_ylabel("output")
         ax.set_title(source, fontsize=8)
-    fig.suptitle("Bahdanau attention weights α (greedy decoding)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -330,7 +332,7 @@ def _train(args) -> int:
 
     model.save(os.path.join(run_dir, "model.keras"))
     tokenizer.save(run_dir)
-    if args.model == "rnn" and args.attention != "none":
+    if args.model == "transformer" or args.attention != "none":
         _attention_figure(
             model, tokenizer, sources[:3], outputs[:3], source_length, target_length,
             os.path.join(run_dir, "attention.png"),

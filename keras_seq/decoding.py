@@ -47,6 +47,17 @@ class _RecurrentSteps:
             constants["processed_key"] = self.decoder.precompute_keys(h)
         return constants, {"s": list(s0)}
 
+    def attention(self, encoder_inputs, decoder_inputs):
+        if self.decoder.attention is None:
+            raise ValueError(
+                "keras_seq.decoding.attention_weights: this rnn_seq2seq model was built "
+                "with attention=None; it has no attention weights."
+            )
+        h, *s0 = self.encoder(encoder_inputs, training=False)
+        y = self.embedding(decoder_inputs)
+        _, alpha = self.decoder(y, h, initial_state=s0, return_attention_scores=True)
+        return alpha
+
     def step(self, tokens, t, constants, state):
         # tf.identity drops the Keras mask of the embedding: the cell has no use
         # for it (finished rows are handled by the search) and would warn.
@@ -113,6 +124,18 @@ class _TransformerSteps:
         state = {"self": [self._empty_cache(batch_size, max_length) for _ in self.blocks]}
         return constants, state
 
+    def attention(self, encoder_inputs, decoder_inputs):
+        h = self.encoder(encoder_inputs, training=False)
+        masks = {
+            "encoder_padding_mask": tf.not_equal(encoder_inputs, PAD_ID),
+            "decoder_padding_mask": tf.not_equal(decoder_inputs, PAD_ID),
+        }
+        x = self.position(self.embedding(decoder_inputs))
+        for block in self.blocks[:-1]:
+            x = block(x, h, **masks, training=False)
+        _, scores = self.blocks[-1](x, h, **masks, training=False, return_attention_scores=True)
+        return tf.reduce_mean(tf.cast(scores, "float32"), axis=1)  # mean over heads
+
     def step(self, tokens, t, constants, state):
         x = self.embedding(tokens[:, None])  # (B, 1, d)
         # A fresh tensor without the Keras mask of the embedding: with a cache,
@@ -152,6 +175,27 @@ def _steps_for(model):
         f"keras_seq.decoding: model {model.name!r} was not built by "
         "keras_seq.models.rnn_seq2seq or keras_seq.models.transformer_seq2seq "
         "(it lacks the named encoder/decoder layers decoding steps through)."
+    )
+
+
+def attention_weights(model, encoder_inputs, decoder_inputs):
+    """Where each target position looks in the source, teacher-forced.
+
+    Args:
+        model: a model built by `keras_seq.models.rnn_seq2seq` (with
+            attention) or `keras_seq.models.transformer_seq2seq`.
+        encoder_inputs: ``(B, S)`` source token ids.
+        decoder_inputs: ``(B, T)`` target ids shifted right (``[START]``
+            first), e.g. ``[START]`` followed by a decoded output.
+
+    Returns:
+        ``(B, T, S)`` float weights; each row sums to 1 over the non-padding
+        source positions. The recurrent model gives its Bahdanau α; the
+        Transformer gives the cross-attention of its last decoder block,
+        averaged over the heads.
+    """
+    return _steps_for(model).attention(
+        tf.cast(encoder_inputs, "int32"), tf.cast(decoder_inputs, "int32")
     )
 
 

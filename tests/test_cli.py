@@ -75,6 +75,8 @@ def test_train_transformer_on_a_tsv_file(tmp_path, capsys):
     assert "Held-out exact match" in capsys.readouterr().out
     metrics = json.loads((tmp_path / "tsv" / "metrics.json").read_text())
     assert metrics["config"]["model"] == "transformer"
+    with open(tmp_path / "tsv" / "attention.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert metrics["train_examples"] + metrics["test_examples"] < 42
 
 

@@ -228,3 +228,22 @@ def test_bad_arguments_raise_value_error(seq2seq_models):
     classifier = models.sequence_classifier(V, 2, units=4)
     with pytest.raises(ValueError, match="was not built by"):
         decoding.greedy_decode(classifier, source, L)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_attention_weights_are_distributions_over_unpadded_source(kind, seq2seq_models):
+    source = _sources()
+    decoder_inputs = np.array([[START_ID, 5, 6, 7, 0]] * 4, "int32")
+    alpha = np.asarray(decoding.attention_weights(seq2seq_models[kind], source, decoder_inputs))
+    assert alpha.shape == (4, 5, 7)
+    padded = np.broadcast_to((source == PAD_ID)[:, None, :], alpha.shape)
+    np.testing.assert_array_equal(alpha[padded], 0.0)
+    np.testing.assert_allclose(alpha.sum(-1), 1.0, atol=1e-5)
+    assert np.all(alpha >= 0.0)
+
+
+def test_attention_weights_of_a_model_without_attention_raise(seq2seq_models):
+    with pytest.raises(ValueError, match="attention=None"):
+        decoding.attention_weights(
+            seq2seq_models["rnn_plain_lstm"], _sources(), np.full((4, 2), START_ID, "int32")
+        )

@@ -12,13 +12,29 @@ from __future__ import annotations
 import numbers
 
 import keras
+import tensorflow as tf
 from keras import activations, constraints, initializers, ops, regularizers
 
 # keras.layers.RNN pre-creates and resets per-batch dropout masks only for cells
 # that derive from this mixin, so our cells use it too.
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
-from keras_seq.layers._recurrent_driver import project, run_recurrence
+from keras_seq.layers._recurrent_driver import (
+    builtin_loop_mode_enabled,
+    project,
+    run_fused_recurrence,
+    run_recurrence,
+)
+
+
+def sigmoid_grad(y, dy):
+    """``dy ⊙ y ⊙ (1 − y)`` for ``y = σ(x)``, in one op."""
+    return tf.raw_ops.SigmoidGrad(y=y, dy=dy)
+
+
+def tanh_grad(y, dy):
+    """``dy ⊙ (1 − y²)`` for ``y = tanh(x)``, in one op."""
+    return tf.raw_ops.TanhGrad(y=y, dy=dy)
 
 
 def _check_units(owner: str, units) -> int:
@@ -105,6 +121,20 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed=seed)
         self.output_size = self.units
+
+    def _fused_supported(self) -> bool:
+        """Whether the layer may train with the cell's hand-written gradient.
+
+        Cells that implement the `FusedCell` methods return True for the
+        activations their derivative is written for (tanh and sigmoid).
+        """
+        return False
+
+    def _standard_activations(self) -> bool:
+        return (
+            self.activation is activations.tanh
+            and self.recurrent_activation is activations.sigmoid
+        )
 
     def _check_input_shape(self, input_shape) -> int:
         if len(input_shape) < 2 or input_shape[-1] is None:
@@ -306,6 +336,26 @@ class _RecurrentLayer(keras.layers.RNN):
             recurrent_mask = cell.get_recurrent_dropout_mask(initial_state[0])
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)))  # (T, B, gates * units)
+        if (
+            training is True
+            and not self.unroll
+            and not builtin_loop_mode_enabled()
+            and cell._fused_supported()
+        ):
+            # Training: the same recurrence with the cell's hand-written gradient.
+            kernel, params = cell._fused_params()
+            return run_fused_recurrence(
+                cell,
+                xw,
+                list(initial_state),
+                kernel,
+                params,
+                mask=mask,
+                recurrent_mask=recurrent_mask,
+                go_backwards=self.go_backwards,
+                return_sequences=self.return_sequences,
+                zero_output_for_mask=self.zero_output_for_mask,
+            )
         params = cell._recurrent_params(ops.shape(sequences)[0])
 
         def step(xw_t, states):

@@ -17,6 +17,13 @@ three forms that compute the same thing:
   the builtins WHILE, GATHER and SCATTER_ND.
 - unrolled form (``unroll=True``): a Python loop over a static length.
 
+``run_fused_recurrence`` is the training form with a hand-written gradient
+(backpropagation through time) for cells that supply their derivative: the
+forward loop keeps what the backward loop needs, the backward loop does one
+matmul per step (``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one
+large matmul over all steps after the loop instead of one small matmul and an
+accumulation per step. Layers use it when training.
+
 Masking follows ``keras.src.backend.tensorflow.rnn.rnn``: at a masked step the
 states are carried through unchanged and the output is the previous output (or
 zeros with ``zero_output_for_mask``, which ``keras.layers.Bidirectional`` sets).
@@ -27,12 +34,39 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import tensorflow as tf
 
 _state = threading.local()
 
 StepFn = Callable[[tf.Tensor, list], tuple]
+
+
+class FusedCell(Protocol):
+    """A cell's step and its derivative, for `run_fused_recurrence`.
+
+    ``r_t = h_in @ U`` is computed by the driver (``h_in`` is the previous
+    output times the recurrent dropout mask); ``params`` are the cell's other
+    recurrent weights (peepholes, recurrent bias) as tensors.
+    """
+
+    _fused_saved_widths: Sequence[int]  # width of each tensor saved per step
+    _fused_d_r_is_d_xw: bool  # the gradients of xw_t and r_t are the same tensor
+
+    def _fused_forward(self, xw_t, r_t, states, params) -> tuple[list, list]:
+        """``(new_states, saved)``: h must be ``new_states[0]``; ``saved`` is
+        what ``_fused_backward`` needs from this step (a fixed-length list)."""
+
+    def _fused_backward(self, saved, states_prev, d_states, params) -> tuple:
+        """``(d_xw_t, d_r_t, d_states_prev)`` from the gradients of the step's
+        new states; ``d_r_t`` may be ``d_xw_t`` itself, an entry of
+        ``d_states_prev`` may be ``None`` (no direct path)."""
+
+    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params) -> list:
+        """Gradients of ``params`` from the whole sequences, time-major
+        ``(T, B, ...)``: the saved tensors, the states before and after every
+        step, and the gradients of ``xw`` and ``r`` at every step."""
 
 
 def builtin_loop_mode_enabled() -> bool:
@@ -205,3 +239,206 @@ def _builtin_loop(advance, xw, mask, carry, return_sequences):
     )
     outputs = result[1] if return_sequences else None
     return outputs, list(result[2:])
+
+
+def run_fused_recurrence(
+    cell: FusedCell,
+    xw: tf.Tensor,
+    initial_states: Sequence[tf.Tensor],
+    kernel: tf.Tensor,
+    params: Sequence[tf.Tensor],
+    mask: tf.Tensor | None = None,
+    recurrent_mask: tf.Tensor | None = None,
+    go_backwards: bool = False,
+    return_sequences: bool = False,
+    zero_output_for_mask: bool = False,
+) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+    """`run_recurrence` (training form) with the cell's hand-written gradient.
+
+    Args:
+        cell: supplies ``_fused_forward``, ``_fused_backward`` and
+            ``_fused_param_grads`` (see `FusedCell`).
+        xw: ``(T, B, P)`` input projection for every step, time-major.
+        initial_states: list of ``(B, units)`` tensors, h first.
+        kernel: ``(units, P)`` recurrent kernel U.
+        params: the cell's other recurrent weights.
+        mask, go_backwards, return_sequences, zero_output_for_mask: as in
+            `run_recurrence`.
+        recurrent_mask: optional ``(B, units)`` recurrent dropout mask that
+            multiplies h before U.
+
+    Returns:
+        ``(last_output, outputs, final_states)`` as `run_recurrence`.
+    """
+    if mask is not None:
+        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)  # (T, B, 1)
+    if go_backwards:
+        xw = tf.reverse(xw, [0])
+        if mask is not None:
+            mask = tf.reverse(mask, [0])
+    n_states = len(initial_states)
+
+    @tf.custom_gradient
+    def fused(xw, kernel, *args):
+        states0 = list(args[:n_states])
+        weights = list(args[n_states:])
+        forward = _fused_forward_loop(
+            cell, xw, states0, kernel, weights, mask, recurrent_mask, zero_output_for_mask,
+            return_sequences,
+        )
+        last_output, final_states, outputs, saved, history = forward
+
+        def grad(*upstream):
+            d_last, d_states = upstream[0], list(upstream[1 : 1 + n_states])
+            d_outputs = upstream[1 + n_states] if return_sequences else None
+            d_xw, d_kernel, d_states0, d_params = _fused_backward_loop(
+                cell, xw, states0, kernel, weights, mask, recurrent_mask,
+                zero_output_for_mask, saved, history, d_last, d_states, d_outputs,
+            )
+            return [d_xw, d_kernel, *d_states0, *d_params]
+
+        results = [last_output, *final_states]
+        if return_sequences:
+            results.append(outputs)
+        return results, grad
+
+    results = fused(xw, kernel, *initial_states, *params)
+    last_output, states = results[0], list(results[1 : 1 + n_states])
+    if return_sequences:
+        outputs = tf.transpose(results[1 + n_states], [1, 0, 2])  # (B, T, units)
+    else:
+        outputs = last_output[:, None]
+    return last_output, outputs, states
+
+
+def _fused_forward_loop(cell, xw, states0, kernel, params, mask, recurrent_mask,
+                        zero_output_for_mask, return_sequences):
+    steps = _num_steps(xw)
+
+    def array(like, size=steps):
+        return tf.TensorArray(like.dtype, size=size, element_shape=like.shape)
+
+    xw_ta = array(xw[0]).unstack(xw)
+    mask_ta = None if mask is None else array(mask[0]).unstack(mask)
+    batch = states0[0].shape[0]
+    saved_tas = [
+        tf.TensorArray(xw.dtype, size=steps, element_shape=(batch, width))
+        for width in cell._fused_saved_widths
+    ]
+    history_tas = [array(s) for s in states0]
+    collect_outputs = mask is not None and return_sequences
+    out_ta = array(states0[0], steps if collect_outputs else 0)
+    carry = list(states0)
+    if mask is not None:
+        zero_output = tf.zeros_like(states0[0])
+        carry.append(zero_output)  # the previous output
+
+    def body(t, saved_tas, history_tas, out_ta, *carry):
+        states = list(carry[:len(states0)])
+        h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
+        new_states, saved = cell._fused_forward(
+            xw_ta.read(t), tf.matmul(h_in, kernel), states, params
+        )
+        output = new_states[0]
+        if mask is not None:
+            mask_t = mask_ta.read(t)
+            new_states = [tf.where(mask_t, n, s) for n, s in zip(new_states, states)]
+            output = tf.where(mask_t, output, zero_output if zero_output_for_mask else carry[-1])
+            if collect_outputs:
+                out_ta = out_ta.write(t, output)
+        saved_tas = [ta.write(t, s) for ta, s in zip(saved_tas, saved)]
+        history_tas = [ta.write(t, s) for ta, s in zip(history_tas, new_states)]
+        new_carry = list(new_states)
+        if mask is not None:
+            new_carry.append(output)
+        return (t + 1, saved_tas, history_tas, out_ta, *new_carry)
+
+    result = tf.while_loop(
+        lambda t, *_: t < steps,
+        body,
+        (tf.constant(0), saved_tas, history_tas, out_ta, *carry),
+        maximum_iterations=steps,
+        parallel_iterations=32,
+    )
+    saved = [ta.stack() for ta in result[1]]
+    history = [ta.stack() for ta in result[2]]
+    final = list(result[4:])
+    final_states = final[: len(states0)]
+    last_output = final[-1] if mask is not None else final_states[0]
+    outputs = None
+    if return_sequences:
+        outputs = result[3].stack() if collect_outputs else history[0]
+    return last_output, final_states, outputs, saved, history
+
+
+def _fused_backward_loop(cell, xw, states0, kernel, params, mask, recurrent_mask,
+                         zero_output_for_mask, saved, history, d_last, d_states, d_outputs):
+    steps = _num_steps(xw)
+    d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
+    d_last = tf.zeros_like(states0[0]) if d_last is None else d_last
+    # The states before every step: the initial states, then the history shifted by one.
+    states_prev = [tf.concat([s[None], h[:-1]], 0) for s, h in zip(states0, history)]
+
+    def array(like):
+        return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape[1:])
+
+    saved_tas = [array(s).unstack(s) for s in saved]
+    prev_tas = [array(s).unstack(s) for s in states_prev]
+    mask_ta = None if mask is None else array(mask).unstack(mask)
+    d_out_ta = None if d_outputs is None else array(d_outputs).unstack(d_outputs)
+    d_xw_ta, d_r_ta = array(xw), array(xw)
+    carry = list(d_states)
+    if mask is None:
+        carry[0] = carry[0] + d_last  # the last output is the final h
+    else:
+        carry.append(d_last)  # gradient of the carried previous output
+
+    def body(t, d_xw_ta, d_r_ta, *carry):
+        d_new = list(carry[: len(states0)])
+        if mask is None:
+            if d_out_ta is not None:
+                d_new[0] = d_new[0] + d_out_ta.read(t)
+            through = None
+        else:
+            mask_t = mask_ta.read(t)
+            d_output = carry[-1] if d_out_ta is None else carry[-1] + d_out_ta.read(t)
+            zeros = tf.zeros_like(d_output)
+            # Masked steps pass the state gradients straight to the previous step.
+            through = [tf.where(mask_t, zeros, d) for d in d_new]
+            d_new = [tf.where(mask_t, d, zeros) for d in d_new]
+            d_new[0] = d_new[0] + tf.where(mask_t, d_output, zeros)
+            d_prev_output = zeros if zero_output_for_mask else tf.where(mask_t, zeros, d_output)
+        d_xw_t, d_r_t, d_prev = cell._fused_backward(
+            [ta.read(t) for ta in saved_tas], [ta.read(t) for ta in prev_tas], d_new, params
+        )
+        d_h_in = tf.matmul(d_r_t, kernel, transpose_b=True)
+        if recurrent_mask is not None:
+            d_h_in = d_h_in * recurrent_mask
+        d_prev = list(d_prev)
+        d_prev[0] = d_h_in if d_prev[0] is None else d_prev[0] + d_h_in
+        if through is not None:
+            d_prev = [d + p for d, p in zip(d_prev, through)]
+            d_prev.append(d_prev_output)
+        d_xw_ta = d_xw_ta.write(t, d_xw_t)
+        if not cell._fused_d_r_is_d_xw:
+            d_r_ta = d_r_ta.write(t, d_r_t)
+        return (t - 1, d_xw_ta, d_r_ta, *d_prev)
+
+    result = tf.while_loop(
+        lambda t, *_: t >= 0,
+        body,
+        (steps - 1, d_xw_ta, d_r_ta, *carry),
+        maximum_iterations=steps,
+        parallel_iterations=32,
+    )
+    d_xw = result[1].stack()
+    d_r = d_xw if cell._fused_d_r_is_d_xw else result[2].stack()
+    h_in = states_prev[0] if recurrent_mask is None else states_prev[0] * recurrent_mask
+    units, width = tf.shape(kernel)[0], tf.shape(kernel)[1]
+    d_kernel = tf.matmul(
+        tf.reshape(h_in, [-1, units]), tf.reshape(d_r, [-1, width]), transpose_a=True
+    )
+    d_params = cell._fused_param_grads(saved, states_prev, history, d_xw, d_r, params)
+    d_states0 = list(result[3 : 3 + len(states0)])
+    return d_xw, d_kernel, d_states0, d_params
+

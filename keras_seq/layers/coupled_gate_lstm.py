@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_seq.layers._recurrent_base import (
@@ -10,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _LSTMCellBase,
     _RecurrentLayer,
     _validate_recurrent_args,
+    sigmoid_grad,
+    tanh_grad,
 )
 
 
@@ -70,6 +73,58 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             self._read_per_example(self.forget_peephole, batch_size),
             self._read_per_example(self.output_peephole, batch_size),
         )
+
+    # Hand-written gradient for training (see _recurrent_driver.FusedCell).
+    _fused_d_r_is_d_xw = True
+
+    @property
+    def _fused_saved_widths(self):
+        return [self.units] * 4  # f, g = tanh(z_c), o, tanh(c)
+
+    def _fused_supported(self):
+        return self._standard_activations()
+
+    def _fused_params(self):
+        peepholes = (self.forget_peephole, self.output_peephole) if self.use_peepholes else ()
+        return self._read(self.recurrent_kernel), [self._read(p) for p in peepholes]
+
+    def _fused_forward(self, xw_t, r_t, states, params):
+        c_prev = states[1]
+        z_f, z_c, z_o = tf.split(xw_t + r_t, 3, axis=-1)
+        if params:
+            z_f = z_f + params[0] * c_prev
+        f = tf.sigmoid(z_f)
+        g = tf.tanh(z_c)
+        c = g + f * (c_prev - g)
+        if params:
+            z_o = z_o + params[1] * c
+        o = tf.sigmoid(z_o)
+        tanh_c = tf.tanh(c)
+        return [o * tanh_c, c], [f, g, o, tanh_c]
+
+    def _fused_backward(self, saved, states_prev, d_states, params):
+        f, g, o, tanh_c = saved
+        c_prev = states_prev[1]
+        d_h, d_c = d_states
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o)
+        if params:
+            d_c = d_c + d_zo * params[1]  # o sees c through p_o
+        d_zf = sigmoid_grad(f, d_c * (c_prev - g))
+        d_c_f = d_c * f
+        d_zc = tanh_grad(g, d_c - d_c_f)  # ∂c/∂g = 1 − f
+        d_z = tf.concat([d_zf, d_zc, d_zo], axis=-1)
+        d_c_prev = d_c_f + d_zf * params[0] if params else d_c_f
+        return d_z, d_z, [None, d_c_prev]
+
+    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
+        if not params:
+            return []
+        d_zf, _, d_zo = tf.split(d_xw, 3, axis=-1)
+        return [
+            tf.reduce_sum(d_zf * states_prev[1], [0, 1]),
+            tf.reduce_sum(d_zo * states[1], [0, 1]),
+        ]
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states

@@ -11,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _RecurrentCell,
     _RecurrentLayer,
     _validate_recurrent_args,
+    sigmoid_grad,
+    tanh_grad,
 )
 from keras_seq.layers._recurrent_driver import project
 
@@ -95,6 +97,49 @@ class GRUCell(_RecurrentCell):
         if self.use_bias:
             b_h = self._read_per_example(self.bias[1, 2 * self.units :], batch_size)
         return U, b_h
+
+    # Hand-written gradient for training, reset_after=True only (see
+    # _recurrent_driver.FusedCell); reset_after=False trains with autodiff.
+    _fused_d_r_is_d_xw = False
+
+    @property
+    def _fused_saved_widths(self):
+        return [2 * self.units, self.units, self.units]  # [z, r], h̃, U_h h + b_h
+
+    def _fused_supported(self):
+        return self.reset_after and self._standard_activations()
+
+    def _fused_params(self):
+        params = [self._read(self.bias[1, 2 * self.units :])] if self.use_bias else []
+        return self._read(self.recurrent_kernel), params
+
+    def _fused_forward(self, xw_t, r_t, states, params):
+        h_prev = states[0]
+        u = self.units
+        x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
+        r_zr, r_h = tf.split(r_t, [2 * u, u], axis=-1)
+        if params:
+            r_h = r_h + params[0]
+        zr = tf.sigmoid(x_zr + r_zr)
+        z, r = tf.split(zr, 2, axis=-1)
+        h_tilde = tf.tanh(x_h + r * r_h)
+        return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
+
+    def _fused_backward(self, saved, states_prev, d_states, params):
+        zr, h_tilde, r_h = saved
+        d_h = d_states[0]
+        z, r = tf.split(zr, 2, axis=-1)
+        d_h_z = d_h * z
+        d_a = tanh_grad(h_tilde, d_h - d_h_z)  # ∂h/∂h̃ = 1 − z
+        d_zr = sigmoid_grad(zr, tf.concat([d_h * (states_prev[0] - h_tilde), d_a * r_h], -1))
+        d_xw = tf.concat([d_zr, d_a], axis=-1)
+        d_r = tf.concat([d_zr, d_a * r], axis=-1)
+        return d_xw, d_r, [d_h_z]
+
+    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
+        if not params:
+            return []
+        return [tf.reduce_sum(d_r[..., 2 * self.units :], [0, 1])]
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1 = states[0]

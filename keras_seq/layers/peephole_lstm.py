@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_seq.layers._recurrent_base import (
@@ -10,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _LSTMCellBase,
     _RecurrentLayer,
     _validate_recurrent_args,
+    sigmoid_grad,
+    tanh_grad,
 )
 
 
@@ -77,6 +80,55 @@ class PeepholeLSTMCell(_LSTMCellBase):
             self._read_per_example(self.forget_peephole, batch_size),
             self._read_per_example(self.output_peephole, batch_size),
         )
+
+    # Hand-written gradient for training (see _recurrent_driver.FusedCell).
+    _fused_d_r_is_d_xw = True
+
+    @property
+    def _fused_saved_widths(self):
+        return [self.units] * 5  # i, f, g = tanh(z_c), o, tanh(c)
+
+    def _fused_supported(self):
+        return self._standard_activations()
+
+    def _fused_params(self):
+        peepholes = (self.input_peephole, self.forget_peephole, self.output_peephole)
+        return self._read(self.recurrent_kernel), [self._read(p) for p in peepholes]
+
+    def _fused_forward(self, xw_t, r_t, states, params):
+        c_prev = states[1]
+        p_i, p_f, p_o = params
+        z_i, z_f, z_c, z_o = tf.split(xw_t + r_t, 4, axis=-1)
+        i = tf.sigmoid(z_i + p_i * c_prev)
+        f = tf.sigmoid(z_f + p_f * c_prev)
+        g = tf.tanh(z_c)
+        c = f * c_prev + i * g
+        o = tf.sigmoid(z_o + p_o * c)
+        tanh_c = tf.tanh(c)
+        return [o * tanh_c, c], [i, f, g, o, tanh_c]
+
+    def _fused_backward(self, saved, states_prev, d_states, params):
+        i, f, g, o, tanh_c = saved
+        c_prev = states_prev[1]
+        d_h, d_c = d_states
+        p_i, p_f, p_o = params
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o) + d_zo * p_o  # o sees c through p_o
+        d_zi = sigmoid_grad(i, d_c * g)
+        d_zf = sigmoid_grad(f, d_c * c_prev)
+        d_zc = tanh_grad(g, d_c * i)
+        d_z = tf.concat([d_zi, d_zf, d_zc, d_zo], axis=-1)
+        d_c_prev = d_c * f + d_zi * p_i + d_zf * p_f
+        return d_z, d_z, [None, d_c_prev]
+
+    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
+        d_zi, d_zf, _, d_zo = tf.split(d_xw, 4, axis=-1)
+        c_prev, c = states_prev[1], states[1]
+        return [
+            tf.reduce_sum(d_zi * c_prev, [0, 1]),
+            tf.reduce_sum(d_zf * c_prev, [0, 1]),
+            tf.reduce_sum(d_zo * c, [0, 1]),
+        ]
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states

@@ -50,6 +50,10 @@ class TransformerDecoder(keras.layers.Layer):
     decoding with a cache, `decoder_padding_mask` covers the S cache
     positions, `(B, S)`, and `decoder_attention_mask` is `(B, T, S)`.
 
+    `return_attention_scores=True` (with `encoder_sequence`, without caches)
+    also returns the cross-attention weights, `(outputs, scores)` with scores
+    `(B, H, T, S_enc)`: which encoder positions each output position reads.
+
     `get_weights()` order equals `keras_hub.layers.TransformerDecoder`'s (26
     arrays, 16 without cross-attention): self-attention (8), its LayerNorm
     γ/β, [cross-attention (8), its LayerNorm γ/β], feed-forward intermediate
@@ -228,12 +232,18 @@ class TransformerDecoder(keras.layers.Layer):
         cross_attention_cache_update_index=None,
         use_causal_mask=True,
         training=None,
+        return_attention_scores=False,
     ):
         self._check_call(
             decoder_sequence, encoder_sequence, self_attention_cache, cross_attention_cache
         )
         name = f"TransformerDecoder '{self.name}'"
         decoding = self_attention_cache is not None
+        if return_attention_scores and (decoding or encoder_sequence is None):
+            raise ValueError(
+                f"{name}: `return_attention_scores=True` returns the cross-attention "
+                "weights, so it needs `encoder_sequence` and no caches."
+            )
         if decoding:
             # Keys are the S cache positions; the implicit mask of the new
             # tokens cannot describe them, so only an explicit (B, S) mask counts.
@@ -324,10 +334,13 @@ class TransformerDecoder(keras.layers.Layer):
                 encoder_sequence,
                 attention_mask=cross_mask,
                 training=training,
+                return_attention_scores=return_attention_scores,
                 **cache_kwargs,
             )
             if decoding:
                 x, cross_attention_cache = x
+            if return_attention_scores:
+                x, scores = x
             x = self._cross_attention_dropout(x, training=training) + residual
             if not self.normalize_first:
                 x = self._cross_attention_layer_norm(x)
@@ -341,7 +354,7 @@ class TransformerDecoder(keras.layers.Layer):
             x = self._feedforward_layer_norm(x)
 
         if not decoding:
-            return x
+            return (x, scores) if return_attention_scores else x
         if encoder_sequence is None:
             return x, self_attention_cache
         return x, self_attention_cache, cross_attention_cache
@@ -363,8 +376,13 @@ class TransformerDecoder(keras.layers.Layer):
         cross_attention_cache_update_index=None,
         use_causal_mask=True,
         training=None,
+        return_attention_scores=False,
     ):
         outputs = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
+        if return_attention_scores:
+            batch, length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+            scores_shape = (batch, self.num_heads, length, encoder_sequence.shape[1])
+            return outputs, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
         if self_attention_cache is None:
             return outputs
         self_cache = keras.KerasTensor(self_attention_cache.shape, dtype=self.compute_dtype)

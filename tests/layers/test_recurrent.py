@@ -154,14 +154,16 @@ def test_layer_and_cell_match_numpy_reference(case, variant, rng):
 # --- against the Keras built-ins -------------------------------------------------
 
 
-def _grads(layer, x, mask, probe):
+def _grads(layer, x, mask, probe, training=False):
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = tf.reduce_sum(layer(x, mask=mask) * probe)
+        loss = tf.reduce_sum(tf.cast(layer(x, mask=mask, training=training), probe.dtype) * probe)
     return tape.gradient(loss, [x, *layer.trainable_weights])
 
 
-def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(rng):
+# training=True takes the hand-written gradient, training=False TensorFlow's autodiff.
+@pytest.mark.parametrize("training", [False, True])
+def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(training, rng):
     x = tf.constant(_inputs(rng))
     mask = tf.constant(_ragged_mask([5, 4, 2]))
     ours = layers.PeepholeLSTM(U, return_sequences=True)
@@ -174,14 +176,15 @@ def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(rng):
 
     probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
     np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
-    ours_grads = _grads(ours, x, mask, probe)
-    reference_grads = _grads(reference, x, mask, probe)
+    ours_grads = _grads(ours, x, mask, probe, training)
+    reference_grads = _grads(reference, x, mask, probe, training)
     for got, want in zip(ours_grads[:4], reference_grads):  # x, kernel, recurrent, bias
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("reset_after", [True, False])
-def test_gru_equals_keras_gru_with_copied_weights(reset_after, rng):
+def test_gru_equals_keras_gru_with_copied_weights(reset_after, training, rng):
     x = tf.constant(_inputs(rng))
     mask = tf.constant(_ragged_mask([5, 4, 2]))
     reference = keras.layers.GRU(U, return_sequences=True, reset_after=reset_after)
@@ -194,7 +197,9 @@ def test_gru_equals_keras_gru_with_copied_weights(reset_after, rng):
 
     probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
     np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
-    for got, want in zip(_grads(ours, x, mask, probe), _grads(reference, x, mask, probe)):
+    for got, want in zip(
+        _grads(ours, x, mask, probe, training), _grads(reference, x, mask, probe, training)
+    ):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
@@ -302,13 +307,14 @@ def test_unrolled_equals_loop(case, rng):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_jit_compiled_gradients_equal_eager(rng):
+@pytest.mark.parametrize("training", [False, True])
+def test_jit_compiled_gradients_equal_eager(training, rng):
     layer, _, _, _ = _make("peephole", rng, return_sequences=True)
     x = tf.constant(_inputs(rng))
     mask = tf.constant(_ragged_mask([5, 3, 2]))
     probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
-    expected = _grads(layer, x, mask, probe)
-    got = tf.function(lambda: _grads(layer, x, mask, probe), jit_compile=True)()
+    expected = _grads(layer, x, mask, probe)  # eager autodiff
+    got = tf.function(lambda: _grads(layer, x, mask, probe, training), jit_compile=True)()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-5)
 
@@ -344,3 +350,142 @@ def test_layers_without_bias_equal_keras(keras_layer, ours_layer, kwargs, rng):
     ours.build((None, None, IN))
     ours.set_weights(weights + [np.zeros(U, "float32")] * (len(ours.weights) - len(weights)))
     np.testing.assert_allclose(ours(x), reference(x), atol=1e-6)
+
+
+# --- the hand-written training gradient ----------------------------------------------
+
+
+def _finite_difference_grads(loss, arrays, eps=1e-6):
+    """Central differences of ``loss()`` with respect to every entry of ``arrays`` (in place)."""
+    grads = []
+    for a in arrays:
+        g = np.zeros_like(a)
+        for index in np.ndindex(a.shape):
+            saved = a[index]
+            a[index] = saved + eps
+            up = loss()
+            a[index] = saved - eps
+            down = loss()
+            a[index] = saved
+            g[index] = (up - down) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+@pytest.mark.parametrize("case", ["peephole", "cifg", "cifg_peepholes", "gru"])
+@pytest.mark.parametrize("variant", ["plain", "masked_backwards_initial_state"])
+def test_training_gradient_matches_finite_differences_of_numpy_reference(
+    case, variant, rng, monkeypatch
+):
+    """The hand-written BPTT (training=True) against float64 central differences
+    of the NumPy forward reference, for the inputs, every weight and the
+    initial states, with sequence and final-state losses."""
+    from keras_seq.layers import _recurrent_base
+
+    fused_calls = []
+    real = _recurrent_base.run_fused_recurrence
+    monkeypatch.setattr(
+        _recurrent_base, "run_fused_recurrence",
+        lambda *a, **k: fused_calls.append(1) or real(*a, **k),
+    )
+    cls, extra, step, n_states = CASES[case]
+    masked = variant != "plain"
+    layer = cls(U, **extra, return_sequences=True, return_state=True, go_backwards=masked,
+                dtype="float64")
+    layer.build((None, None, IN))
+    weights = [rng.normal(0.0, 0.5, w.shape) for w in layer.get_weights()]
+    layer.set_weights(weights)
+    x = rng.normal(size=(B, T, IN))
+    states = [rng.normal(size=(B, U)) if masked else np.zeros((B, U)) for _ in range(n_states)]
+    mask = _ragged_mask([5, 3, 0]) if masked else None
+    probes = [rng.normal(size=(B, T, U))] + [rng.normal(size=(B, U)) for _ in range(n_states)]
+
+    def numpy_loss():
+        sequence, final = _np_run(step, weights, x, states, mask, masked)
+        return np.sum(sequence * probes[0]) + sum(np.sum(s * p) for s, p in zip(final, probes[1:]))
+
+    expected = _finite_difference_grads(numpy_loss, [x, *weights, *states])
+
+    x_t = tf.constant(x)
+    initial = [tf.constant(s) for s in states] if masked else None
+    with tf.GradientTape() as tape:
+        tape.watch(x_t)
+        if masked:
+            tape.watch(initial)
+        outputs = layer(x_t, mask=mask, initial_state=initial, training=True)
+        loss = sum(tf.reduce_sum(o * p) for o, p in zip(outputs, probes))
+    got = tape.gradient(loss, [x_t, *layer.trainable_weights, *(initial or [])])
+    assert fused_calls, "training=True did not take the hand-written gradient"
+    np.testing.assert_allclose(float(loss), numpy_loss(), rtol=1e-10)
+    for g, e in zip(got, expected[: len(got)]):
+        np.testing.assert_allclose(g, e, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
+def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(case, rng):
+    """With a recurrent dropout mask (and padding), the driver's hand-written
+    gradient equals TensorFlow's autodiff through the per-step cell."""
+    from keras_seq.layers._recurrent_driver import run_fused_recurrence, run_recurrence
+
+    layer, _, _, n_states = _make(case, rng)
+    cell = layer.cell
+    xw = tf.constant(rng.normal(size=(T, B, cell.recurrent_kernel.shape[1])).astype("float32"))
+    states = [tf.constant(rng.normal(size=(B, U)).astype("float32")) for _ in range(n_states)]
+    keep = tf.constant((rng.uniform(size=(B, U)) > 0.4).astype("float32") / 0.6)
+    mask = tf.constant(_ragged_mask([5, 2, 4]))
+    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+
+    def loss_of(run):
+        with tf.GradientTape() as tape:
+            tape.watch([xw, *states])
+            last, sequence, final = run()
+            loss = tf.reduce_sum(sequence * probe) + tf.reduce_sum(last) + sum(
+                tf.reduce_sum(tf.sin(s)) for s in final
+            )
+        return tape.gradient(loss, [xw, *states, *cell.trainable_weights])
+
+    def autodiff():
+        params = cell._recurrent_params(B)
+        return run_recurrence(
+            lambda xw_t, s: cell._recurrent_step(xw_t, s, params, keep),
+            xw, states, mask=mask, return_sequences=True,
+        )
+
+    def fused():
+        kernel, params = cell._fused_params()
+        return run_fused_recurrence(
+            cell, xw, states, kernel, params, mask=mask, recurrent_mask=keep,
+            return_sequences=True,
+        )
+
+    got, expected = loss_of(fused), loss_of(autodiff)
+    names = ["xw", *(f"state{i}" for i in range(n_states)), *(w.name for w in cell.trainable_weights)]
+    compared = []
+    for name, g, e in zip(names, got, expected):
+        if e is None:  # used only in the input projection, outside the loop (xw is given)
+            assert g is None, name
+            continue
+        np.testing.assert_allclose(g, e, atol=2e-5, err_msg=name)
+        compared.append(name)
+    assert "recurrent_kernel" in compared and len(compared) == len(names) - (
+        1 if case == "gru" else 2  # kernel (and the LSTMs' bias)
+    )
+
+
+@pytest.mark.parametrize("policy, rtol", [("mixed_float16", 3e-2), ("mixed_bfloat16", 1e-1)])
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
+def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case, rng):
+    reference, weights, _, _ = _make(case, rng, return_sequences=True)
+    x = tf.constant(_inputs(rng))
+    mask = tf.constant(_ragged_mask([5, 3, 2]))
+    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    expected = _grads(reference, x, mask, probe, training=True)
+    keras.mixed_precision.set_global_policy(policy)
+    layer = _make(case, rng, return_sequences=True)[0]
+    layer.set_weights(weights)
+    got = _grads(layer, x, mask, probe, training=True)
+    for g, e in zip(got, expected):
+        g = tf.cast(g, "float32").numpy()
+        assert np.all(np.isfinite(g))
+        scale = np.max(np.abs(e))
+        np.testing.assert_allclose(g / scale, np.asarray(e) / scale, atol=rtol)

@@ -216,6 +216,42 @@ def test_decoder_matches_numpy_reference_with_cross_attention(rng, normalize_fir
     np.testing.assert_allclose(y, expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_decoder_returns_cross_attention_scores_of_numpy_reference(rng, normalize_first):
+    decoder = layers.TransformerDecoder(12, 2, normalize_first=normalize_first)
+    x, e = _x(rng, 2, 5, 8), _x(rng, 2, 6, 10)
+    decoder(x, e)
+    _randomize(decoder, rng)
+    encoder_padding_mask = np.array([[1] * 6, [1] * 2 + [0] * 4], bool)
+    y, scores = decoder(
+        x, e, encoder_padding_mask=encoder_padding_mask, return_attention_scores=True
+    )
+    w = decoder.get_weights()
+    # The cross-attention query is the self-attention sub-layer's output
+    # (normalised first in pre-norm blocks).
+    h = _sublayer(
+        x,
+        lambda h: _mha(h, h, w[0:8], _causal(5)),
+        lambda h: _layer_norm(h, *w[8:10]),
+        normalize_first,
+    )
+    if normalize_first:
+        h = _layer_norm(h, *w[18:20])
+    W_q, b_q, W_k, b_k = w[10:14]
+    q = np.einsum("btd,dhk->bthk", h, W_q) + b_q
+    k = np.einsum("bsd,dhk->bshk", e, W_k) + b_k
+    logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+    keep = np.broadcast_to(encoder_padding_mask[:, None, None, :], logits.shape)
+    np.testing.assert_allclose(scores, _softmax(logits, keep), atol=1e-5)
+    np.testing.assert_allclose(
+        y, decoder(x, e, encoder_padding_mask=encoder_padding_mask), atol=1e-6
+    )
+
+    decoder_only = layers.TransformerDecoder(12, 2)
+    with pytest.raises(ValueError, match="return_attention_scores"):
+        decoder_only(x, return_attention_scores=True)
+
+
 @pytest.mark.parametrize("use_causal_mask", [True, False])
 def test_decoder_only_matches_numpy_reference(rng, use_causal_mask):
     decoder = layers.TransformerDecoder(12, 2)
