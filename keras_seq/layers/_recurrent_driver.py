@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -58,15 +59,13 @@ class FusedCell(Protocol):
         """``(new_states, saved)``: h must be ``new_states[0]``; ``saved`` is
         what ``_fused_backward`` needs from this step (a fixed-length list)."""
 
-    def _fused_backward(self, saved, states_prev, d_states, params) -> tuple:
-        """``(d_xw_t, d_r_t, d_states_prev)`` from the gradients of the step's
-        new states; ``d_r_t`` may be ``d_xw_t`` itself, an entry of
-        ``d_states_prev`` may be ``None`` (no direct path)."""
-
-    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params) -> list:
-        """Gradients of ``params`` from the whole sequences, time-major
-        ``(T, B, ...)``: the saved tensors, the states before and after every
-        step, and the gradients of ``xw`` and ``r`` at every step."""
+    def _fused_backward(self, saved, states_prev, states, d_states, params) -> tuple:
+        """``(d_xw_t, d_r_t, d_states_prev, d_params_t)`` from the gradients of
+        the step's new states ``d_states``; ``d_r_t`` may be ``d_xw_t``
+        itself, an entry of ``d_states_prev`` may be ``None`` (no direct
+        path); ``d_params_t`` are this step's per-example ``(B, ...)``
+        contributions to the gradients of ``params`` (the driver sums them
+        over steps and the batch)."""
 
 
 def builtin_loop_mode_enabled() -> bool:
@@ -255,9 +254,15 @@ def run_fused_recurrence(
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """`run_recurrence` (training form) with the cell's hand-written gradient.
 
+    The forward loop keeps, in `TensorArray`s, the states before and after
+    every step and what the cell saves; the backward loop reads them back
+    without stacking them, does one matmul per step and sums the per-step
+    gradients of the cell's other weights. The recurrent kernel's gradient is
+    one ``(units, T·B) @ (T·B, P)`` matmul after the loop.
+
     Args:
-        cell: supplies ``_fused_forward``, ``_fused_backward`` and
-            ``_fused_param_grads`` (see `FusedCell`).
+        cell: supplies ``_fused_forward`` and ``_fused_backward`` (see
+            `FusedCell`).
         xw: ``(T, B, P)`` input projection for every step, time-major.
         initial_states: list of ``(B, units)`` tensors, h first.
         kernel: ``(units, P)`` recurrent kernel U.
@@ -277,25 +282,27 @@ def run_fused_recurrence(
         if mask is not None:
             mask = tf.reverse(mask, [0])
     n_states = len(initial_states)
+    forward_loop, backward_loop = _fused_loops(cell, return_sequences, zero_output_for_mask)
 
     @tf.custom_gradient
     def fused(xw, kernel, *args):
-        states0 = list(args[:n_states])
-        weights = list(args[n_states:])
-        forward = _fused_forward_loop(
-            cell, xw, states0, kernel, weights, mask, recurrent_mask, zero_output_for_mask,
-            return_sequences,
+        states0, weights = list(args[:n_states]), list(args[n_states:])
+        # The gradient is the backward loop below: keep tapes off the forward loop.
+        inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
+        last_output, final_states, outputs, saved, history = forward_loop(
+            *inputs, mask, recurrent_mask
         )
-        last_output, final_states, outputs, saved, history = forward
 
         def grad(*upstream):
             d_last, d_states = upstream[0], list(upstream[1 : 1 + n_states])
             d_outputs = upstream[1 + n_states] if return_sequences else None
-            d_xw, d_kernel, d_states0, d_params = _fused_backward_loop(
-                cell, xw, states0, kernel, weights, mask, recurrent_mask,
-                zero_output_for_mask, saved, history, d_last, d_states, d_outputs,
+            d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
+            if d_last is None:
+                d_last = tf.zeros_like(states0[0])
+            return backward_loop(
+                xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                d_last, d_states, d_outputs,
             )
-            return [d_xw, d_kernel, *d_states0, *d_params]
 
         results = [last_output, *final_states]
         if return_sequences:
@@ -311,105 +318,135 @@ def run_fused_recurrence(
     return last_output, outputs, states
 
 
-def _fused_forward_loop(cell, xw, states0, kernel, params, mask, recurrent_mask,
+# (cell, return_sequences, zero_output_for_mask) -> XLA-compiled (forward, backward)
+# loops. Kept per cell so that eager calls reuse the compiled loops.
+_FUSED_LOOPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fused_loops(cell, return_sequences, zero_output_for_mask):
+    """The forward and backward loops of ``cell``, each compiled with XLA.
+
+    Fusing the elementwise work of a step into a few kernels is what makes
+    the hand-written gradient pay off on CPU: run op by op, a step's ~30
+    small ops cost more than its matmul. XLA compiles once per input shape.
+    """
+    key = (return_sequences, zero_output_for_mask)
+    per_cell = _FUSED_LOOPS.setdefault(cell, {})
+    if key not in per_cell:
+
+        def forward_loop(*args):
+            return _fused_forward_loop(
+                cell, *args, zero_output_for_mask=zero_output_for_mask,
+                return_sequences=return_sequences,
+            )
+
+        def backward_loop(*args):
+            return _fused_backward_loop(cell, *args, zero_output_for_mask=zero_output_for_mask)
+
+        per_cell[key] = (
+            tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
+            tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
+        )
+    return per_cell[key]
+
+
+def _fused_forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
                         zero_output_for_mask, return_sequences):
+    """Forward loop; also returns what the backward loop needs, stacked over time."""
     steps = _num_steps(xw)
-
-    def array(like, size=steps):
-        return tf.TensorArray(like.dtype, size=size, element_shape=like.shape)
-
-    xw_ta = array(xw[0]).unstack(xw)
-    mask_ta = None if mask is None else array(mask[0]).unstack(mask)
+    n_states = len(states0)
     batch = states0[0].shape[0]
-    saved_tas = [
-        tf.TensorArray(xw.dtype, size=steps, element_shape=(batch, width))
-        for width in cell._fused_saved_widths
-    ]
-    history_tas = [array(s) for s in states0]
+
+    def array(shape, size=steps):
+        return tf.TensorArray(xw.dtype, size=size, element_shape=shape)
+
+    saved_tas = [array((batch, width)) for width in cell._fused_saved_widths]
+    # states[t] are the states before step t; states[t + 1] those after it.
+    state_tas = [array(s.shape, steps + 1).write(0, s) for s in states0]
     collect_outputs = mask is not None and return_sequences
-    out_ta = array(states0[0], steps if collect_outputs else 0)
+    out_ta = array(states0[0].shape, steps if collect_outputs else 0)
     carry = list(states0)
     if mask is not None:
         zero_output = tf.zeros_like(states0[0])
         carry.append(zero_output)  # the previous output
 
-    def body(t, saved_tas, history_tas, out_ta, *carry):
-        states = list(carry[:len(states0)])
+    def body(t, saved_tas, state_tas, out_ta, *carry):
+        states = list(carry[:n_states])
         h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
         new_states, saved = cell._fused_forward(
-            xw_ta.read(t), tf.matmul(h_in, kernel), states, params
+            tf.gather(xw, t), tf.matmul(h_in, kernel), states, params
         )
         output = new_states[0]
         if mask is not None:
-            mask_t = mask_ta.read(t)
+            mask_t = tf.gather(mask, t)
             new_states = [tf.where(mask_t, n, s) for n, s in zip(new_states, states)]
-            output = tf.where(mask_t, output, zero_output if zero_output_for_mask else carry[-1])
+            previous = zero_output if zero_output_for_mask else carry[-1]
+            output = tf.where(mask_t, output, previous)
             if collect_outputs:
                 out_ta = out_ta.write(t, output)
         saved_tas = [ta.write(t, s) for ta, s in zip(saved_tas, saved)]
-        history_tas = [ta.write(t, s) for ta, s in zip(history_tas, new_states)]
+        state_tas = [ta.write(t + 1, s) for ta, s in zip(state_tas, new_states)]
         new_carry = list(new_states)
         if mask is not None:
             new_carry.append(output)
-        return (t + 1, saved_tas, history_tas, out_ta, *new_carry)
+        return (t + 1, saved_tas, state_tas, out_ta, *new_carry)
 
     result = tf.while_loop(
         lambda t, *_: t < steps,
         body,
-        (tf.constant(0), saved_tas, history_tas, out_ta, *carry),
+        (tf.constant(0), saved_tas, state_tas, out_ta, *carry),
         maximum_iterations=steps,
         parallel_iterations=32,
     )
     saved = [ta.stack() for ta in result[1]]
-    history = [ta.stack() for ta in result[2]]
+    history = [ta.stack() for ta in result[2]]  # (T + 1, B, units) each
     final = list(result[4:])
-    final_states = final[: len(states0)]
+    final_states = final[:n_states]
     last_output = final[-1] if mask is not None else final_states[0]
     outputs = None
     if return_sequences:
-        outputs = result[3].stack() if collect_outputs else history[0]
+        outputs = result[3].stack() if collect_outputs else history[0][1:]
     return last_output, final_states, outputs, saved, history
 
 
-def _fused_backward_loop(cell, xw, states0, kernel, params, mask, recurrent_mask,
-                         zero_output_for_mask, saved, history, d_last, d_states, d_outputs):
+def _fused_backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, saved,
+                         history, d_last, d_states, d_outputs, zero_output_for_mask):
+    """Backward loop: gradients of xw, kernel, the initial states and params."""
     steps = _num_steps(xw)
-    d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
-    d_last = tf.zeros_like(states0[0]) if d_last is None else d_last
-    # The states before every step: the initial states, then the history shifted by one.
-    states_prev = [tf.concat([s[None], h[:-1]], 0) for s, h in zip(states0, history)]
-
-    def array(like):
-        return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape[1:])
-
-    saved_tas = [array(s).unstack(s) for s in saved]
-    prev_tas = [array(s).unstack(s) for s in states_prev]
-    mask_ta = None if mask is None else array(mask).unstack(mask)
-    d_out_ta = None if d_outputs is None else array(d_outputs).unstack(d_outputs)
-    d_xw_ta, d_r_ta = array(xw), array(xw)
+    n_states = len(states0)
+    d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
+    d_r_ta = tf.TensorArray(
+        xw.dtype, size=0 if cell._fused_d_r_is_d_xw else steps, element_shape=xw.shape[1:]
+    )
     carry = list(d_states)
     if mask is None:
         carry[0] = carry[0] + d_last  # the last output is the final h
     else:
         carry.append(d_last)  # gradient of the carried previous output
 
-    def body(t, d_xw_ta, d_r_ta, *carry):
-        d_new = list(carry[: len(states0)])
+    def body(t, d_xw_ta, d_r_ta, d_params, *carry):
+        d_new = list(carry[:n_states])
         if mask is None:
-            if d_out_ta is not None:
-                d_new[0] = d_new[0] + d_out_ta.read(t)
+            if d_outputs is not None:
+                d_new[0] = d_new[0] + tf.gather(d_outputs, t)
             through = None
         else:
-            mask_t = mask_ta.read(t)
-            d_output = carry[-1] if d_out_ta is None else carry[-1] + d_out_ta.read(t)
+            mask_t = tf.gather(mask, t)
+            d_output = carry[-1]
+            if d_outputs is not None:
+                d_output = d_output + tf.gather(d_outputs, t)
             zeros = tf.zeros_like(d_output)
             # Masked steps pass the state gradients straight to the previous step.
             through = [tf.where(mask_t, zeros, d) for d in d_new]
             d_new = [tf.where(mask_t, d, zeros) for d in d_new]
             d_new[0] = d_new[0] + tf.where(mask_t, d_output, zeros)
             d_prev_output = zeros if zero_output_for_mask else tf.where(mask_t, zeros, d_output)
-        d_xw_t, d_r_t, d_prev = cell._fused_backward(
-            [ta.read(t) for ta in saved_tas], [ta.read(t) for ta in prev_tas], d_new, params
+        d_xw_t, d_r_t, d_prev, d_params_t = cell._fused_backward(
+            [tf.gather(s, t) for s in saved],
+            [tf.gather(h, t) for h in history],
+            [tf.gather(h, t + 1) for h in history],
+            d_new,
+            params,
         )
         d_h_in = tf.matmul(d_r_t, kernel, transpose_b=True)
         if recurrent_mask is not None:
@@ -422,23 +459,28 @@ def _fused_backward_loop(cell, xw, states0, kernel, params, mask, recurrent_mask
         d_xw_ta = d_xw_ta.write(t, d_xw_t)
         if not cell._fused_d_r_is_d_xw:
             d_r_ta = d_r_ta.write(t, d_r_t)
-        return (t - 1, d_xw_ta, d_r_ta, *d_prev)
+        d_params = [a + g for a, g in zip(d_params, d_params_t)]
+        return (t - 1, d_xw_ta, d_r_ta, d_params, *d_prev)
 
+    # Per-example running sums of the other weights' gradients.
+    batch_shape = tf.shape(states0[0])[:1]
+    d_params0 = [tf.zeros(tf.concat([batch_shape, tf.shape(p)], 0), p.dtype) for p in params]
     result = tf.while_loop(
         lambda t, *_: t >= 0,
         body,
-        (steps - 1, d_xw_ta, d_r_ta, *carry),
+        (steps - 1, d_xw_ta, d_r_ta, d_params0, *carry),
         maximum_iterations=steps,
         parallel_iterations=32,
     )
     d_xw = result[1].stack()
     d_r = d_xw if cell._fused_d_r_is_d_xw else result[2].stack()
-    h_in = states_prev[0] if recurrent_mask is None else states_prev[0] * recurrent_mask
+    h_in = history[0][:-1]
+    if recurrent_mask is not None:
+        h_in = h_in * recurrent_mask
     units, width = tf.shape(kernel)[0], tf.shape(kernel)[1]
     d_kernel = tf.matmul(
         tf.reshape(h_in, [-1, units]), tf.reshape(d_r, [-1, width]), transpose_a=True
     )
-    d_params = cell._fused_param_grads(saved, states_prev, history, d_xw, d_r, params)
-    d_states0 = list(result[3 : 3 + len(states0)])
-    return d_xw, d_kernel, d_states0, d_params
-
+    d_params = [tf.reduce_sum(g, 0) for g in result[3]]
+    d_states0 = list(result[4 : 4 + n_states])
+    return [d_xw, d_kernel, *d_states0, *d_params]

@@ -102,7 +102,7 @@ class CoupledGateLSTMCell(_LSTMCellBase):
         tanh_c = tf.tanh(c)
         return [o * tanh_c, c], [f, g, o, tanh_c]
 
-    def _fused_backward(self, saved, states_prev, d_states, params):
+    def _fused_backward(self, saved, states_prev, states, d_states, params):
         f, g, o, tanh_c = saved
         c_prev = states_prev[1]
         d_h, d_c = d_states
@@ -114,17 +114,10 @@ class CoupledGateLSTMCell(_LSTMCellBase):
         d_c_f = d_c * f
         d_zc = tanh_grad(g, d_c - d_c_f)  # ∂c/∂g = 1 − f
         d_z = tf.concat([d_zf, d_zc, d_zo], axis=-1)
-        d_c_prev = d_c_f + d_zf * params[0] if params else d_c_f
-        return d_z, d_z, [None, d_c_prev]
-
-    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
         if not params:
-            return []
-        d_zf, _, d_zo = tf.split(d_xw, 3, axis=-1)
-        return [
-            tf.reduce_sum(d_zf * states_prev[1], [0, 1]),
-            tf.reduce_sum(d_zo * states[1], [0, 1]),
-        ]
+            return d_z, d_z, [None, d_c_f], []
+        d_c_prev = d_c_f + d_zf * params[0]
+        return d_z, d_z, [None, d_c_prev], [d_zf * c_prev, d_zo * states[1]]
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states

@@ -125,21 +125,17 @@ class GRUCell(_RecurrentCell):
         h_tilde = tf.tanh(x_h + r * r_h)
         return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
 
-    def _fused_backward(self, saved, states_prev, d_states, params):
+    def _fused_backward(self, saved, states_prev, states, d_states, params):
         zr, h_tilde, r_h = saved
         d_h = d_states[0]
         z, r = tf.split(zr, 2, axis=-1)
         d_h_z = d_h * z
         d_a = tanh_grad(h_tilde, d_h - d_h_z)  # ∂h/∂h̃ = 1 − z
         d_zr = sigmoid_grad(zr, tf.concat([d_h * (states_prev[0] - h_tilde), d_a * r_h], -1))
+        d_r_h = d_a * r
         d_xw = tf.concat([d_zr, d_a], axis=-1)
-        d_r = tf.concat([d_zr, d_a * r], axis=-1)
-        return d_xw, d_r, [d_h_z]
-
-    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
-        if not params:
-            return []
-        return [tf.reduce_sum(d_r[..., 2 * self.units :], [0, 1])]
+        d_r = tf.concat([d_zr, d_r_h], axis=-1)
+        return d_xw, d_r, [d_h_z], [d_r_h] if params else []
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1 = states[0]

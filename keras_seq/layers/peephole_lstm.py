@@ -107,9 +107,9 @@ class PeepholeLSTMCell(_LSTMCellBase):
         tanh_c = tf.tanh(c)
         return [o * tanh_c, c], [i, f, g, o, tanh_c]
 
-    def _fused_backward(self, saved, states_prev, d_states, params):
+    def _fused_backward(self, saved, states_prev, states, d_states, params):
         i, f, g, o, tanh_c = saved
-        c_prev = states_prev[1]
+        c_prev, c = states_prev[1], states[1]
         d_h, d_c = d_states
         p_i, p_f, p_o = params
         d_zo = sigmoid_grad(o, d_h * tanh_c)
@@ -119,16 +119,7 @@ class PeepholeLSTMCell(_LSTMCellBase):
         d_zc = tanh_grad(g, d_c * i)
         d_z = tf.concat([d_zi, d_zf, d_zc, d_zo], axis=-1)
         d_c_prev = d_c * f + d_zi * p_i + d_zf * p_f
-        return d_z, d_z, [None, d_c_prev]
-
-    def _fused_param_grads(self, saved, states_prev, states, d_xw, d_r, params):
-        d_zi, d_zf, _, d_zo = tf.split(d_xw, 4, axis=-1)
-        c_prev, c = states_prev[1], states[1]
-        return [
-            tf.reduce_sum(d_zi * c_prev, [0, 1]),
-            tf.reduce_sum(d_zf * c_prev, [0, 1]),
-            tf.reduce_sum(d_zo * c, [0, 1]),
-        ]
+        return d_z, d_z, [None, d_c_prev], [d_zi * c_prev, d_zf * c_prev, d_zo * c]
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states
