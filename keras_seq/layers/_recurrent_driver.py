@@ -299,10 +299,20 @@ def run_fused_recurrence(
             d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
             if d_last is None:
                 d_last = tf.zeros_like(states0[0])
-            return backward_loop(
+            d_xw, d_r, d_states0, d_params = backward_loop(
                 xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
                 d_last, d_states, d_outputs,
             )
+            # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
+            # large matmul runs faster in TensorFlow's own kernel than in XLA's.
+            h_in = history[0][:-1]
+            if recurrent_mask is not None:
+                h_in = h_in * recurrent_mask
+            units, width = tf.shape(kernel)[0], tf.shape(kernel)[1]
+            d_kernel = tf.matmul(
+                tf.reshape(h_in, [-1, units]), tf.reshape(d_r, [-1, width]), transpose_a=True
+            )
+            return [d_xw, d_kernel, *d_states0, *d_params]
 
         results = [last_output, *final_states]
         if return_sequences:
@@ -411,7 +421,7 @@ def _fused_forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
 
 def _fused_backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, saved,
                          history, d_last, d_states, d_outputs, zero_output_for_mask):
-    """Backward loop: gradients of xw, kernel, the initial states and params."""
+    """Backward loop: gradients of xw and r (stacked), the initial states and params."""
     steps = _num_steps(xw)
     n_states = len(states0)
     d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
@@ -474,13 +484,6 @@ def _fused_backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask
     )
     d_xw = result[1].stack()
     d_r = d_xw if cell._fused_d_r_is_d_xw else result[2].stack()
-    h_in = history[0][:-1]
-    if recurrent_mask is not None:
-        h_in = h_in * recurrent_mask
-    units, width = tf.shape(kernel)[0], tf.shape(kernel)[1]
-    d_kernel = tf.matmul(
-        tf.reshape(h_in, [-1, units]), tf.reshape(d_r, [-1, width]), transpose_a=True
-    )
     d_params = [tf.reduce_sum(g, 0) for g in result[3]]
     d_states0 = list(result[4 : 4 + n_states])
-    return [d_xw, d_kernel, *d_states0, *d_params]
+    return d_xw, d_r, d_states0, d_params

@@ -11,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _LSTMCellBase,
     _RecurrentLayer,
     _validate_recurrent_args,
+    fast_sigmoid,
+    fast_tanh,
     sigmoid_grad,
     tanh_grad,
 )
@@ -93,13 +95,13 @@ class CoupledGateLSTMCell(_LSTMCellBase):
         z_f, z_c, z_o = tf.split(xw_t + r_t, 3, axis=-1)
         if params:
             z_f = z_f + params[0] * c_prev
-        f = tf.sigmoid(z_f)
-        g = tf.tanh(z_c)
+        f = fast_sigmoid(z_f)
+        g = fast_tanh(z_c)
         c = g + f * (c_prev - g)
         if params:
             z_o = z_o + params[1] * c
-        o = tf.sigmoid(z_o)
-        tanh_c = tf.tanh(c)
+        o = fast_sigmoid(z_o)
+        tanh_c = fast_tanh(c)
         return [o * tanh_c, c], [f, g, o, tanh_c]
 
     def _fused_backward(self, saved, states_prev, states, d_states, params):

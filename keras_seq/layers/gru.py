@@ -11,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _RecurrentCell,
     _RecurrentLayer,
     _validate_recurrent_args,
+    fast_sigmoid,
+    fast_tanh,
     sigmoid_grad,
     tanh_grad,
 )
@@ -120,9 +122,9 @@ class GRUCell(_RecurrentCell):
         r_zr, r_h = tf.split(r_t, [2 * u, u], axis=-1)
         if params:
             r_h = r_h + params[0]
-        zr = tf.sigmoid(x_zr + r_zr)
+        zr = fast_sigmoid(x_zr + r_zr)
         z, r = tf.split(zr, 2, axis=-1)
-        h_tilde = tf.tanh(x_h + r * r_h)
+        h_tilde = fast_tanh(x_h + r * r_h)
         return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
 
     def _fused_backward(self, saved, states_prev, states, d_states, params):

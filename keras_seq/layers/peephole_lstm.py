@@ -11,6 +11,8 @@ from keras_seq.layers._recurrent_base import (
     _LSTMCellBase,
     _RecurrentLayer,
     _validate_recurrent_args,
+    fast_sigmoid,
+    fast_tanh,
     sigmoid_grad,
     tanh_grad,
 )
@@ -99,12 +101,12 @@ class PeepholeLSTMCell(_LSTMCellBase):
         c_prev = states[1]
         p_i, p_f, p_o = params
         z_i, z_f, z_c, z_o = tf.split(xw_t + r_t, 4, axis=-1)
-        i = tf.sigmoid(z_i + p_i * c_prev)
-        f = tf.sigmoid(z_f + p_f * c_prev)
-        g = tf.tanh(z_c)
+        i = fast_sigmoid(z_i + p_i * c_prev)
+        f = fast_sigmoid(z_f + p_f * c_prev)
+        g = fast_tanh(z_c)
         c = f * c_prev + i * g
-        o = tf.sigmoid(z_o + p_o * c)
-        tanh_c = tf.tanh(c)
+        o = fast_sigmoid(z_o + p_o * c)
+        tanh_c = fast_tanh(c)
         return [o * tanh_c, c], [i, f, g, o, tanh_c]
 
     def _fused_backward(self, saved, states_prev, states, d_states, params):

@@ -489,3 +489,16 @@ def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case,
         assert np.all(np.isfinite(g))
         scale = np.max(np.abs(e))
         np.testing.assert_allclose(g / scale, np.asarray(e) / scale, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype, atol", [("float32", 1e-6), ("float16", 1e-3), ("float64", 1e-15)])
+def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
+    from keras_seq.layers._recurrent_base import fast_sigmoid, fast_tanh
+
+    x = np.concatenate([np.linspace(-30.0, 30.0, 20001), [0.0, 1e-8, -1e-8, 7.9, -7.9]])
+    got_tanh = np.asarray(fast_tanh(tf.constant(x, dtype)), "float64")
+    got_sigmoid = np.asarray(fast_sigmoid(tf.constant(x, dtype)), "float64")
+    x_rounded = x.astype(dtype).astype("float64")  # the input as the dtype holds it
+    np.testing.assert_allclose(got_tanh, np.tanh(x_rounded), atol=atol, rtol=0)
+    np.testing.assert_allclose(got_sigmoid, 1.0 / (1.0 + np.exp(-x_rounded)), atol=atol, rtol=0)
+    assert np.all(np.abs(got_tanh) <= 1.0) and np.all((got_sigmoid >= 0) & (got_sigmoid <= 1))
