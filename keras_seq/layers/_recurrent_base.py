@@ -26,7 +26,6 @@ from keras_seq.layers._recurrent_driver import (
     run_recurrence,
 )
 
-
 # Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
 # tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
 # float32 tanh in Eigen, which TensorFlow's CPU kernels use. Max error

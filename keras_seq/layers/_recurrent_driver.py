@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -328,11 +327,6 @@ def run_fused_recurrence(
     return last_output, outputs, states
 
 
-# (cell, return_sequences, zero_output_for_mask) -> XLA-compiled (forward, backward)
-# loops. Kept per cell so that eager calls reuse the compiled loops.
-_FUSED_LOOPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _fused_loops(cell, return_sequences, zero_output_for_mask):
     """The forward and backward loops of ``cell``, each compiled with XLA.
 
@@ -341,7 +335,12 @@ def _fused_loops(cell, return_sequences, zero_output_for_mask):
     small ops cost more than its matmul. XLA compiles once per input shape.
     """
     key = (return_sequences, zero_output_for_mask)
-    per_cell = _FUSED_LOOPS.setdefault(cell, {})
+    # Kept on the cell (outside Keras' attribute tracking) so that eager calls
+    # reuse the compiled loops; they go away with the cell.
+    per_cell = cell.__dict__.get("_fused_loops_cache")
+    if per_cell is None:
+        per_cell = {}
+        object.__setattr__(cell, "_fused_loops_cache", per_cell)
     if key not in per_cell:
 
         def forward_loop(*args):

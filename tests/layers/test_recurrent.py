@@ -203,11 +203,14 @@ def test_gru_equals_keras_gru_with_copied_weights(reset_after, training, rng):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("keras_layer, ours_layer", [
     (keras.layers.LSTM, layers.PeepholeLSTM),
     (keras.layers.GRU, layers.GRU),
 ])
-def test_bidirectional_stacked_with_embedding_mask_equals_keras(keras_layer, ours_layer, rng):
+def test_bidirectional_stacked_with_embedding_mask_equals_keras(
+    keras_layer, ours_layer, training, rng
+):
     tokens = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 0, 0], [5, 0, 0, 0, 0]])
 
     def build(recurrent):
@@ -227,8 +230,8 @@ def test_bidirectional_stacked_with_embedding_mask_equals_keras(keras_layer, our
             weights = ref_sub.get_weights()
             weights += [np.zeros(U, "float32")] * (len(our_sub.get_weights()) - len(weights))
             our_sub.set_weights(weights)
-    expected = reference(tokens)
-    got = ours(tokens)
+    expected = reference(tokens, training=training)
+    got = ours(tokens, training=training)
     keep = tokens != 0
     np.testing.assert_allclose(np.asarray(got)[keep], np.asarray(expected)[keep], atol=1e-5)
     np.testing.assert_allclose(got, expected, atol=1e-5)
@@ -421,8 +424,11 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
         np.testing.assert_allclose(g, e, atol=1e-6)
 
 
+@pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
-def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(case, rng):
+def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
+    case, zero_output_for_mask, rng
+):
     """With a recurrent dropout mask (and padding), the driver's hand-written
     gradient equals TensorFlow's autodiff through the per-step cell."""
     from keras_seq.layers._recurrent_driver import run_fused_recurrence, run_recurrence
@@ -449,13 +455,14 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(case, rng
         return run_recurrence(
             lambda xw_t, s: cell._recurrent_step(xw_t, s, params, keep),
             xw, states, mask=mask, return_sequences=True,
+            zero_output_for_mask=zero_output_for_mask,
         )
 
     def fused():
         kernel, params = cell._fused_params()
         return run_fused_recurrence(
             cell, xw, states, kernel, params, mask=mask, recurrent_mask=keep,
-            return_sequences=True,
+            return_sequences=True, zero_output_for_mask=zero_output_for_mask,
         )
 
     got, expected = loss_of(fused), loss_of(autodiff)
