@@ -27,7 +27,9 @@ _DEFAULTS = {
     # Per model family: values measured to reach the accuracy targets on the
     # date task within the time budget on a 2-core CPU (see README).
     "rnn": {"epochs": 2, "batch_size": 128, "learning_rate": 3e-3, "units": 64},
-    "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 128},
+    # Width 96 (4 heads, feed-forward 384): 99.95% like width 128 on the dates,
+    # in three quarters of the time.
+    "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
 }
 # The LSTM family learns the date task more slowly than the GRU per epoch.
 _LSTM_FAMILY_DEFAULTS = {"epochs": 4}
@@ -73,7 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--train-size", type=int, default=50_000, help=argparse.SUPPRESS)
     train.add_argument("--validation-size", type=int, default=2_000, help=argparse.SUPPRESS)
     train.add_argument("--test-size", type=int, default=10_000, help=argparse.SUPPRESS)
-    train.add_argument("--units", type=int, help=argparse.SUPPRESS)
+    train.add_argument(
+        "--units", type=int,
+        help="width: recurrent units (default 64) or Transformer model_dim (default 96)",
+    )
     train.add_argument("--layers", type=int, default=2, help=argparse.SUPPRESS)
     train.add_argument("--learning-rate", type=float, help=argparse.SUPPRESS)
     train.add_argument("--max-source-length", type=int, default=64, help=argparse.SUPPRESS)
@@ -287,9 +292,9 @@ def _train(args) -> int:
     datasets = [
         data.make_dataset(
             pairs, tokenizer, tokenizer, args.batch_size, source_length, target_length,
-            shuffle_seed=args.seed if shuffle else None,
+            shuffle_seed=args.seed if training else None,
         )
-        for pairs, shuffle in ((train_pairs, True), (validation_pairs, False))
+        for pairs, training in ((train_pairs, True), (validation_pairs, False))
     ]
     t_data = time.perf_counter()
 

@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import tensorflow as tf
 
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ def make_dataset(
     source_length: int,
     target_length: int,
     shuffle_seed: int | None = None,
+    bucket_lengths: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """Builds the teacher-forcing `tf.data` pipeline; tokenization runs in the graph.
 
@@ -249,6 +251,13 @@ def make_dataset(
         target_length: length `Tt` of `decoder_inputs` and `targets`.
         shuffle_seed: `None` keeps the order of `pairs`; an int shuffles all
             pairs with that seed, anew each epoch.
+        bucket_lengths: optional increasing source lengths below
+            `source_length`, e.g. `(10, 16, 24)`. Each batch then holds pairs
+            whose tokenized source fits the same bucket (<= 10, <= 16, <= 24,
+            the rest) and `encoder_inputs` is padded only to that bucket's
+            length (`source_length` for the last), so short sources do not pay
+            for the longest one. Batches come from a window of the (shuffled)
+            stream per bucket; a bucket's last batch may be smaller.
 
     Returns:
         A dataset of `({"encoder_inputs": int32 (B, Ts), "decoder_inputs":
@@ -290,11 +299,19 @@ def make_dataset(
         int(source_length),
         int(target_length),
     )
+    buckets = _check_buckets(bucket_lengths, source_length)
     sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
     targets = tf.constant([t for _, t in pairs], dtype=tf.string)
+    # Bucket i holds source lengths in (pads[i - 1], pads[i]]; the last runs to
+    # source_length (longer sources are truncated by encode).
+    pads = tf.constant([*buckets, source_length], tf.int32)
 
-    def encode(source, target):
+    def encode(source, target, lengths=None):
         encoder_inputs = source_tokenizer.encode(source, source_length)
+        if lengths is not None:
+            # Padding is at the end, so cutting at the bucket's length loses nothing.
+            bucket = tf.searchsorted(pads[:-1], tf.reduce_max(lengths)[None], side="left")[0]
+            encoder_inputs = encoder_inputs[:, : tf.gather(pads, bucket)]
         decoder_inputs = target_tokenizer.encode(target, target_length, add_start=True)
         decoder_targets = target_tokenizer.encode(target, target_length, add_end=True)
         return (
@@ -302,10 +319,41 @@ def make_dataset(
             decoder_targets,
         )
 
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
+    columns = (sources, targets)
+    if buckets:
+        columns += (tf.cast(source_tokenizer.tokenize(sources).row_lengths(), tf.int32),)
+    dataset = tf.data.Dataset.from_tensor_slices(columns)
     if shuffle_seed is not None:
         dataset = dataset.shuffle(len(pairs), seed=int(shuffle_seed), reshuffle_each_iteration=True)
     # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
-    dataset = dataset.batch(batch_size)
+    if buckets:
+        dataset = dataset.bucket_by_sequence_length(
+            lambda source, target, length: length,
+            bucket_boundaries=[b + 1 for b in buckets],  # bucket i: length < buckets[i] + 1
+            bucket_batch_sizes=[batch_size] * (len(buckets) + 1),
+        )
+        # Every bucket ends with one partial batch at most: tell tf.data (and
+        # so len() and Keras' progress bar) how many batches an epoch has.
+        sizes = np.bincount(np.searchsorted(buckets, columns[2].numpy(), side="left"))
+        batches = int(sum(-(-int(n) // batch_size) for n in sizes))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    else:
+        dataset = dataset.batch(batch_size)
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_buckets(bucket_lengths, source_length) -> tuple[int, ...]:
+    if bucket_lengths is None:
+        return ()
+    buckets = tuple(bucket_lengths)
+    valid = all(
+        isinstance(b, numbers.Integral) and not isinstance(b, bool) and 0 < b < source_length
+        for b in buckets
+    )
+    if not valid or list(buckets) != sorted(set(buckets)):
+        raise ValueError(
+            "make_dataset: `bucket_lengths` must be strictly increasing ints in "
+            f"[1, source_length={source_length}), got {bucket_lengths!r}."
+        )
+    return tuple(int(b) for b in buckets)

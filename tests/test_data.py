@@ -252,6 +252,43 @@ def test_make_dataset_shuffles_deterministically_with_seed(small_task, tokenizer
     assert sorted(shuffled) == sorted(ordered)
 
 
+def test_make_dataset_buckets_pad_each_batch_to_its_bucket(small_task, tokenizers):
+    source_tokenizer, target_tokenizer = tokenizers
+    pairs = small_task["train"][:300] + [("Saturday, 21 November 2026 11", "2026-11-21")]
+    source_length, buckets = 28, (10, 16, 24)  # the long source is truncated to 28
+    dataset = data.make_dataset(
+        pairs, source_tokenizer, target_tokenizer, 16, source_length, 12,
+        shuffle_seed=3, bucket_lengths=buckets,
+    )
+    seen = collections.Counter()
+    widths = set()
+    assert len(dataset) == len(list(dataset))
+    for inputs, targets in dataset:
+        encoder = inputs["encoder_inputs"].numpy()
+        width = encoder.shape[1]
+        widths.add(width)
+        lengths = (encoder != 0).sum(axis=1)  # no source holds a [PAD] character
+        # The batch is padded to the smallest bucket that holds its longest source.
+        assert width == min(b for b in (*buckets, source_length) if b >= lengths.max())
+        lower = max([0] + [b for b in (*buckets, source_length) if b < width])
+        assert np.all(lengths > lower)  # every source belongs to this bucket
+        for row, target in zip(encoder.tolist(), targets.numpy().tolist()):
+            seen[(tuple(row + [0] * (source_length - width)), tuple(target))] += 1
+    expected = collections.Counter()
+    for source, target in pairs:
+        s = _reference_ids(source, source_tokenizer.vocabulary)[:source_length]
+        t = _reference_ids(target, target_tokenizer.vocabulary)[:11]
+        expected[(tuple(s + [0] * (source_length - len(s))), tuple(t + [3] + [0] * (11 - len(t))))] += 1
+    assert seen == expected  # every pair exactly once, losslessly
+    assert widths == {10, 16, 24, 28}
+    with pytest.raises(ValueError, match="bucket_lengths"):
+        data.make_dataset(pairs, source_tokenizer, target_tokenizer, 4, 16, 8,
+                          bucket_lengths=(8, 8))
+    with pytest.raises(ValueError, match="bucket_lengths"):
+        data.make_dataset(pairs, source_tokenizer, target_tokenizer, 4, 16, 8,
+                          bucket_lengths=(8, 16))
+
+
 def test_make_dataset_rejects_bad_arguments(tokenizers):
     source_tokenizer, target_tokenizer = tokenizers
     pairs = [("21 Nov 2026", "2026-11-21")]

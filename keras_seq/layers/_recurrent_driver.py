@@ -5,11 +5,12 @@ time steps at once (one large matmul outside the loop) and a ``step`` function
 that does only the recurrent part. The driver runs ``step`` over time in one of
 three forms that compute the same thing:
 
-- training form (default): ``tf.while_loop`` reading the per-step projection
+- TensorArray form (default; inference, and training where the cell has no
+  hand-written gradient): ``tf.while_loop`` reading the per-step projection
   from a ``TensorArray`` (``unstack``) and writing outputs into a
-  ``TensorArray``. Its gradient is the cheapest: slicing ``xw[t]`` in the loop
-  instead makes the backward pass materialise a full ``(T, B, P)`` tensor at
-  every step.
+  ``TensorArray``. Its autodiff gradient is the cheapest: slicing ``xw[t]``
+  in the loop instead makes the backward pass materialise a full
+  ``(T, B, P)`` tensor at every step.
 - builtin form (inside ``builtin_loop_mode()``, used by the exporter):
   ``tf.while_loop`` reading with ``tf.gather`` and writing outputs with
   ``tf.tensor_scatter_nd_update`` into a preallocated tensor. TensorArray ops
@@ -17,12 +18,13 @@ three forms that compute the same thing:
   the builtins WHILE, GATHER and SCATTER_ND.
 - unrolled form (``unroll=True``): a Python loop over a static length.
 
-``run_fused_recurrence`` is the training form with a hand-written gradient
+``run_fused_recurrence`` is the training form, with a hand-written gradient
 (backpropagation through time) for cells that supply their derivative: the
 forward loop keeps what the backward loop needs, the backward loop does one
 matmul per step (``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one
 large matmul over all steps after the loop instead of one small matmul and an
-accumulation per step. Layers use it when training.
+accumulation per step. Both loops are compiled with XLA, which fuses a step's
+elementwise work. Layers use it when training.
 
 Masking follows ``keras.src.backend.tensorflow.rnn.rnn``: at a masked step the
 states are carried through unchanged and the output is the previous output (or
@@ -130,13 +132,7 @@ def run_recurrence(
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
         with ``return_sequences``, else ``last_output[:, None]``.
     """
-    if mask is not None:
-        # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
-        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)  # (T, B, 1)
-    if go_backwards:
-        xw = tf.reverse(xw, [0])
-        if mask is not None:
-            mask = tf.reverse(mask, [0])
+    xw, mask = _processing_order(xw, mask, go_backwards)
 
     # The loop carries the states and, with a mask only, the previous output
     # (without a mask the output of a step is its first state, h).
@@ -169,6 +165,18 @@ def run_recurrence(
     else:
         outputs = last_output[:, None]
     return last_output, outputs, states
+
+
+def _processing_order(xw, mask, go_backwards):
+    """The projection and a ``(T, B, 1)`` bool mask, both in processing order."""
+    if mask is not None:
+        # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
+        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)
+    if go_backwards:
+        xw = tf.reverse(xw, [0])
+        if mask is not None:
+            mask = tf.reverse(mask, [0])
+    return xw, mask
 
 
 def _unrolled(advance, xw, mask, carry, return_sequences):
@@ -253,11 +261,12 @@ def run_fused_recurrence(
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """`run_recurrence` (training form) with the cell's hand-written gradient.
 
-    The forward loop keeps, in `TensorArray`s, the states before and after
-    every step and what the cell saves; the backward loop reads them back
-    without stacking them, does one matmul per step and sums the per-step
-    gradients of the cell's other weights. The recurrent kernel's gradient is
-    one ``(units, T·B) @ (T·B, P)`` matmul after the loop.
+    The forward loop keeps the states before and after every step and what
+    the cell saves, stacked over time; the backward loop reads them back,
+    does one matmul per step and sums the per-step gradients of the cell's
+    other weights. Both loops are compiled with XLA (see `_fused_loops`). The
+    recurrent kernel's gradient is one ``(units, T·B) @ (T·B, P)`` matmul
+    after the loop.
 
     Args:
         cell: supplies ``_fused_forward`` and ``_fused_backward`` (see
@@ -274,12 +283,7 @@ def run_fused_recurrence(
     Returns:
         ``(last_output, outputs, final_states)`` as `run_recurrence`.
     """
-    if mask is not None:
-        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)  # (T, B, 1)
-    if go_backwards:
-        xw = tf.reverse(xw, [0])
-        if mask is not None:
-            mask = tf.reverse(mask, [0])
+    xw, mask = _processing_order(xw, mask, go_backwards)
     n_states = len(initial_states)
     forward_loop, backward_loop = _fused_loops(cell, return_sequences, zero_output_for_mask)
 
