@@ -81,7 +81,7 @@ class CoupledGateLSTMCell(_LSTMCellBase):
 
     @property
     def _fused_saved_widths(self):
-        return [self.units] * 4  # f, g = tanh(z_c), o, tanh(c)
+        return [self.units] * 3  # f, g = tanh(z_c), o (tanh(c) is recomputed)
 
     def _fused_supported(self):
         return self._standard_activations()
@@ -102,11 +102,12 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             z_o = z_o + params[1] * c
         o = fast_sigmoid(z_o)
         tanh_c = fast_tanh(c)
-        return [o * tanh_c, c], [f, g, o, tanh_c]
+        return [o * tanh_c, c], [f, g, o]
 
     def _fused_backward(self, saved, states_prev, states, d_states, params):
-        f, g, o, tanh_c = saved
+        f, g, o = saved
         c_prev = states_prev[1]
+        tanh_c = fast_tanh(states[1])  # cheaper to recompute than to store and read back
         d_h, d_c = d_states
         d_zo = sigmoid_grad(o, d_h * tanh_c)
         d_c = d_c + tanh_grad(tanh_c, d_h * o)

@@ -88,7 +88,7 @@ class PeepholeLSTMCell(_LSTMCellBase):
 
     @property
     def _fused_saved_widths(self):
-        return [self.units] * 5  # i, f, g = tanh(z_c), o, tanh(c)
+        return [self.units] * 4  # i, f, g = tanh(z_c), o (tanh(c) is recomputed)
 
     def _fused_supported(self):
         return self._standard_activations()
@@ -107,11 +107,12 @@ class PeepholeLSTMCell(_LSTMCellBase):
         c = f * c_prev + i * g
         o = fast_sigmoid(z_o + p_o * c)
         tanh_c = fast_tanh(c)
-        return [o * tanh_c, c], [i, f, g, o, tanh_c]
+        return [o * tanh_c, c], [i, f, g, o]
 
     def _fused_backward(self, saved, states_prev, states, d_states, params):
-        i, f, g, o, tanh_c = saved
+        i, f, g, o = saved
         c_prev, c = states_prev[1], states[1]
+        tanh_c = fast_tanh(c)  # cheaper to recompute than to store and read back
         d_h, d_c = d_states
         p_i, p_f, p_o = params
         d_zo = sigmoid_grad(o, d_h * tanh_c)
