@@ -194,6 +194,13 @@ def _num_steps(xw):
     return xw.shape[0] if xw.shape[0] is not None else tf.shape(xw)[0]
 
 
+# Steps per iteration of the TensorArray loop. A while-loop iteration costs a
+# dozen control-flow ops per loop variable besides the step itself; at batch 1
+# that overhead is a large part of a step (GRU inference at batch 1: 0.74x
+# Keras' time with one step per iteration, 0.63x with four).
+_STEPS_PER_ITERATION = 4
+
+
 def _tensor_array_loop(advance, xw, mask, carry, return_sequences):
     steps = _num_steps(xw)
     xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:]).unstack(xw)
@@ -205,22 +212,37 @@ def _tensor_array_loop(advance, xw, mask, carry, return_sequences):
         carry[0].dtype, size=steps if return_sequences else 0, element_shape=carry[0].shape
     )
 
-    def body(t, out_ta, *carry):
+    def one_step(t, out_ta, carry):
         mask_t = None if mask_ta is None else mask_ta.read(t)
-        output, carry = advance(xw_ta.read(t), mask_t, list(carry))
+        output, carry = advance(xw_ta.read(t), mask_t, carry)
         if return_sequences:
             out_ta = out_ta.write(t, output)
-        return (t + 1, out_ta, *carry)
+        return out_ta, carry
 
-    result = tf.while_loop(
-        lambda t, *_: t < steps,
-        body,
-        (tf.constant(0), out_ta, *carry),
-        maximum_iterations=steps,
-        parallel_iterations=32,
-    )
-    outputs = result[1].stack() if return_sequences else None
-    return outputs, list(result[2:])
+    def run(first, last, per_iteration, out_ta, carry):
+        """Steps ``first .. last - 1``, ``per_iteration`` of them per iteration."""
+
+        def body(t, out_ta, *carry):
+            carry = list(carry)
+            for i in range(per_iteration):
+                out_ta, carry = one_step(t + i, out_ta, carry)
+            return (t + per_iteration, out_ta, *carry)
+
+        result = tf.while_loop(
+            lambda t, *_: t < last,
+            body,
+            (tf.convert_to_tensor(first), out_ta, *carry),
+            maximum_iterations=(last - first) // per_iteration,
+            parallel_iterations=32,
+        )
+        return result[1], list(result[2:])
+
+    k = _STEPS_PER_ITERATION
+    blocks = steps // k * k
+    out_ta, carry = run(0, blocks, k, out_ta, carry)
+    out_ta, carry = run(blocks, steps, 1, out_ta, carry)  # the last steps % k steps
+    outputs = out_ta.stack() if return_sequences else None
+    return outputs, carry
 
 
 def _builtin_loop(advance, xw, mask, carry, return_sequences):
