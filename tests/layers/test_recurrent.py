@@ -509,3 +509,17 @@ def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
     np.testing.assert_allclose(got_tanh, np.tanh(x_rounded), atol=atol, rtol=0)
     np.testing.assert_allclose(got_sigmoid, 1.0 / (1.0 + np.exp(-x_rounded)), atol=atol, rtol=0)
     assert np.all(np.abs(got_tanh) <= 1.0) and np.all((got_sigmoid >= 0) & (got_sigmoid <= 1))
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4, 5, 8])
+def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng):
+    """The TensorArray loop runs several steps per iteration plus a remainder
+    loop; any length, including fewer steps than one iteration holds, must
+    differentiate under XLA like eagerly."""
+    layer, _, _, _ = _make("gru_reset_before", rng, return_sequences=True)  # autodiff path
+    x = tf.constant(_inputs(rng, steps=steps))
+    probe = tf.constant(rng.normal(size=(B, steps, U)).astype("float32"))
+    expected = _grads(layer, x, None, probe, training=True)
+    got = tf.function(lambda: _grads(layer, x, None, probe, training=True), jit_compile=True)()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, atol=1e-5)
