@@ -33,6 +33,7 @@ records the tokenizer type and options; `load_tokenizer` reads both.
 
 from __future__ import annotations
 
+import abc
 import json
 import numbers
 import os
@@ -162,11 +163,13 @@ class _Tokenizer(tf.Module):
         self._surfaces = tf.constant(surfaces, dtype=tf.string)
 
     # -- to be provided by subclasses --------------------------------------
+    @abc.abstractmethod
     def _tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
-        raise NotImplementedError
+        """Token ids of each string, ``(B, None)``."""
 
+    @abc.abstractmethod
     def _surface(self, token_id: int, token: str) -> str:
-        raise NotImplementedError
+        """The text a token stands for when detokenizing."""
 
     def _options(self) -> dict:
         return {}
