@@ -20,7 +20,6 @@ from keras import activations, constraints, initializers, ops, regularizers
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq.layers._recurrent_driver import (
-    builtin_loop_mode_enabled,
     project,
     run_fused_recurrence,
     run_recurrence,
@@ -377,7 +376,6 @@ class _RecurrentLayer(keras.layers.RNN):
         if (
             training is True
             and not self.unroll
-            and not builtin_loop_mode_enabled()
             and cell._fused_supported()
         ):
             # Training: the same recurrence with the cell's hand-written gradient.
@@ -408,6 +406,7 @@ class _RecurrentLayer(keras.layers.RNN):
             unroll=self.unroll,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
+            training=training is True,
         )
 
     def get_config(self):

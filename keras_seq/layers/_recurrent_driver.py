@@ -5,17 +5,20 @@ time steps at once (one large matmul outside the loop) and a ``step`` function
 that does only the recurrent part. The driver runs ``step`` over time in one of
 three forms that compute the same thing:
 
-- TensorArray form (default; inference, and training where the cell has no
-  hand-written gradient): ``tf.while_loop`` reading the per-step projection
-  from a ``TensorArray`` (``unstack``) and writing outputs into a
+- TensorArray form (training): ``tf.while_loop`` reading the per-step
+  projection from a ``TensorArray`` (``unstack``) and writing outputs into a
   ``TensorArray``. Its autodiff gradient is the cheapest: slicing ``xw[t]``
   in the loop instead makes the backward pass materialise a full
-  ``(T, B, P)`` tensor at every step.
-- builtin form (inside ``builtin_loop_mode()``, used by the exporter):
-  ``tf.while_loop`` reading with ``tf.gather`` and writing outputs with
-  ``tf.tensor_scatter_nd_update`` into a preallocated tensor. TensorArray ops
-  become Flex ops in TFLite when the batch or length is dynamic; these become
-  the builtins WHILE, GATHER and SCATTER_ND.
+  ``(T, B, P)`` tensor at every step. Used where the cell has no
+  hand-written gradient.
+- convertible form (inference, ``training`` not True; `scan_convertible`):
+  ``tf.while_loop`` reading with ``tf.gather`` and writing blocks of outputs
+  with ``tf.tensor_scatter_nd_update`` into a preallocated tensor.
+  TensorArray ops have no TFLite builtin form when the batch or length is
+  dynamic, and tf2onnx cannot map them either; these become the builtins
+  WHILE, GATHER and SCATTER_ND (ONNX ``Loop``, ``Gather``, ``ScatterND``), so
+  ``model.export(format="litert"|"onnx")`` and the TFLite converter need no
+  Flex delegate and no special mode.
 - unrolled form (``unroll=True``): a Python loop over a static length.
 
 ``run_fused_recurrence`` is the training form, with a hand-written gradient
@@ -33,14 +36,10 @@ zeros with ``zero_output_for_mask``, which ``keras.layers.Bidirectional`` sets).
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import tensorflow as tf
-
-_state = threading.local()
 
 StepFn = Callable[[tf.Tensor, list], tuple]
 
@@ -69,22 +68,6 @@ class FusedCell(Protocol):
         over steps and the batch)."""
 
 
-def builtin_loop_mode_enabled() -> bool:
-    """True while tracing for export: loops must use TFLite builtin ops only."""
-    return getattr(_state, "builtin_loops", False)
-
-
-@contextlib.contextmanager
-def builtin_loop_mode():
-    """Trace recurrent loops in their TFLite-builtin form inside this block."""
-    previous = builtin_loop_mode_enabled()
-    _state.builtin_loops = True
-    try:
-        yield
-    finally:
-        _state.builtin_loops = previous
-
-
 def project(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
     """``x @ kernel + bias`` over the last axis of a rank-2 or rank-3 ``x``.
 
@@ -111,6 +94,7 @@ def run_recurrence(
     unroll: bool = False,
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
+    training: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """Runs ``step`` over the time axis of the hoisted input projection.
 
@@ -127,6 +111,9 @@ def run_recurrence(
         return_sequences: collect the output of every step.
         zero_output_for_mask: masked steps output zeros instead of the
             previous output.
+        training: run the TensorArray form, whose autodiff gradient is the
+            cheapest; otherwise the convertible form (`scan_convertible`),
+            which Keras' own exporters turn into TFLite builtins and ONNX.
 
     Returns:
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
@@ -153,16 +140,14 @@ def run_recurrence(
 
     if unroll:
         run = _unrolled
-    elif builtin_loop_mode_enabled():
-        run = _builtin_loop
-    else:
+    elif training:
         run = _tensor_array_loop
+    else:
+        run = _convertible_loop
     outputs, carry = run(advance, xw, mask, carry, return_sequences)
     last_output = carry[0]
     states = carry[1:] if mask is not None else carry
-    if return_sequences:
-        outputs = tf.transpose(outputs, [1, 0, 2])  # (B, T, units)
-    else:
+    if not return_sequences:
         outputs = last_output[:, None]
     return last_output, outputs, states
 
@@ -187,7 +172,7 @@ def _unrolled(advance, xw, mask, carry, return_sequences):
     for t in range(steps):
         output, carry = advance(xw[t], None if mask is None else mask[t], carry)
         outputs.append(output)
-    return (tf.stack(outputs) if return_sequences else None), carry
+    return (tf.stack(outputs, axis=1) if return_sequences else None), carry
 
 
 def _num_steps(xw):
@@ -247,32 +232,110 @@ def _tensor_array_loop(advance, xw, mask, carry, return_sequences):
     blocks = steps // k * k
     out_ta, carry = run(0, blocks, k, out_ta, carry)
     out_ta, carry = run(blocks, steps, 1, out_ta, carry)  # the last steps % k steps
-    outputs = out_ta.stack() if return_sequences else None
-    return outputs, carry
+    outputs = tf.transpose(out_ta.stack(), [1, 0, 2]) if return_sequences else None
+    return outputs, carry  # outputs (B, T, units)
 
 
-def _builtin_loop(advance, xw, mask, carry, return_sequences):
-    steps = tf.shape(xw)[0]
-    if return_sequences:
-        outputs = tf.zeros(tf.concat([[steps], tf.shape(carry[0])], 0), carry[0].dtype)
-    else:
-        outputs = tf.zeros([0], carry[0].dtype)
+def scan_convertible(body, sequences, carry, templates, collect=True):
+    """A ``tf.while_loop`` over time in ops that TFLite and ONNX convert natively.
 
-    def body(t, outputs, *carry):
-        mask_t = None if mask is None else tf.gather(mask, t)
-        output, carry = advance(tf.gather(xw, t), mask_t, list(carry))
-        if return_sequences:
-            outputs = tf.tensor_scatter_nd_update(outputs, tf.reshape(t, [1, 1]), output[None])
-        return (t + 1, outputs, *carry)
+    The inference form of the driver, also used by the seq2seq decoder. It
+    reads step ``t`` of each ``(T, ...)`` sequence with ``tf.gather`` and
+    writes the per-step outputs into preallocated ``(T, ...)`` tensors with
+    ``tf.tensor_scatter_nd_update`` (builtins GATHER and SCATTER_ND in
+    TFLite, ``Gather``/``ScatterND`` in ONNX), with a dynamic batch and
+    length. TensorArrays would be cheaper in TensorFlow but have no TFLite
+    builtin form unless every dimension but time is static.
 
-    result = tf.while_loop(
-        lambda t, *_: t < steps,
-        body,
-        (tf.constant(0), outputs, *carry),
-        maximum_iterations=steps,
-    )
-    outputs = result[1] if return_sequences else None
-    return outputs, list(result[2:])
+    TensorFlow copies the whole output tensor at every scatter, so
+    `_STEPS_PER_ITERATION` steps run per loop iteration and their outputs
+    are written as one block: a ``T``-step loop makes ``T / k`` copies
+    instead of ``T`` (and pays the loop's control-flow overhead ``T / k``
+    times). The last ``T mod k`` steps run one per iteration.
+
+    Args:
+        body: ``body(xs_t, carry) -> (outputs_t, carry)`` with ``xs_t`` the
+            list of step-``t`` slices of ``sequences``, and lists for the rest.
+        sequences: list of time-major ``(T, B, ...)`` tensors, same ``T``.
+        carry: list of tensors carried between steps.
+        templates: one ``(B, ...)`` tensor per output with the shape and
+            dtype of that output at one step (only shape and dtype are used).
+        collect: stack the outputs over time; else only the carry is returned.
+
+    Returns:
+        ``(outputs, carry)``: ``outputs`` is a list of batch-major ``(B, T, ...)``
+        tensors (``None`` when not collecting).
+    """
+    steps = _num_steps(sequences[0])
+    batch = tf.shape(templates[0])[0] if templates else None
+    # Batch-major buffers (B, T, ...), written at [b, t] index pairs: with an
+    # empty batch the indices are empty too (a scatter of non-empty indices
+    # into an empty tensor is an error), and no transpose is needed after.
+    buffers = []
+    if collect:
+        buffers = [
+            tf.zeros(tf.concat([tf.shape(t)[:1], tf.reshape(steps, [1]), tf.shape(t)[1:]], 0),
+                     t.dtype)
+            for t in templates
+        ]
+
+    def run(first, last, per_iteration, buffers, carry):
+        if isinstance(first, int) and isinstance(last, int) and last <= first:
+            return buffers, carry
+        if collect:
+            # [b] for every (b, i) of a block, built once outside the loop.
+            batch_rows = tf.broadcast_to(
+                tf.reshape(tf.range(batch), [-1, 1, 1]), tf.stack([batch, per_iteration, 1])
+            )
+
+        def loop_body(t, buffers, *carry):
+            carry = list(carry)
+            # t + constant offsets, not tf.range(t, t + k): XLA needs static range bounds.
+            rows = t + tf.range(per_iteration)
+            if per_iteration == 1:
+                block = [[tf.gather(x, t)] for x in sequences]
+            else:
+                block = [tf.unstack(tf.gather(x, rows), per_iteration) for x in sequences]
+            outputs = [[] for _ in templates]
+            for i in range(per_iteration):
+                outputs_t, carry = body([x[i] for x in block], carry)
+                for collected, o in zip(outputs, outputs_t):
+                    collected.append(o)
+            if collect:
+                time_rows = tf.broadcast_to(
+                    tf.reshape(rows, [1, per_iteration, 1]), tf.shape(batch_rows)
+                )
+                indices = tf.concat([batch_rows, time_rows], -1)  # (B, k, 2): [b, t + i]
+                buffers = [
+                    tf.tensor_scatter_nd_update(b, indices, tf.stack(o, axis=1))
+                    for b, o in zip(buffers, outputs)
+                ]
+            return (t + per_iteration, buffers, *carry)
+
+        result = tf.while_loop(
+            lambda t, *_: t < last,
+            loop_body,
+            (tf.convert_to_tensor(first), buffers, *carry),
+            maximum_iterations=(last - first) // per_iteration,
+        )
+        return list(result[1]), list(result[2:])
+
+    k = _STEPS_PER_ITERATION
+    blocks = steps // k * k
+    buffers, carry = run(0, blocks, k, buffers, carry)
+    buffers, carry = run(blocks, steps, 1, buffers, carry)
+    return (buffers if collect else None), carry
+
+
+def _convertible_loop(advance, xw, mask, carry, return_sequences):
+    sequences = [xw] if mask is None else [xw, mask]
+
+    def body(xs_t, carry):
+        output, carry = advance(xs_t[0], xs_t[1] if mask is not None else None, carry)
+        return [output], carry
+
+    outputs, carry = scan_convertible(body, sequences, carry, [carry[0]], return_sequences)
+    return (outputs[0] if return_sequences else None), carry
 
 
 def run_fused_recurrence(

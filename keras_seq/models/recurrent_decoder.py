@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_seq.layers._recurrent_driver import builtin_loop_mode_enabled
+from keras_seq.layers._recurrent_driver import scan_convertible
 from keras_seq.models import _cells
 
 # Longer statically known target lengths run in a loop instead of unrolled.
@@ -220,18 +220,37 @@ class RecurrentDecoder(keras.layers.Layer):
             else tf.zeros([batch_size, 0], dtype=self.compute_dtype)
         )
 
-        def body(carry, y):
+        def step(y, states):
             o, new_states, alpha = self.step(
-                y, carry[0], encoder_outputs, processed_key, encoder_outputs_mask, training
+                y, states, encoder_outputs, processed_key, encoder_outputs_mask, training
             )
-            if alpha is None:
-                alpha = alpha0
-            return [new_states, o, tf.cast(alpha, self.compute_dtype)]
+            return o, new_states, alpha0 if alpha is None else tf.cast(alpha, self.compute_dtype)
 
-        if builtin_loop_mode_enabled():
-            o_seq, alpha_seq = _builtin_scan(body, y_seq, states, o0, alpha0)
-        else:
+        if training is True:
+            # TensorArrays: the cheapest autodiff gradient.
+            def body(carry, y):
+                o, new_states, alpha = step(y, carry[0])
+                return [new_states, o, alpha]
+
             _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
+        else:
+            # Inference: the loop form TFLite and ONNX convert to builtins.
+            # (Only non-empty outputs: a scatter into an empty tensor is an error.)
+            attentive = self.attention is not None
+
+            def body(y_t, carry):
+                o, new_states, alpha = step(y_t[0], carry)
+                return ([o, alpha] if attentive else [o]), list(new_states)
+
+            collected, _ = scan_convertible(
+                body, [y_seq], states, [o0, alpha0] if attentive else [o0]
+            )
+            outputs = collected[0]  # (B, T, o_dim)
+            if not return_attention_scores:
+                return outputs
+            if attentive:
+                return outputs, collected[1]  # (B, T, S)
+            return outputs, tf.zeros(tf.concat([tf.shape(outputs)[:2], [0]], 0), outputs.dtype)
         outputs = tf.transpose(o_seq, [1, 0, 2])  # (B, T, o_dim)
         if return_attention_scores:
             return outputs, tf.transpose(alpha_seq, [1, 0, 2])  # (B, T, S)
@@ -257,27 +276,3 @@ class RecurrentDecoder(keras.layers.Layer):
             }
         )
         return config
-
-
-def _builtin_scan(body, y_seq, states, o0, alpha0):
-    """`tf.scan(body, y_seq, [states, o0, alpha0])` in TFLite-builtin ops.
-
-    Used while exporting (`builtin_loop_mode`): `tf.scan` collects outputs in
-    TensorArrays, which become Flex ops in TFLite when the length is dynamic;
-    here they are written with SCATTER_ND into preallocated (T, ...) tensors.
-    """
-    steps = tf.shape(y_seq)[0]
-    o_seq = tf.zeros(tf.concat([[steps], tf.shape(o0)], 0), o0.dtype)
-    alpha_seq = tf.zeros(tf.concat([[steps], tf.shape(alpha0)], 0), alpha0.dtype)
-
-    def loop_body(t, states, o_seq, alpha_seq):
-        states, o, alpha = body([states, o0, alpha0], tf.gather(y_seq, t))
-        at_t = tf.reshape(t, [1, 1])
-        o_seq = tf.tensor_scatter_nd_update(o_seq, at_t, o[None])
-        alpha_seq = tf.tensor_scatter_nd_update(alpha_seq, at_t, alpha[None])
-        return t + 1, states, o_seq, alpha_seq
-
-    _, _, o_seq, alpha_seq = tf.while_loop(
-        lambda t, *_: t < steps, loop_body, (tf.constant(0), states, o_seq, alpha_seq)
-    )
-    return o_seq, alpha_seq

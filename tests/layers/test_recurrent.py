@@ -6,7 +6,6 @@ import pytest
 import tensorflow as tf
 
 from keras_seq import layers
-from keras_seq.layers._recurrent_driver import builtin_loop_mode
 
 B, T, IN, U = 3, 5, 4, 6
 
@@ -274,21 +273,32 @@ def test_all_masked_sequence_gives_finite_zero_output(case, rng):
 # --- driver forms ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("steps", [5, 8, 19])  # remainder only, blocks only, both
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru_reset_before"])
-def test_builtin_loop_form_equals_training_form(case, rng):
-    layer, _, _, _ = _make(case, rng, return_sequences=True, return_state=True, go_backwards=True)
-    x, mask = _inputs(rng), _ragged_mask([5, 3, 2])
-    call = tf.function(lambda x, m: layer(x, mask=m))
-    expected = call(x, mask)
-    with builtin_loop_mode():
-        builtin = tf.function(lambda x, m: layer(x, mask=m))
-        got = builtin(x, mask)
+def test_inference_form_equals_training_form_for_any_length(case, steps, rng):
+    """The convertible inference loop (blocks of steps + remainder) equals the
+    training loop (hand-written gradient under XLA, or the TensorArray loop)."""
+    layer, weights, step, n_states = _make(
+        case, rng, return_sequences=True, return_state=True, go_backwards=True
+    )
+    x = _inputs(rng, steps=steps)
+    mask = _ragged_mask([steps, steps - 2, 1], steps=steps)
+    infer = tf.function(lambda x, m: layer(x, mask=m, training=False))
+    train = tf.function(lambda x, m: layer(x, mask=m, training=True))
+    got, expected = infer(x, mask), train(x, mask)
     for g, e in zip(got, expected):
-        np.testing.assert_allclose(g, e, atol=1e-6)
-    # The two forms really are different loops.
-    assert "TensorScatterUpdate" in _op_types(builtin.get_concrete_function(x, mask))
-    assert "TensorScatterUpdate" not in _op_types(call.get_concrete_function(x, mask))
-    assert not any("TensorList" in op for op in _op_types(builtin.get_concrete_function(x, mask)))
+        np.testing.assert_allclose(g, e, atol=2e-6)
+    # Against the NumPy reference too: the last output of the full-length row.
+    h = [np.zeros((1, U))] * n_states
+    for t in reversed(range(steps)):
+        out, h = step(weights, x[:1, t].astype("float64"), h)
+    np.testing.assert_allclose(got[0][0, -1], out[0], atol=1e-5)
+    # The inference loop has no TensorArray (no TFLite builtin form): it
+    # writes with scatters; the training loop does not.
+    inference_ops = _op_types(infer.get_concrete_function(x, mask))
+    assert "TensorScatterUpdate" in inference_ops
+    assert not any("TensorList" in op for op in inference_ops)
+    assert "TensorScatterUpdate" not in _op_types(train.get_concrete_function(x, mask))
 
 
 def _op_types(concrete):
@@ -455,7 +465,7 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
         return run_recurrence(
             lambda xw_t, s: cell._recurrent_step(xw_t, s, params, keep),
             xw, states, mask=mask, return_sequences=True,
-            zero_output_for_mask=zero_output_for_mask,
+            zero_output_for_mask=zero_output_for_mask, training=True,
         )
 
     def fused():
