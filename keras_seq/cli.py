@@ -1,4 +1,4 @@
-"""The `keras-seq` command line: `train` a seq2seq model, `translate` with it.
+"""The `keras-seq` command line: `train` a seq2seq model, `translate`, `export`, `verify`.
 
 ``keras-seq train`` with no arguments trains the default model (bidirectional
 GRU encoder, GRU decoder with Bahdanau attention) on the embedded
@@ -12,6 +12,9 @@ date-normalisation task and writes ``runs/<name>/``:
 - ``attention.png`` — attention heatmaps for a few test examples.
 
 ``keras-seq translate RUN_DIR "text" ...`` prints one output per input.
+``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
+(`keras_seq.export.export_run`) and ``keras-seq verify OUT`` checks them
+against Keras without keras-seq (`keras_seq.export.verify`).
 """
 
 from __future__ import annotations
@@ -107,8 +110,10 @@ def _parser() -> argparse.ArgumentParser:
     export = commands.add_parser(
         "export",
         help="export a trained run for TF Serving (SavedModel), TFLite and ONNX",
-        description="Write OUT/translator/1 (strings in, strings out), OUT/tflite/ and "
-        "OUT/onnx/ for the model in RUN_DIR; see export/README.md.",
+        description="Write OUT/translator/1 (strings in, strings out), OUT/tflite/, "
+        "OUT/onnx/ and quantized TFLite folders for the model in RUN_DIR, with Keras' "
+        "outputs on held-out examples (OUT/reference.npz) for `keras-seq verify`; see "
+        "export/README.md.",
     )
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("out", metavar="OUT")
@@ -118,7 +123,33 @@ def _parser() -> argparse.ArgumentParser:
         choices=("savedmodel", "tflite", "onnx"),
         default=["savedmodel", "tflite", "onnx"],
     )
+    export.add_argument(
+        "--quantize",
+        nargs="+",
+        choices=("dynamic", "float16"),
+        default=[],
+        help="also write quantized TFLite encoder and decoder step: OUT/tflite_dynamic/ "
+        "(int8 weights), OUT/tflite_float16/",
+    )
     export.add_argument("--beam", type=int, default=1, help="beam width of the SavedModel")
+    export.add_argument(
+        "--examples",
+        type=int,
+        default=200,
+        help="held-out examples (of the run's test split) in the reference outputs "
+        "(default: 200)",
+    )
+
+    verify = commands.add_parser(
+        "verify",
+        help="check every artifact of an export against Keras, without keras-seq",
+        description="Run each artifact in OUT (written by `keras-seq export`) in a fresh "
+        "process that cannot import keras_seq, and compare its outputs on the held-out "
+        "examples with Keras'. Exits 1 if a float artifact decodes any example differently "
+        "from Keras or a quantized one agrees on fewer than 99.5%%.",
+    )
+    verify.add_argument("out", metavar="OUT")
+    verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")
     return parser
 
 
@@ -421,14 +452,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return _train(args)
     if args.command == "export":
-        if args.beam < 1:
-            parser.error(f"--beam must be >= 1, got {args.beam}")
+        _check_positive(parser, args, "beam", "examples")
         from keras_seq.export import export_run
 
-        written = export_run(args.run_dir, args.out, formats=tuple(args.formats), beam_width=args.beam)
+        written = export_run(
+            args.run_dir,
+            args.out,
+            formats=tuple(args.formats),
+            beam_width=args.beam,
+            quantize=tuple(args.quantize),
+            examples=args.examples,
+        )
         for kind, path in written.items():
             print(f"{kind}: {path}")
         return 0
+    if args.command == "verify":
+        from keras_seq.export import verification_table, verify
+
+        result = verify(args.out, json_path=args.json)
+        print(verification_table(result))
+        for failure in result["failures"]:
+            print(f"FAIL {failure}", file=sys.stderr)
+        return 0 if result["passed"] else 1
     if args.beam < 0:
         parser.error(f"--beam must be >= 0, got {args.beam}")
     return _translate(args)

@@ -9,7 +9,9 @@ The decoder runs one step at a time from the model's named parts (see
 `keras_seq.models.seq2seq`): the recurrent decoder carries its state and reuses
 the attention keys W_k h computed once per batch; the Transformer decoder
 carries a self-attention key/value cache per block and reads cross-attention
-keys/values computed once from the encoder output.
+keys/values computed once from the encoder output. `decoder_steps` returns
+that one-step view (`DecoderSteps`); `keras_seq.export` converts it into an
+encoder and a decoder-step model for decoding loops outside TensorFlow.
 
 Example:
 
@@ -22,6 +24,8 @@ Example:
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import keras
 import tensorflow as tf
@@ -165,7 +169,58 @@ class _TransformerSteps:
         return logits, {"self": caches}
 
 
-def _steps_for(model):
+class DecoderSteps(Protocol):
+    """The one-step view of a translation model that decoding runs on.
+
+    `decoder_steps` returns one for a model built by `models.rnn_seq2seq` or
+    `models.transformer_seq2seq`; `greedy_decode`, `beam_search` and the
+    encoder/decoder-step exports of `keras_seq.export` all drive it.
+    ``constants`` and ``state`` are nests of tensors (dicts and lists); their
+    structure is fixed for a given model.
+    """
+
+    def start(self, encoder_inputs: tf.Tensor, max_length: int) -> tuple[dict, dict]:
+        """Encodes ``(B, S)`` int32 source ids once.
+
+        Returns ``(constants, state)``: what every step reads (encoder
+        outputs, source mask, precomputed attention keys or cross-attention
+        caches) and what each step updates (the recurrent state, or
+        self-attention key/value caches holding ``max_length`` steps).
+        """
+
+    def step(
+        self, tokens: tf.Tensor, t: tf.Tensor, constants: dict, state: dict
+    ) -> tuple[tf.Tensor, dict]:
+        """One decoder step: ``(B,)`` int32 tokens at position ``t`` ->
+        ``((B, V) logits, new state)``."""
+
+    def attention(self, encoder_inputs: tf.Tensor, decoder_inputs: tf.Tensor) -> tf.Tensor:
+        """Teacher-forced attention weights ``(B, T, S)`` (see `attention_weights`)."""
+
+
+def decoder_steps(model: keras.Model) -> DecoderSteps:
+    """The `DecoderSteps` of a translation model: encode once, then decode step by step.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+
+    Returns:
+        An object with ``start(encoder_inputs, max_length) -> (constants, state)``
+        and ``step(tokens, t, constants, state) -> (logits, state)``.
+
+    Raises:
+        ValueError: the model lacks the named layers of those builders.
+
+    Example:
+
+    >>> from keras_seq import models, decoding
+    >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
+    >>> steps = decoding.decoder_steps(model)
+    >>> constants, state = steps.start(tf.constant([[5, 6, 7]]), max_length=4)
+    >>> logits, state = steps.step(tf.constant([2]), tf.constant(0), constants, state)
+    >>> tuple(logits.shape)
+    (1, 12)
+    """
     names = {layer.name for layer in model.layers}
     if {"encoder", "target_embedding", "decoder", "logits"} <= names:
         return _RecurrentSteps(model)
@@ -194,7 +249,7 @@ def attention_weights(model, encoder_inputs, decoder_inputs):
         Transformer gives the cross-attention of its last decoder block,
         averaged over the heads.
     """
-    return _steps_for(model).attention(
+    return decoder_steps(model).attention(
         tf.cast(encoder_inputs, "int32"), tf.cast(decoder_inputs, "int32")
     )
 
@@ -264,7 +319,7 @@ def greedy_decode(
         including ``[END]``, then ``[PAD]`` (0).
     """
     encoder_inputs = _check_decode_args("greedy_decode", encoder_inputs, max_length)
-    return _greedy(_steps_for(model), encoder_inputs, max_length, start_id, end_id)
+    return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
 
 def _length_penalty(lengths, alpha):
@@ -370,7 +425,7 @@ def beam_search(
         )
     encoder_inputs = _check_decode_args("beam_search", encoder_inputs, max_length)
     return _beam_search(
-        _steps_for(model),
+        decoder_steps(model),
         encoder_inputs,
         max_length,
         beam_width,

@@ -81,7 +81,7 @@ def test_cached_step_logits_equal_teacher_forced_logits(kind, seq2seq_models):
     targets = np.random.default_rng(1).integers(4, V, size=(len(source), L)).astype("int32")
     decoder_inputs = np.concatenate([np.full((len(source), 1), START_ID), targets[:, :-1]], 1)
     full = np.asarray(model({"encoder_inputs": source, "decoder_inputs": decoder_inputs}))
-    steps = decoding._steps_for(model)
+    steps = decoding.decoder_steps(model)
     constants, state = steps.start(tf.constant(source), L)
     for t in range(L):
         logits, state = steps.step(tf.constant(decoder_inputs[:, t]), t, constants, state)

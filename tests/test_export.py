@@ -123,7 +123,7 @@ def test_tflite_decoder_step_logits_match_keras_step(seq2seq, rng):
     model, _, encoder, decoder_step = seq2seq
     x = _padded_ids(rng, 20, [6, 2], 6)
     constants_and_state = run_tflite(encoder, x)
-    steps = decoding._steps_for(model)
+    steps = decoding.decoder_steps(model)
     constants, state = steps.start(tf.constant(x), TARGET_LENGTH)
     flat_constants = tf.nest.flatten(constants)
     n = len(flat_constants)
@@ -147,3 +147,45 @@ def test_seq2seq_converters_reject_other_models():
     model = models.rnn_seq2seq(5, 5, units=2, embedding_dim=2)
     with pytest.raises(ValueError, match="`target_length` must be a positive int"):
         convert_decoder_steps_to_tflite(model, 0)
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_quantized_dense_model_stays_close_to_keras(rng):
+    # Large enough that the weights, not the graph, make most of the file.
+    inputs = keras.Input((None, 128))
+    model = keras.Model(inputs, keras.layers.Dense(256)(inputs))
+    x = rng.normal(size=(2, 3, 128)).astype("float32")
+    expected = np.asarray(model(x))
+    float_size = len(convert_to_tflite(model))
+    for quantize, atol, max_size in (("float16", 1e-2, float_size / 1.5),
+                                     ("dynamic", 1e-1, float_size / 2.5)):
+        flatbuffer = convert_to_tflite(model, quantize=quantize)
+        assert len(flatbuffer) < max_size, quantize
+        np.testing.assert_allclose(run_tflite(flatbuffer, x)[0], expected, atol=atol)
+
+
+def test_batch_size_fixes_the_batch_dimension(dense_flatbuffer):
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, _ = dense_flatbuffer
+    flatbuffer = convert_to_tflite(model, batch_size=np.int64(2))
+    (detail,) = Interpreter(model_content=flatbuffer).get_input_details()
+    assert list(detail["shape_signature"]) == [2, -1, 3]
+
+
+def test_converters_reject_bad_quantize_and_batch_size(dense_flatbuffer):
+    model, _ = dense_flatbuffer
+    with pytest.raises(ValueError, match=r"convert_to_tflite: `quantize` .*received quantize='int4'"):
+        convert_to_tflite(model, quantize="int4")
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match=r"convert_to_tflite: `batch_size` must be a positive"):
+            convert_to_tflite(model, batch_size=bad)
+    with pytest.raises(ValueError, match="convert_to_tflite: `batch_size` sets the batch"):
+        convert_to_tflite(model, [tf.TensorSpec([None, None, 3])], batch_size=1)
+    seq2seq = models.rnn_seq2seq(5, 5, units=2, embedding_dim=2)
+    with pytest.raises(ValueError, match=r"convert_seq2seq_to_tflite: `quantize`"):
+        convert_seq2seq_to_tflite(seq2seq, quantize="int8")
+    with pytest.raises(ValueError, match=r"convert_decoder_steps_to_tflite: `quantize`"):
+        convert_decoder_steps_to_tflite(seq2seq, 4, quantize=True)

@@ -1,0 +1,59 @@
+"""Export: what Keras' own exporters lack, for deploying translation models.
+
+Keras' own paths (`model.export(..., format="litert" | "onnx" | "tf_saved_model")`,
+`tf.lite.TFLiteConverter.from_keras_model`) work for every layer and model of
+this package. This package adds, one module per job:
+
+- `saved_model`: `export_saved_model` writes a SavedModel whose
+  ``serving_default`` signature maps a ``(B,)`` string tensor to ``(B,)``
+  strings (tokenize -> greedy or beam decoding -> detokenize, all TensorFlow
+  ops), for TF Serving or plain `tf.saved_model.load`; `saved_model_op_names`
+  lists the ops a server must provide.
+- `tflite`: `convert_to_tflite` converts any model or function with TFLite
+  builtin ops only, optionally quantized (``quantize="dynamic"`` or
+  ``"float16"``) or with fused LSTM kernels (``fuse_lstm=True``);
+  `convert_seq2seq_to_tflite` converts a translation model's teacher-forced
+  forward pass and `convert_decoder_steps_to_tflite` an encoder plus a single
+  decoder step with explicit state, for a decoding loop on the device
+  (`tflite_greedy_decode` is that loop, in NumPy). Files run with ai_edge_litert.
+- `onnx`: the same through tf2onnx (`convert_to_onnx`,
+  `convert_seq2seq_to_onnx`, `convert_decoder_steps_to_onnx`).
+- `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
+  formats, with Keras' reference outputs on held-out examples.
+- `verification`: `verify` runs every artifact of such a folder in a process that
+  cannot import keras_seq and compares it with Keras (``keras-seq verify``).
+"""
+
+from keras_seq.export.onnx import (
+    convert_decoder_steps_to_onnx,
+    convert_seq2seq_to_onnx,
+    convert_to_onnx,
+)
+from keras_seq.export.run import export_run
+from keras_seq.export.saved_model import export_saved_model, saved_model_op_names
+from keras_seq.export.tflite import (
+    convert_decoder_steps_to_tflite,
+    convert_seq2seq_to_tflite,
+    convert_to_tflite,
+    run_tflite,
+    tflite_greedy_decode,
+    tflite_op_names,
+)
+from keras_seq.export.verification import verification_table, verify
+
+__all__ = [
+    "convert_decoder_steps_to_onnx",
+    "convert_decoder_steps_to_tflite",
+    "convert_seq2seq_to_onnx",
+    "convert_seq2seq_to_tflite",
+    "convert_to_onnx",
+    "convert_to_tflite",
+    "export_run",
+    "export_saved_model",
+    "run_tflite",
+    "saved_model_op_names",
+    "tflite_greedy_decode",
+    "tflite_op_names",
+    "verification_table",
+    "verify",
+]

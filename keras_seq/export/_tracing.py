@@ -1,0 +1,101 @@
+"""The functions the TFLite and ONNX converters trace, with their input signatures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from keras_seq.export._checks import check_positive_int, check_seq2seq
+
+
+def default_signature(model, batch_size: int | None = None) -> list[tf.TensorSpec]:
+    """The model's inputs (in `model.inputs` order) with a dynamic batch and time axis."""
+    specs = []
+    for t in model.inputs:
+        # Feature sizes are fixed by the weights; time stays dynamic.
+        shape = [batch_size] + list(t.shape[1:])
+        if len(shape) >= 2:
+            shape[1] = None
+        specs.append(tf.TensorSpec(shape, tf.as_dtype(t.dtype), name=t.name.split(":")[0]))
+    return specs
+
+
+def traceable(model, input_signature: Sequence[tf.TensorSpec] | None, batch_size=None):
+    """The function to trace and its input specs, for a model or a callable."""
+    if input_signature is not None:
+        return (lambda *args: model(*args)), list(input_signature)
+
+    def call(*args):
+        # `model.input` has the structure the model was built with (a dict
+        # for the seq2seq builders); `model.inputs` is its flattened order.
+        return model(tf.nest.pack_sequence_as(model.input, list(args)), training=False)
+
+    return call, default_signature(model, batch_size)
+
+
+def seq2seq_signature() -> list[tf.TensorSpec]:
+    return [
+        tf.TensorSpec([None, None], tf.int32, name="encoder_inputs"),
+        tf.TensorSpec([None, None], tf.int32, name="decoder_inputs"),
+    ]
+
+
+def seq2seq_forward(model):
+    """The teacher-forced forward pass with positional (encoder, decoder) inputs."""
+
+    def forward(encoder_inputs, decoder_inputs):
+        return model(
+            {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, training=False
+        )
+
+    return forward
+
+
+def decoder_step_functions(where: str, model, target_length: int):
+    """``(encode, encode_signature, step, step_signature)`` of a translation model.
+
+    The constants and the state of `keras_seq.decoding.decoder_steps` are
+    flattened into positional tensors (see `convert_decoder_steps_to_tflite`).
+    """
+    from keras_seq import decoding
+
+    check_seq2seq(where, model)
+    check_positive_int(where, target_length=target_length)
+    steps = decoding.decoder_steps(model)
+    target_length = int(target_length)
+    source_spec = tf.TensorSpec([None, None], tf.int32, name="encoder_inputs")
+
+    def encode(encoder_inputs):
+        constants, state = steps.start(encoder_inputs, target_length)
+        return (*tf.nest.flatten(constants), *tf.nest.flatten(state))
+
+    # A symbolic trace of `start` gives the structures, shapes and dtypes of
+    # the constants and the state, which become the step's inputs.
+    constants_structure, state_structure = (
+        tf.function(lambda ids: steps.start(ids, target_length))
+        .get_concrete_function(source_spec)
+        .structured_outputs
+    )
+    flat_constants = tf.nest.flatten(constants_structure)
+    num_constants = len(flat_constants)
+    step_signature = [
+        tf.TensorSpec([None], tf.int32, name="tokens"),
+        tf.TensorSpec([], tf.int32, name="t"),
+        *(
+            tf.TensorSpec(c.shape, c.dtype, name=f"constant_{i}")
+            for i, c in enumerate(flat_constants)
+        ),
+        *(
+            tf.TensorSpec(s.shape, s.dtype, name=f"state_{i}")
+            for i, s in enumerate(tf.nest.flatten(state_structure))
+        ),
+    ]
+
+    def step(tokens, t, *flat):
+        constants = tf.nest.pack_sequence_as(constants_structure, list(flat[:num_constants]))
+        state = tf.nest.pack_sequence_as(state_structure, list(flat[num_constants:]))
+        logits, state = steps.step(tokens, t, constants, state)
+        return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
+
+    return encode, [source_spec], step, step_signature

@@ -1,0 +1,360 @@
+"""Runs every artifact of a ``keras-seq export`` folder without keras_seq.
+
+Started by `keras_seq.export.verify` as ``python _verify_worker.py OUT RESULTS``
+in a fresh process, the way a server or a device would use the files: it may
+import NumPy, TensorFlow (the SavedModel), onnxruntime and ai_edge_litert, and
+a meta-path finder makes ``import keras_seq`` fail. Tokenizing and
+detokenizing use the vocabulary files next to each host-side artifact.
+
+For each artifact it appends one JSON line to RESULTS: the decoded strings'
+agreement with Keras and with the targets, the largest logit error along
+Keras' greedy tokens, the operators of TFLite files, the size and the batch-1
+latency. A ``{"running": ...}`` line comes first, so that a crash inside a
+runtime is attributed to its artifact.
+"""
+
+import importlib.abc
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+# Run by path, this file's folder (keras_seq/export, which has modules named
+# onnx.py and tflite.py) comes first on sys.path and would shadow packages.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+
+class _NoKerasSeq(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "keras_seq":
+            raise ImportError(f"{name}: the artifacts are verified without keras_seq")
+        return None
+
+
+sys.meta_path.insert(0, _NoKerasSeq())
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+_BATCH = 256
+_LATENCY_RUNS = 7
+_TEXT_OPS = {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets"}
+_ESCAPE = re.compile(r"\\(\\|s|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+# ---------------------------------------------------------------------------
+# Host-side tokenizer, from vocab.txt + tokenizer.json + export.json
+
+
+class HostTokenizer:
+    def __init__(self, folder):
+        with open(os.path.join(folder, "export.json"), encoding="utf-8") as f:
+            self.config = json.load(f)
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+            self.kind = json.load(f)["type"]
+        with open(os.path.join(folder, "vocab.txt"), encoding="utf-8", newline="") as f:
+            lines = f.read().split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        self.vocabulary = [_ESCAPE.sub(_unescape, line) for line in lines]
+        self.ids = {token: i for i, token in enumerate(self.vocabulary) if i >= 4}
+
+    def encode(self, sources, reference_ids):
+        """Character tokenizers are re-implemented here; WordPiece keeps Keras' ids."""
+        if self.kind != "char":
+            return np.asarray(reference_ids, np.int32)
+        length, unk = self.config["source_length"], self.config["unk_id"]
+        ids = np.full((len(sources), length), self.config["pad_id"], np.int32)
+        for row, source in enumerate(sources):
+            tokens = [self.ids.get(ch, unk) for ch in source[:length]]
+            ids[row, : len(tokens)] = tokens
+        return ids
+
+    def decode(self, ids):
+        c = self.config
+        strings = []
+        for row in ids:
+            pieces = []
+            for i in row:
+                if i == c["end_id"]:
+                    break
+                if i in (c["pad_id"], c["start_id"]):
+                    continue
+                if i == c["unk_id"] or not 0 <= i < len(self.vocabulary):
+                    pieces.append("\ufffd")
+                    continue
+                token = self.vocabulary[i]
+                if self.kind != "char" and token.startswith("##") and len(token) > 2:
+                    token = token[2:]
+                pieces.append(token)
+            strings.append("".join(pieces))
+        return strings
+
+
+def _unescape(match):
+    code = match.group(1)
+    return {"\\": "\\", "s": " "}.get(code) or chr(int(code[1:], 16))
+
+
+# ---------------------------------------------------------------------------
+# Runtimes: a list of arrays in, a list of arrays out
+
+
+class TFLiteModel:
+    def __init__(self, path):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=path)
+        self.inputs = self.interpreter.get_input_details()
+        self.outputs = self.interpreter.get_output_details()
+        self.num_outputs = len(self.outputs)
+        self._shapes = None
+
+    def __call__(self, *inputs):
+        shapes = [np.shape(x) for x in inputs]
+        if shapes != self._shapes:
+            for d, shape in zip(self.inputs, shapes):
+                self.interpreter.resize_tensor_input(d["index"], shape, strict=False)
+            self.interpreter.allocate_tensors()
+            self._shapes = shapes
+        for d, x in zip(self.inputs, inputs):
+            self.interpreter.set_tensor(d["index"], np.asarray(x, dtype=d["dtype"]))
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(d["index"]) for d in self.outputs]
+
+
+class ONNXModel:
+    def __init__(self, path):
+        import onnxruntime
+
+        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.num_outputs = len(self.session.get_outputs())
+
+    def __call__(self, *inputs):
+        return self.session.run(None, {n: np.asarray(x) for n, x in zip(self.names, inputs)})
+
+
+def tflite_op_names(path):
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        m = schema.Model.GetRootAsModel(f.read(), 0)
+    builtin = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    codes = []
+    for i in range(m.OperatorCodesLength()):
+        oc = m.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        custom = code == schema.BuiltinOperator.CUSTOM
+        codes.append("CUSTOM:" + oc.CustomCode().decode() if custom else builtin.get(code, str(code)))
+    return {
+        codes[m.Subgraphs(s).Operators(o).OpcodeIndex()]
+        for s in range(m.SubgraphsLength())
+        for o in range(m.Subgraphs(s).OperatorsLength())
+    }
+
+
+# ---------------------------------------------------------------------------
+# Host loops
+
+
+def start(encoder, step, source_ids):
+    outputs = encoder(source_ids)
+    num_state = step.num_outputs - 1
+    return outputs[: len(outputs) - num_state], outputs[len(outputs) - num_state :]
+
+
+def greedy(encoder, step, source_ids, config):
+    """The device's greedy loop: argmax fed back, [PAD] after [END]."""
+    batch, length = source_ids.shape[0], config["target_length"]
+    constants, state = start(encoder, step, source_ids)
+    ids = np.zeros((batch, length), np.int32)
+    tokens = np.full((batch,), config["start_id"], np.int32)
+    finished = np.zeros((batch,), bool)
+    for t in range(length):
+        if finished.all():
+            break
+        logits, *state = step(tokens, np.int32(t), *constants, *state)
+        tokens = np.where(finished, config["pad_id"], np.argmax(logits, -1)).astype(np.int32)
+        ids[:, t] = tokens
+        finished |= tokens == config["end_id"]
+    return ids
+
+
+def teacher_forced_step_logits(encoder, step, source_ids, keras_ids, config):
+    """Step logits ``(B, T, V)`` with Keras' greedy tokens fed back."""
+    constants, state = start(encoder, step, source_ids)
+    batch, length = keras_ids.shape
+    tokens = np.full((batch,), config["start_id"], np.int32)
+    logits = []
+    for t in range(length):
+        step_logits, *state = step(tokens, np.int32(t), *constants, *state)
+        logits.append(step_logits)
+        tokens = keras_ids[:, t]
+    return np.stack(logits, 1)
+
+
+def median_ms(function):
+    function()  # warm-up: allocation, first-call tracing
+    times = []
+    for _ in range(_LATENCY_RUNS):
+        t0 = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - t0)
+    return round(1000 * statistics.median(times), 3)
+
+
+# ---------------------------------------------------------------------------
+# Artifacts
+
+
+def fraction_equal(strings, expected):
+    return float(np.mean([a == b for a, b in zip(strings, expected)])) if len(expected) else 0.0
+
+
+def host_artifact(folder, runtime, suffix, reference, problems):
+    tokenizer = HostTokenizer(folder)
+    config = tokenizer.config
+    sources = [str(s) for s in reference["sources"]]
+    source_ids = tokenizer.encode(sources, reference["source_ids"])
+    if not np.array_equal(source_ids, reference["source_ids"]):
+        problems.append(f"{folder}: the host tokenizer's ids differ from Keras' source ids")
+    encoder = runtime(os.path.join(folder, "encoder" + suffix))
+    step = runtime(os.path.join(folder, "decoder_step" + suffix))
+    ids = np.concatenate(
+        [greedy(encoder, step, source_ids[i : i + _BATCH], config)
+         for i in range(0, len(sources), _BATCH)]
+        or [np.zeros((0, config["target_length"]), np.int32)]
+    )
+    decoded = tokenizer.decode(ids)
+
+    rows, steps = reference["logit_rows"], reference["logit_steps"]
+    keras_logits = reference["keras_logits"]
+    errors = []
+    if len(rows):
+        n = int(rows.max()) + 1
+        logits = teacher_forced_step_logits(
+            encoder, step, reference["source_ids"][:n], reference["keras_ids"][:n], config
+        )
+        errors.append(np.abs(logits[rows, steps] - keras_logits).max())
+        forward_path = os.path.join(folder, "seq2seq" + suffix)
+        if os.path.isfile(forward_path):
+            decoder_inputs = np.concatenate(
+                [np.full((n, 1), config["start_id"], np.int32), reference["keras_ids"][:n, :-1]],
+                axis=1,
+            )
+            (forward,) = runtime(forward_path)(reference["source_ids"][:n], decoder_inputs)
+            errors.append(np.abs(forward[rows, steps] - keras_logits).max())
+
+    ops = None
+    if suffix == ".tflite":
+        files = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
+        ops = sorted(set().union(*(tflite_op_names(os.path.join(folder, f)) for f in files)))
+    one = source_ids[:1]
+    return {
+        # What a device ships to decode: the encoder and the decoder step.
+        "size_bytes": sum(
+            os.path.getsize(os.path.join(folder, name + suffix))
+            for name in ("encoder", "decoder_step")
+        ),
+        "ops": ops,
+        "max_abs_logit_error": float(max(errors)) if errors else None,
+        "decoded": decoded,
+        "latency_ms_batch1": median_ms(lambda: greedy(encoder, step, one, config))
+        if len(one)
+        else None,
+    }
+
+
+def saved_model_artifact(path, reference, problems):
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    ops = {
+        node.op
+        for graph in saved_model.meta_graphs
+        for node in [*graph.graph_def.node, *(n for fn in graph.graph_def.library.function
+                                              for n in fn.node_def)]
+    }
+    if ops & _TEXT_OPS:
+        import tensorflow_text  # noqa: F401  (registers the WordPiece ops, as TF Serving does)
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    sources = [str(s) for s in reference["sources"]]
+    decoded = []
+    for i in range(0, len(sources), _BATCH):
+        outputs = signature(inputs=tf.constant(sources[i : i + _BATCH], tf.string))["outputs"]
+        decoded.extend(s.decode("utf-8", errors="replace") for s in outputs.numpy())
+    size = sum(
+        os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(path) for f in names
+    )
+    one = tf.constant(sources[:1], tf.string)
+    return {
+        "size_bytes": size,
+        "ops": None,
+        "max_abs_logit_error": None,
+        "decoded": decoded,
+        "latency_ms_batch1": median_ms(lambda: signature(inputs=one)) if sources else None,
+    }
+
+
+def main(argv):
+    out_dir, results_path = argv
+    try:
+        import keras_seq  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("verify worker: keras_seq must not be importable here")
+    with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    reference = dict(np.load(os.path.join(out_dir, manifest["reference"])))
+    targets = [str(s) for s in reference["targets"]]
+
+    with open(results_path, "w", encoding="utf-8") as results:
+        for entry in manifest["artifacts"]:
+            results.write(json.dumps({"running": entry["artifact"]}) + "\n")
+            results.flush()
+            try:
+                record = check(out_dir, entry, reference, targets)
+            except Exception as error:  # a broken artifact must not hide the others
+                record = {**entry, "problems": [f"{entry['artifact']}: {error!r}"]}
+            results.write(json.dumps(record, ensure_ascii=False) + "\n")
+            results.flush()
+
+
+def check(out_dir, entry, reference, targets):
+    path = os.path.join(out_dir, entry["artifact"])
+    problems = []
+    if entry["format"] == "savedmodel":
+        row = saved_model_artifact(path, reference, problems)
+        beam = entry.get("beam_width", 1) > 1
+        expected = reference["keras_beam_outputs" if beam else "keras_outputs"]
+    else:
+        runtime, suffix = (
+            (TFLiteModel, ".tflite") if entry["format"] == "tflite" else (ONNXModel, ".onnx")
+        )
+        row = host_artifact(path, runtime, suffix, reference, problems)
+        expected = reference["keras_outputs"]
+    expected = [str(s) for s in expected]
+    decoded = row.pop("decoded")
+    row.update(
+        string_match=fraction_equal(decoded, expected),
+        exact_match=fraction_equal(decoded, targets),
+    )
+    mismatches = [
+        {"source": str(s), "keras": k, "artifact": d}
+        for s, k, d in zip(reference["sources"], expected, decoded)
+        if k != d
+    ]
+    return {**entry, **row, "problems": problems, "examples": len(targets),
+            "mismatches": mismatches[:5]}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

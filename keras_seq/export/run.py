@@ -1,0 +1,313 @@
+"""Exporting a ``keras-seq train`` run folder, with Keras' reference outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from keras_seq.export._checks import QUANTIZATIONS, check_positive_int
+from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
+from keras_seq.export.saved_model import export_saved_model
+from keras_seq.export.tflite import convert_decoder_steps_to_tflite, convert_seq2seq_to_tflite
+
+FORMATS = ("savedmodel", "tflite", "onnx")
+MANIFEST_FILE = "manifest.json"
+REFERENCE_FILE = "reference.npz"
+HOST_FILE = "export.json"
+_SERVING_MODEL_NAME = "translator"
+# Keras logits are stored for the first examples only, up to this many floats
+# (64 MB): enough to measure the numeric error, small for any vocabulary.
+_MAX_REFERENCE_LOGITS = 16 * 2**20
+
+
+def export_run(
+    run_dir: str | os.PathLike,
+    directory: str | os.PathLike,
+    formats: Sequence[str] = ("savedmodel",),
+    beam_width: int = 1,
+    quantize: Sequence[str] = (),
+    examples: int = 200,
+) -> dict[str, str]:
+    """Exports the model of a ``keras-seq train`` run folder, and Keras' outputs.
+
+    Reads ``model.keras`` (``safe_mode=True``), the tokenizer (``vocab.txt``,
+    ``tokenizer.json``) and the lengths in ``metrics.json``'s ``config``, and
+    writes under ``directory``:
+
+    - ``"savedmodel"``: ``translator/1/``, a SavedModel from `export_saved_model`
+      (strings in, strings out), in the version layout of TF Serving's model
+      base path ``directory/translator``;
+    - ``"tflite"``: ``tflite/seq2seq.tflite`` (`convert_seq2seq_to_tflite`),
+      ``tflite/encoder.tflite`` and ``tflite/decoder_step.tflite``
+      (`convert_decoder_steps_to_tflite`);
+    - ``"onnx"``: ``onnx/seq2seq.onnx``, ``onnx/encoder.onnx`` and
+      ``onnx/decoder_step.onnx``, the same three models in ONNX;
+    - each ``quantize`` mode: ``tflite_<mode>/encoder.tflite`` and
+      ``decoder_step.tflite``, quantized;
+    - ``reference.npz``: Keras' outputs on held-out examples (see below), and
+      ``manifest.json``: the artifacts written, for ``keras-seq verify``.
+
+    Every host-side folder (TFLite, ONNX) also holds the tokenizer files and
+    ``export.json`` (lengths and special ids): a device tokenizes and runs the
+    decoding loop itself.
+
+    The held-out examples are the first ``examples`` pairs of the run's test
+    split, regenerated from its configuration (the date task, or the TSV file
+    when it is still at the path the run was trained from); otherwise the
+    examples recorded in ``metrics.json``. ``reference.npz`` holds the
+    ``sources``, the reference ``targets``, Keras' ``source_ids``, its greedy
+    ``keras_ids`` and ``keras_outputs`` (and ``keras_beam_ids``,
+    ``keras_beam_outputs`` when ``beam_width > 1``), and the logits of the
+    teacher-forced Keras model along its own greedy output (``keras_logits``
+    at ``logit_rows``, ``logit_steps``, for the steps up to ``[END]``).
+
+    Args:
+        run_dir: the run folder.
+        directory: the output folder (created if needed).
+        formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``.
+        beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
+        quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
+        examples: held-out examples in the reference outputs (at most).
+
+    Returns:
+        The paths written, keyed ``"savedmodel"``, ``"tflite"``,
+        ``"tflite_encoder"``, ``"tflite_decoder_step"``, ``"onnx"``,
+        ``"onnx_encoder"``, ``"onnx_decoder_step"``,
+        ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
+        ``"reference"`` (when there are examples) and ``"manifest"``.
+    """
+    where = "export_run"
+    formats = _check_choices(where, "formats", formats, FORMATS, allow_empty=False)
+    quantize = _check_choices(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True)
+    check_positive_int(where, beam_width=beam_width, examples=examples)
+    run = _load_run(where, os.fspath(run_dir))
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+
+    written, artifacts = {}, []
+    model, tokenizer = run["model"], run["tokenizer"]
+    if "savedmodel" in formats:
+        written["savedmodel"] = export_saved_model(
+            model,
+            tokenizer,
+            tokenizer,
+            os.path.join(directory, _SERVING_MODEL_NAME, "1"),
+            run["source_length"],
+            run["target_length"],
+            beam_width=beam_width,
+        )
+        artifacts.append(_artifact(directory, written["savedmodel"], "savedmodel", None))
+        artifacts[-1]["beam_width"] = int(beam_width)
+    for mode in ([None] if "tflite" in formats else []) + list(quantize):
+        name = "tflite" if mode is None else f"tflite_{mode}"
+        folder = _host_folder(directory, name, run, mode)
+        encoder, decoder_step = convert_decoder_steps_to_tflite(
+            model, run["target_length"], quantize=mode
+        )
+        files = [("encoder", encoder), ("decoder_step", decoder_step)]
+        if mode is None:
+            files.insert(0, ("", convert_seq2seq_to_tflite(model)))
+        for key, flatbuffer in files:
+            path = os.path.join(folder, f"{key or 'seq2seq'}.tflite")
+            with open(path, "wb") as f:
+                f.write(flatbuffer)
+            written[f"{name}_{key}" if key else name] = path
+        artifacts.append(_artifact(directory, folder, "tflite", mode))
+    if "onnx" in formats:
+        folder = _host_folder(directory, "onnx", run, None)
+        written["onnx"] = convert_seq2seq_to_onnx(model, os.path.join(folder, "seq2seq.onnx"))
+        written["onnx_encoder"], written["onnx_decoder_step"] = convert_decoder_steps_to_onnx(
+            model,
+            os.path.join(folder, "encoder.onnx"),
+            os.path.join(folder, "decoder_step.onnx"),
+            run["target_length"],
+        )
+        artifacts.append(_artifact(directory, folder, "onnx", None))
+
+    pairs = held_out_pairs(run["run_dir"], run["metrics"], examples)
+    if pairs:
+        written["reference"] = os.path.join(directory, REFERENCE_FILE)
+        write_reference(
+            written["reference"], model, tokenizer, pairs,
+            run["source_length"], run["target_length"], beam_width,
+        )
+    written["manifest"] = os.path.join(directory, MANIFEST_FILE)
+    _write_json(
+        written["manifest"],
+        {
+            "run_dir": os.path.basename(os.path.normpath(run["run_dir"])),
+            "reference": REFERENCE_FILE if pairs else None,
+            "artifacts": artifacts,
+            "source_length": run["source_length"],
+            "target_length": run["target_length"],
+        },
+    )
+    return written
+
+
+def _check_choices(where, arg, values, allowed, allow_empty):
+    values = (values,) if isinstance(values, str) else tuple(values)
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not (values or allow_empty):
+        raise ValueError(
+            f"{where}: `{arg}` must be a{'' if allow_empty else ' non-empty'} selection of "
+            f"{list(allowed)}; received {arg}={list(values)}."
+        )
+    return values
+
+
+def _load_run(where, run_dir):
+    import keras
+
+    import keras_seq.layers  # noqa: F401  (registers the layers for loading)
+    import keras_seq.models  # noqa: F401
+    from keras_seq import text
+
+    metrics_path = os.path.join(run_dir, "metrics.json")
+    if not os.path.isfile(metrics_path):
+        raise FileNotFoundError(
+            f"{where}: {metrics_path} does not exist; `run_dir` must be a folder written "
+            "by `keras-seq train`."
+        )
+    with open(metrics_path, encoding="utf-8") as f:
+        metrics = json.load(f)
+    config = metrics.get("config", {})
+    for key in ("source_length", "target_length"):
+        if key not in config:
+            raise ValueError(f"{where}: {metrics_path} has no config.{key}.")
+    return {
+        "run_dir": run_dir,
+        "metrics": metrics,
+        "source_length": int(config["source_length"]),
+        "target_length": int(config["target_length"]),
+        "model": keras.saving.load_model(os.path.join(run_dir, "model.keras"), safe_mode=True),
+        "tokenizer": text.load_tokenizer(run_dir),
+    }
+
+
+def _host_config(run, quantize):
+    from keras_seq import text
+
+    return {
+        "source_length": run["source_length"],
+        "target_length": run["target_length"],
+        "pad_id": text.PAD_ID,
+        "unk_id": text.UNK_ID,
+        "start_id": text.START_ID,
+        "end_id": text.END_ID,
+        "quantize": quantize,
+    }
+
+
+def _host_folder(directory, name, run, quantize):
+    """A folder for a host-side artifact, with what the host needs to tokenize."""
+    folder = os.path.join(directory, name)
+    os.makedirs(folder, exist_ok=True)
+    run["tokenizer"].save(folder)
+    _write_json(os.path.join(folder, HOST_FILE), _host_config(run, quantize))
+    return folder
+
+
+def _artifact(directory, path, format, quantize):
+    return {
+        "artifact": os.path.relpath(path, directory).replace(os.sep, "/"),
+        "format": format,
+        "quantize": quantize,
+    }
+
+
+def _write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# Held-out examples and Keras' reference outputs
+
+
+def held_out_pairs(run_dir: str, metrics: dict, examples: int) -> list[tuple[str, str]]:
+    """The first ``examples`` (source, target) pairs of a run's test split.
+
+    Regenerated as ``keras-seq train`` drew it: the date task from its sizes
+    and seed, or a TSV file (shuffled with the seed, test pairs first) if it
+    is still at the recorded path. Otherwise the examples ``metrics.json``
+    records (``examples`` and ``errors``), which may be none.
+    """
+    from keras_seq import data
+
+    config = metrics.get("config", {})
+    path = config.get("data")
+    if path and config.get("task") in (None, "translate") and os.path.isfile(path):
+        # The split of `keras-seq train --data FILE.tsv`.
+        pairs = data.load_tsv(path)
+        random.Random(config.get("seed", 0)).shuffle(pairs)
+        n_test = min(config.get("test_size", 10_000), max(1, len(pairs) // 10))
+        return [tuple(p) for p in pairs[:n_test][:examples]]
+    if not path and config.get("task", "dates") == "dates" and "test_size" in config:
+        task = data.date_task(
+            train_size=0, validation_size=0, test_size=config["test_size"],
+            seed=config.get("seed", 0),
+        )
+        return task["test"][:examples]
+    seen, pairs = set(), []
+    for example in metrics.get("examples", []) + metrics.get("errors", []):
+        if example["source"] not in seen:
+            seen.add(example["source"])
+            pairs.append((example["source"], example["target"]))
+    return pairs[:examples]
+
+
+def write_reference(
+    path: str,
+    model,
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    source_length: int,
+    target_length: int,
+    beam_width: int = 1,
+) -> None:
+    """Writes Keras' decoding and teacher-forced logits of ``pairs`` to ``path`` (.npz)."""
+    from keras_seq import decoding, text
+
+    sources = [s for s, _ in pairs]
+    source_ids = tokenizer.encode(sources, source_length).numpy()
+    greedy = tf.function(lambda ids: decoding.greedy_decode(model, ids, target_length))
+    keras_ids = greedy(source_ids).numpy()
+    decoder_inputs = np.concatenate(
+        [np.full((len(pairs), 1), text.START_ID, np.int32), keras_ids[:, :-1]], axis=1
+    )
+    logits = np.asarray(
+        model({"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs}, training=False),
+        np.float32,
+    )
+    # Steps up to and including [END]: after it, decoding only pads.
+    live = np.cumsum(keras_ids == text.END_ID, axis=1) - (keras_ids == text.END_ID) == 0
+    rows, steps = np.nonzero(live)
+    keep = np.arange(len(rows)) < _MAX_REFERENCE_LOGITS // max(1, logits.shape[-1])
+    arrays = {
+        "sources": np.array(sources, dtype=str),
+        "targets": np.array([t for _, t in pairs], dtype=str),
+        "source_ids": source_ids.astype(np.int32),
+        "keras_ids": keras_ids.astype(np.int32),
+        "keras_outputs": _strings(tokenizer.detokenize(keras_ids)),
+        "keras_logits": logits[rows[keep], steps[keep]],
+        "logit_rows": rows[keep].astype(np.int32),
+        "logit_steps": steps[keep].astype(np.int32),
+    }
+    if beam_width > 1:
+        beam_ids, _ = tf.function(
+            lambda ids: decoding.beam_search(model, ids, target_length, beam_width)
+        )(source_ids)
+        arrays["keras_beam_ids"] = beam_ids.numpy().astype(np.int32)
+        arrays["keras_beam_outputs"] = _strings(tokenizer.detokenize(beam_ids))
+    np.savez(path, **arrays)
+
+
+def _strings(tensor) -> np.ndarray:
+    return np.array([s.decode("utf-8") for s in tensor.numpy()], dtype=str)

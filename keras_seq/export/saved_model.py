@@ -1,0 +1,152 @@
+"""SavedModel: strings in, strings out, for TF Serving or plain TensorFlow."""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from keras_seq.export._checks import check_positive_int, check_seq2seq, check_tokenizer
+
+
+class _Translator(tf.Module):
+    """Tokenizers + model + decoding as one module with a string signature."""
+
+    def __init__(
+        self,
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        source_length,
+        target_length,
+        beam_width,
+        length_penalty,
+    ):
+        super().__init__(name="translator")
+        # Only the model's variables are saved, not the model: tracking it
+        # would also save its optimizer state (three times the weights with Adam).
+        object.__setattr__(self, "model", model)
+        self.model_variables = list(model.variables)
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self._source_length = source_length
+        self._target_length = target_length
+        self._beam_width = beam_width
+        self._length_penalty = length_penalty
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        from keras_seq import decoding
+
+        source_ids = self.source_tokenizer.encode(inputs, self._source_length)
+        if self._beam_width == 1:
+            ids = decoding.greedy_decode(self.model, source_ids, self._target_length)
+        else:
+            ids, _ = decoding.beam_search(
+                self.model,
+                source_ids,
+                self._target_length,
+                self._beam_width,
+                self._length_penalty,
+            )
+        return {"outputs": self.target_tokenizer.detokenize(ids), "output_ids": ids}
+
+
+def export_saved_model(
+    model,
+    source_tokenizer,
+    target_tokenizer,
+    directory: str | os.PathLike,
+    source_length: int,
+    target_length: int,
+    beam_width: int = 1,
+    length_penalty: float = 0.0,
+) -> str:
+    """Writes a SavedModel that translates raw strings, for TF Serving.
+
+    The ``serving_default`` signature takes ``inputs``, a ``(B,)`` tf.string
+    tensor, and returns ``outputs`` (``(B,)`` tf.string, the translations) and
+    ``output_ids`` (``(B, target_length)`` int32). Inside: ``source_tokenizer.encode``
+    (truncated and padded to ``source_length``) -> `keras_seq.decoding.greedy_decode`
+    (``beam_width=1``) or `keras_seq.decoding.beam_search` -> ``target_tokenizer.detokenize``.
+    With `text.CharTokenizer`s the graph holds core TensorFlow ops only; a
+    `text.WordPieceTokenizer` adds tensorflow-text ops (load them with
+    ``import tensorflow_text`` before `tf.saved_model.load`). A Transformer's
+    key/value cache is written with core ops (no ``Xla*`` op);
+    `saved_model_op_names` lists the ops a server needs.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+        source_tokenizer: tokenizer of the inputs.
+        target_tokenizer: tokenizer of the outputs.
+        directory: where to write. For TF Serving this is a version folder,
+            ``<model base path>/<version>``, e.g. ``models/translator/1``.
+        source_length: source ids per input (longer inputs are truncated).
+        target_length: output buffer length, ``[END]`` included.
+        beam_width: 1 for greedy decoding, else the beam width.
+        length_penalty: GNMT length penalty α of the beam search.
+
+    Returns:
+        ``directory`` as a string.
+
+    Example:
+
+    >>> from keras_seq import models, text
+    >>> tokenizer = text.CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
+    >>> model = models.rnn_seq2seq(tokenizer.vocabulary_size, tokenizer.vocabulary_size,
+    ...                            units=8, embedding_dim=4)
+    >>> path = export_saved_model(model, tokenizer, tokenizer, "/tmp/translator/1", 16, 12)
+    >>> serve = tf.saved_model.load(path).signatures["serving_default"]
+    >>> serve(inputs=tf.constant(["21 Nov 2026"]))["outputs"].shape
+    TensorShape([1])
+    """
+    where = "export_saved_model"
+    check_seq2seq(where, model)
+    check_tokenizer(where, "source_tokenizer", source_tokenizer)
+    check_tokenizer(where, "target_tokenizer", target_tokenizer)
+    check_positive_int(
+        where, source_length=source_length, target_length=target_length, beam_width=beam_width
+    )
+    if not float(length_penalty) >= 0.0:
+        raise ValueError(f"{where}: `length_penalty` must be >= 0; received {length_penalty!r}.")
+    logits_size = model.output.shape[-1]
+    if target_tokenizer.vocabulary_size > logits_size:
+        raise ValueError(
+            f"{where}: `target_tokenizer` has {target_tokenizer.vocabulary_size} tokens but "
+            f"the model predicts only {logits_size}; was the model trained with another "
+            "vocabulary?"
+        )
+    translator = _Translator(
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        int(source_length),
+        int(target_length),
+        int(beam_width),
+        float(length_penalty),
+    )
+    directory = os.fspath(directory)
+    signature = translator.translate.get_concrete_function()
+    tf.saved_model.save(translator, directory, signatures={"serving_default": signature})
+    return directory
+
+
+def saved_model_op_names(directory: str | os.PathLike) -> set[str]:
+    """Names of every op in a SavedModel's graph and its functions (loop bodies included).
+
+    What a server must have registered to load it: core TensorFlow ops,
+    tensorflow-text ops (``FastWordpieceTokenizeWithOffsets``, ...) for a
+    WordPiece tokenizer, and ``Xla*`` ops, which TF Serving runs only with
+    ``--xla_cpu_compilation_enabled=true`` on CPU.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(os.fspath(directory), "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    names = set()
+    for meta_graph in saved_model.meta_graphs:
+        names.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            names.update(node.op for node in function.node_def)
+    return names

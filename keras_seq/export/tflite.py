@@ -1,0 +1,277 @@
+"""TFLite: builtin ops only, optional quantization, and a host greedy loop.
+
+Files are run with the maintained TFLite runtime, `ai_edge_litert`
+(``tf.lite.Interpreter`` is deprecated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from keras_seq.export._checks import (
+    check_positive_int,
+    check_quantize,
+    check_seq2seq,
+)
+from keras_seq.export._tracing import (
+    decoder_step_functions,
+    seq2seq_forward,
+    seq2seq_signature,
+    traceable,
+)
+
+
+def convert_to_tflite(
+    model,
+    input_signature: Sequence[tf.TensorSpec] | None = None,
+    quantize: str | None = None,
+    fuse_lstm: bool = False,
+    batch_size: int | None = None,
+) -> bytes:
+    """Converts a Keras model (or any callable) to a builtin-ops-only `.tflite`.
+
+    Weights are frozen into constants; conversion fails (rather than falling
+    back to the Flex delegate) if any op is not a TFLite builtin.
+
+    Args:
+        model: a `keras.Model`, or a callable when `input_signature` is given.
+        input_signature: `tf.TensorSpec`s of the inputs. Defaults to the model's
+            inputs (in `model.inputs` order) with a dynamic batch and a dynamic
+            time axis.
+        quantize: `None` (float32), ``"dynamic"`` (weights stored as int8,
+            dynamic-range quantization: no representative dataset) or
+            ``"float16"`` (weights stored as float16, computed in float32).
+        fuse_lstm: turn every `PeepholeLSTM`, `CoupledGateLSTM` and
+            `keras.layers.LSTM` into TFLite's fused ``UNIDIRECTIONAL_SEQUENCE_LSTM``
+            (needs a static batch: `batch_size`, default 1).
+        batch_size: a fixed batch size for the default signature (`None`:
+            dynamic).
+
+    Returns:
+        The flatbuffer bytes.
+
+    Example:
+
+    >>> import keras
+    >>> from keras_seq import layers
+    >>> inputs = keras.Input((None, 3))
+    >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
+    >>> flatbuffer = convert_to_tflite(model, quantize="float16")
+    >>> sorted(op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM"))
+    []
+    """
+    where = "convert_to_tflite"
+    check_quantize(where, quantize)
+    if not isinstance(fuse_lstm, bool):
+        raise TypeError(f"{where}: `fuse_lstm` must be a bool; received fuse_lstm={fuse_lstm!r}.")
+    if batch_size is not None:
+        check_positive_int(where, batch_size=batch_size)
+        batch_size = int(batch_size)
+    if fuse_lstm:
+        from keras_seq.export.lstm_fusion import convert_fused_lstm
+
+        return convert_fused_lstm(
+            model, input_signature=input_signature, quantize=quantize, batch_size=batch_size
+        )
+    if batch_size is not None and input_signature is not None:
+        raise ValueError(
+            f"{where}: `batch_size` sets the batch of the default signature; with an "
+            f"`input_signature`, put the batch size in its specs. Received batch_size={batch_size}."
+        )
+    call, specs = traceable(model, input_signature, batch_size)
+    concrete = tf.function(call).get_concrete_function(*specs)
+    # No trackable object: the converter then freezes the variables into
+    # constants. Passing the model keeps them as resource variables
+    # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantize is not None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+def tflite_op_names(tflite_model: bytes) -> set[str]:
+    """Names of every operator in every subgraph (while-loop bodies included).
+
+    Custom (non-builtin) operators are reported as ``"CUSTOM:<name>"`` so that a
+    Flex op such as ``FlexTensorListReserve`` is visible to callers.
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    m = schema.Model.GetRootAsModel(tflite_model, 0)
+    builtin = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    code_names = {}
+    for i in range(m.OperatorCodesLength()):
+        oc = m.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        if code == schema.BuiltinOperator.CUSTOM:
+            code_names[i] = "CUSTOM:" + oc.CustomCode().decode()
+        else:
+            code_names[i] = builtin.get(code, str(code))
+    names = set()
+    for s in range(m.SubgraphsLength()):
+        sg = m.Subgraphs(s)
+        for o in range(sg.OperatorsLength()):
+            names.add(code_names[sg.Operators(o).OpcodeIndex()])
+    return names
+
+
+class _Runner:
+    """An interpreter kept between calls (decoding calls it once per step)."""
+
+    def __init__(self, tflite_model: bytes):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_content=tflite_model)
+        self.inputs = self.interpreter.get_input_details()
+        self.outputs = self.interpreter.get_output_details()
+        self.num_inputs, self.num_outputs = len(self.inputs), len(self.outputs)
+        self._shapes = None
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        shapes = [np.shape(x) for x in inputs]
+        if shapes != self._shapes:
+            for d, shape in zip(self.inputs, shapes):
+                self.interpreter.resize_tensor_input(d["index"], shape, strict=False)
+            self.interpreter.allocate_tensors()
+            self._shapes = shapes
+        for d, x in zip(self.inputs, inputs):
+            self.interpreter.set_tensor(d["index"], np.asarray(x, dtype=d["dtype"]))
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(d["index"]) for d in self.outputs]
+
+
+def run_tflite(tflite_model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
+    """Runs a converted model on concrete inputs (resizing dynamic dimensions)."""
+    runner = _Runner(tflite_model)
+    if runner.num_inputs != len(inputs):
+        raise ValueError(
+            f"run_tflite: the model takes {runner.num_inputs} inputs, got {len(inputs)}."
+        )
+    return runner(*inputs)
+
+
+# ---------------------------------------------------------------------------
+# Translation models
+
+
+def convert_seq2seq_to_tflite(model, quantize: str | None = None) -> bytes:
+    """Converts a translation model's teacher-forced forward pass to TFLite.
+
+    Inputs, in this order: ``encoder_inputs (B, S)`` and ``decoder_inputs
+    (B, T)`` int32 with dynamic ``B``, ``S`` and ``T``; output: ``logits
+    (B, T, V)`` float32. Builtin ops only.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+
+    Returns:
+        The flatbuffer bytes.
+    """
+    where = "convert_seq2seq_to_tflite"
+    check_seq2seq(where, model)
+    check_quantize(where, quantize)
+    return convert_to_tflite(seq2seq_forward(model), seq2seq_signature(), quantize=quantize)
+
+
+def convert_decoder_steps_to_tflite(
+    model, target_length: int, quantize: str | None = None
+) -> tuple[bytes, bytes]:
+    """Converts a translation model into an encoder and a one-step decoder.
+
+    A device runs greedy (or any other) decoding in its own loop:
+
+        encoder:  encoder_inputs (B, S) int32 -> constants..., state...
+        step:     tokens (B,) int32, t () int32, constants..., state...
+                  -> logits (B, V) float32, state...
+
+    ``constants`` (encoder outputs, source mask, precomputed attention keys or
+    cross-attention caches) are computed once; ``state`` (the recurrent state,
+    or the self-attention key/value caches of length ``target_length``) is fed
+    back at every step. Both have fixed counts for a given model; the encoder
+    returns the constants first. They are the flattened nests of
+    `keras_seq.decoding.decoder_steps`. `tflite_greedy_decode` is the loop.
+
+    Args:
+        model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
+        target_length: the most decoding steps (sizes the Transformer's caches).
+        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+
+    Returns:
+        ``(encoder_flatbuffer, step_flatbuffer)``.
+    """
+    where = "convert_decoder_steps_to_tflite"
+    check_quantize(where, quantize)
+    encode, encode_signature, step, step_signature = decoder_step_functions(
+        where, model, target_length
+    )
+    return (
+        convert_to_tflite(encode, encode_signature, quantize=quantize),
+        convert_to_tflite(step, step_signature, quantize=quantize),
+    )
+
+
+def tflite_greedy_decode(
+    encoder: bytes,
+    decoder_step: bytes,
+    encoder_inputs: np.ndarray,
+    max_length: int,
+    start_id: int | None = None,
+    end_id: int | None = None,
+) -> np.ndarray:
+    """Greedy decoding with the two flatbuffers of `convert_decoder_steps_to_tflite`.
+
+    The host loop a device runs: y_i = argmax logits, fed back as the next
+    token, until every row has produced ``[END]`` or ``max_length`` tokens;
+    finished rows emit ``[PAD]``. Same output layout as
+    `keras_seq.decoding.greedy_decode`.
+
+    Args:
+        encoder: flatbuffer of the encoder.
+        decoder_step: flatbuffer of the decoder step.
+        encoder_inputs: ``(B, S)`` int source ids, 0-padded.
+        max_length: at most the ``target_length`` the step was converted with
+            (checked for Transformer caches).
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(B, max_length)`` int32 ids.
+    """
+    from keras_seq.text import END_ID, PAD_ID, START_ID
+
+    check_positive_int("tflite_greedy_decode", max_length=max_length)
+    start_id = START_ID if start_id is None else start_id
+    end_id = END_ID if end_id is None else end_id
+    encoder_inputs = np.asarray(encoder_inputs, np.int32)
+    batch_size = encoder_inputs.shape[0]
+    outputs = run_tflite(encoder, encoder_inputs)
+    step = _Runner(decoder_step)
+    # The step returns the logits and then the state.
+    num_state = step.num_outputs - 1
+    constants, state = outputs[: len(outputs) - num_state], outputs[len(outputs) - num_state :]
+    # Self-attention caches (B, 2, T, heads, head_dim) hold T steps; a step
+    # past them would attend to a cache without its own keys: wrong, silently.
+    cache_lengths = [s.shape[2] for s in state if s.ndim == 5]
+    if cache_lengths and max_length > min(cache_lengths):
+        raise ValueError(
+            f"tflite_greedy_decode: `max_length` must be at most the target_length the "
+            f"decoder step was converted with ({min(cache_lengths)}); received {max_length}."
+        )
+    ids = np.zeros((batch_size, max_length), np.int32)
+    tokens = np.full((batch_size,), start_id, np.int32)
+    finished = np.zeros((batch_size,), bool)
+    for t in range(max_length):
+        if finished.all():
+            break
+        logits, *state = step(tokens, np.int32(t), *constants, *state)
+        tokens = np.where(finished, PAD_ID, np.argmax(logits, axis=-1)).astype(np.int32)
+        ids[:, t] = tokens
+        finished |= tokens == end_id
+    return ids

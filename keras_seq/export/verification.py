@@ -1,0 +1,166 @@
+"""``keras-seq verify``: run every exported artifact without keras_seq, compare with Keras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from keras_seq.export.run import MANIFEST_FILE
+
+_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verify_worker.py")
+# A quantized artifact may flip a few near-ties of the argmax, no more.
+QUANTIZED_MIN_STRING_MATCH = 0.995
+_ROW_KEYS = (
+    "artifact",
+    "format",
+    "quantize",
+    "size_bytes",
+    "ops",
+    "max_abs_logit_error",
+    "string_match",
+    "exact_match",
+    "latency_ms_batch1",
+)
+
+
+def verify(
+    out_dir: str | os.PathLike, json_path: str | os.PathLike | None = None, timeout: float = 1800
+) -> dict:
+    """Checks every artifact of an `export_run` folder against Keras' reference outputs.
+
+    A fresh Python process that cannot import keras_seq (a meta-path finder
+    refuses it) loads each artifact listed in ``manifest.json`` and decodes
+    the held-out examples of ``reference.npz``: the SavedModel through its
+    ``serving_default`` signature (strings in, strings out); TFLite files
+    (with ai_edge_litert) and ONNX files (with onnxruntime) through the
+    encoder and decoder-step models in a greedy loop in NumPy, tokenizing and
+    detokenizing with the vocabulary files next to them. It also feeds Keras'
+    greedy tokens to the decoder step (and the forward-pass model, where there
+    is one) and compares the logits with Keras' teacher-forced logits. The
+    SavedModel has no logits output: its logit error is `None`.
+
+    An artifact fails if it is float and decodes any example differently from
+    Keras (greedy, or the beam search the SavedModel was exported with), if it
+    is quantized and agrees on fewer than 99.5% of the examples, or if its host
+    tokenizer gives other ids than Keras'.
+
+    Args:
+        out_dir: a folder written by `export_run` (``keras-seq export``).
+        json_path: where to write ``{"artifacts": [...]}`` (rows with the keys
+            ``artifact, format, quantize, size_bytes, ops, max_abs_logit_error,
+            string_match, exact_match, latency_ms_batch1``), or `None`.
+        timeout: seconds the worker process may take.
+
+    Returns:
+        ``{"artifacts": rows, "failures": [messages], "passed": bool}``.
+    """
+    out_dir = os.fspath(out_dir)
+    manifest_path = os.path.join(out_dir, MANIFEST_FILE)
+    if not os.path.isfile(manifest_path):
+        raise FileNotFoundError(
+            f"verify: {manifest_path} does not exist; `out_dir` must be a folder written by "
+            "`keras-seq export`."
+        )
+    with open(manifest_path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    if not manifest.get("reference"):
+        raise ValueError(
+            f"verify: {out_dir} has no reference outputs (the run records no held-out "
+            "examples); nothing to compare the artifacts with."
+        )
+    records, failures = _run_worker(out_dir, manifest, timeout)
+    rows = []
+    for record in records:
+        rows.append({key: record.get(key) for key in _ROW_KEYS})
+        failures.extend(record.get("problems", []))
+        if record.get("string_match") is None:
+            continue
+        minimum = 1.0 if record["quantize"] is None else QUANTIZED_MIN_STRING_MATCH
+        if record["string_match"] < minimum:
+            shown = "; ".join(
+                f"{m['source']!r}: Keras {m['keras']!r}, artifact {m['artifact']!r}"
+                for m in record["mismatches"]
+            )
+            failures.append(
+                f"{record['artifact']}: decodes {record['string_match']:.2%} of "
+                f"{record['examples']} examples as Keras does (needs {minimum:.1%}); "
+                f"e.g. {shown}"
+            )
+    if json_path is not None:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump({"artifacts": rows}, f, indent=2)
+            f.write("\n")
+    return {"artifacts": rows, "failures": failures, "passed": not failures}
+
+
+def _run_worker(out_dir, manifest, timeout):
+    with tempfile.TemporaryDirectory() as scratch:
+        results_path = os.path.join(scratch, "results.jsonl")
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        done = subprocess.run(
+            [sys.executable, _WORKER, os.path.abspath(out_dir), results_path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=scratch,
+            env=env,
+        )
+        lines = []
+        if os.path.isfile(results_path):
+            with open(results_path, encoding="utf-8") as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+    records = [line for line in lines if "running" not in line]
+    failures = []
+    if done.returncode != 0:
+        running = [line["running"] for line in lines if "running" in line]
+        where = f" while running {running[-1]}" if len(running) > len(records) else ""
+        failures.append(
+            f"the verify worker exited with code {done.returncode}{where}: "
+            f"{done.stderr.strip()[-2000:]}"
+        )
+    finished = {r["artifact"] for r in records}
+    for entry in manifest["artifacts"]:
+        if entry["artifact"] not in finished:
+            records.append({**entry, "problems": [f"{entry['artifact']}: not verified"]})
+    return records, failures
+
+
+def verification_table(result: dict) -> str:
+    """The rows of `verify` as a text table, one artifact a line."""
+    header = (
+        "artifact", "format", "quantize", "size", "ops", "max|logit err|",
+        "vs Keras", "vs targets", "batch-1 ms",
+    )
+    lines = [header]
+    for row in result["artifacts"]:
+        lines.append((
+            row["artifact"],
+            row["format"],
+            row["quantize"] or "-",
+            _size(row["size_bytes"]),
+            ",".join(row["ops"]) if row["ops"] else "-",
+            "-" if row["max_abs_logit_error"] is None else f"{row['max_abs_logit_error']:.2e}",
+            _percent(row["string_match"]),
+            _percent(row["exact_match"]),
+            "-" if row["latency_ms_batch1"] is None else f"{row['latency_ms_batch1']:.2f}",
+        ))
+    # Every column but the operators (long) is padded to its width.
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    order = [0, 1, 2, 3, 5, 6, 7, 8, 4]
+    return "\n".join(
+        "  ".join(line[i].ljust(widths[i]) if i != 4 else line[i] for i in order).rstrip()
+        for line in lines
+    )
+
+
+def _size(size):
+    if size is None:
+        return "-"
+    return f"{size / 2**20:.2f} MB" if size >= 2**20 else f"{size / 2**10:.1f} kB"
+
+
+def _percent(value):
+    return "-" if value is None else f"{value:.2%}"
