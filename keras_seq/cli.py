@@ -469,7 +469,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "verify":
         from keras_seq.export import verification_table, verify
 
-        result = verify(args.out, json_path=args.json)
+        try:
+            result = verify(args.out, json_path=args.json)
+        except (FileNotFoundError, ValueError) as error:
+            raise SystemExit(f"keras-seq verify: {error}") from None
         print(verification_table(result))
         for failure in result["failures"]:
             print(f"FAIL {failure}", file=sys.stderr)

@@ -104,3 +104,14 @@ def test_bad_flags_exit_with_a_usage_error(capsys):
         main(["train", "--cell", "rnn"])
     with pytest.raises(SystemExit):
         main(["translate", "no-such-run", "x"])
+
+
+def test_bad_export_and_verify_arguments_exit_with_a_message(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["export", "run", "out", "--examples", "0"])
+    assert "--examples must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["export", "run", "out", "--quantize", "int8"])
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="keras-seq verify: .*manifest.json does not exist"):
+        main(["verify", str(tmp_path)])

@@ -310,6 +310,25 @@ def test_export_run_writes_every_format_and_they_agree(run_exports, exported):
         None, {"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs}
     )
     np.testing.assert_allclose(onnx_logits, logits, atol=1e-4)
+    # The ONNX encoder and decoder step, fed Keras' greedy tokens.
+    encoder = onnxruntime.InferenceSession(written["onnx_encoder"])
+    step = onnxruntime.InferenceSession(written["onnx_decoder_step"])
+    outputs = encoder.run(None, {"encoder_inputs": source_ids})
+    num_state = len(step.get_outputs()) - 1
+    constants, state = outputs[: len(outputs) - num_state], outputs[len(outputs) - num_state :]
+    names = [i.name for i in step.get_inputs()]
+    for t in range(3):
+        feeds = [decoder_inputs[:, t], np.array(t, np.int32), *constants, *state]
+        step_logits, *state = step.run(None, dict(zip(names, feeds)))
+        np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-4)
+
+    # This run records no held-out examples: artifacts, but no reference outputs.
+    with open(written["manifest"]) as f:
+        manifest = json.load(f)
+    assert manifest["reference"] is None and "reference" not in written
+    assert [(a["artifact"], a["format"]) for a in manifest["artifacts"]] == [
+        ("translator/1", "savedmodel"), ("tflite", "tflite"), ("onnx", "onnx")
+    ]
 
 
 def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path):
@@ -317,6 +336,11 @@ def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path)
         export_run(run_dir, tmp_path, formats=("coreml",))
     with pytest.raises(FileNotFoundError, match="export_run: .*metrics.json does not exist"):
         export_run(tmp_path, tmp_path / "out")
+    with pytest.raises(ValueError, match=r"export_run: `quantize` must be a selection of "
+                       r"\['dynamic', 'float16'\]; received quantize=\['int8'\]"):
+        export_run(run_dir, tmp_path, quantize=("int8",))
+    with pytest.raises(ValueError, match="export_run: `examples` must be a positive int"):
+        export_run(run_dir, tmp_path, examples=0)
 
 
 def _load_script(name):
@@ -342,3 +366,84 @@ def test_export_folder_check_scripts_run_on_export_run_output(run_exports, expor
     folder = os.path.dirname(written["tflite"])
     assert _load_script("check_tflite.py").main([folder, "--text", "21 Nov 2026"]) == 0
     assert "seq2seq.tflite agrees with the step-by-step decoding: True" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- TF Serving client
+
+
+def _serve_directly(path, inputs):
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    outputs = signature(inputs=tf.constant([_as_bytes(s) for s in inputs]))["outputs"]
+    return signature, [s.decode("utf-8") for s in outputs.numpy()]
+
+
+def test_client_grpc_request_is_answered_by_the_serving_signature(exported):
+    client = _load_script("client.py")
+    signature, expected = _serve_directly(exported["paths"]["char"], INPUTS)
+    request = client.predict_request(INPUTS)
+    assert request.model_spec.name == "translator"
+    assert request.model_spec.signature_name == "serving_default"
+    inputs = tf.make_ndarray(request.inputs["inputs"])
+    assert inputs.shape == (len(INPUTS),)
+    outputs = signature(inputs=tf.constant(inputs))
+    assert [s.decode("utf-8") for s in outputs["outputs"].numpy()] == expected
+    # The REST body in the row format; invalid UTF-8 goes base64-encoded.
+    body = json.loads(client.rest_body(INPUTS))
+    assert body["signature_name"] == "serving_default"
+    assert body["instances"][:4] == INPUTS[:4]
+    assert body["instances"][4] == {"b64": "MTL/MzQ="}
+
+
+def test_client_round_trips_through_stand_in_rest_and_grpc_servers(exported):
+    """Servers that answer like TF Serving, with the SavedModel's signature."""
+    import base64
+    import threading
+    from concurrent import futures
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    client = _load_script("client.py")
+    signature, expected = _serve_directly(exported["paths"]["char"], INPUTS)
+
+    class Predict(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):
+            assert request.model_spec.name == "translator"
+            outputs = signature(inputs=tf.constant(tf.make_ndarray(request.inputs["inputs"])))
+            response = predict_pb2.PredictResponse()
+            for name in request.output_filter or outputs:
+                response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name].numpy()))
+            return response
+
+    class Rest(BaseHTTPRequestHandler):
+        def do_POST(self):
+            assert self.path == "/v1/models/translator:predict"
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            inputs = [base64.b64decode(i["b64"]) if isinstance(i, dict) else i.encode()
+                      for i in body["instances"]]
+            outputs = signature(inputs=tf.constant(inputs))
+            rows = [{"outputs": s.decode("utf-8"), "output_ids": ids.tolist()}
+                    for s, ids in zip(outputs["outputs"].numpy(), outputs["output_ids"].numpy())]
+            answer = json.dumps({"predictions": rows}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Predict(), grpc_server)
+    grpc_port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
+    rest_server = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
+    threading.Thread(target=rest_server.serve_forever, daemon=True).start()
+    try:
+        assert client.predict_grpc(INPUTS, f"127.0.0.1:{grpc_port}") == expected
+        url = f"http://127.0.0.1:{rest_server.server_address[1]}"
+        assert client.predict_rest(INPUTS, url) == expected
+    finally:
+        grpc_server.stop(None)
+        rest_server.shutdown()
