@@ -181,7 +181,7 @@ def convert_seq2seq_to_tflite(model, quantize: str | None = None) -> bytes:
 
 
 def convert_decoder_steps_to_tflite(
-    model, target_length: int, quantize: str | None = None
+    model, target_length: int, quantize: str | None = None, fuse_lstm: bool = False
 ) -> tuple[bytes, bytes]:
     """Converts a translation model into an encoder and a one-step decoder.
 
@@ -202,6 +202,8 @@ def convert_decoder_steps_to_tflite(
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
         target_length: the most decoding steps (sizes the Transformer's caches).
         quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+        fuse_lstm: convert the encoder's LSTM layers to TFLite's fused kernel
+            (see `convert_to_tflite`); the encoder then takes a batch of 1.
 
     Returns:
         ``(encoder_flatbuffer, step_flatbuffer)``.
@@ -211,8 +213,9 @@ def convert_decoder_steps_to_tflite(
     encode, encode_signature, step, step_signature = decoder_step_functions(
         where, model, target_length
     )
+    fused = {"fuse_lstm": True, "batch_size": 1} if fuse_lstm else {}
     return (
-        convert_to_tflite(encode, encode_signature, quantize=quantize),
+        convert_to_tflite(encode, encode_signature, quantize=quantize, **fused),
         convert_to_tflite(step, step_signature, quantize=quantize),
     )
 

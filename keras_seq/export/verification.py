@@ -40,7 +40,10 @@ def verify(
     detokenizing with the vocabulary files next to them. It also feeds Keras'
     greedy tokens to the decoder step (and the forward-pass model, where there
     is one) and compares the logits with Keras' teacher-forced logits. The
-    SavedModel has no logits output: its logit error is `None`.
+    SavedModel has no logits output: its logit error is `None`. Sizes are the
+    SavedModel folder, or the encoder and decoder step of a host-side folder;
+    latencies are the median of 7 runs on one example (the signature call, or
+    the encoder plus the greedy loop).
 
     An artifact fails if it is float and decodes any example differently from
     Keras (greedy, or the beam search the SavedModel was exported with), if it
