@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from keras_seq import layers
+from keras_seq.models._cells import ConvertibleLSTM
 from keras_seq.tuning import ClassifierHyperModel, Seq2SeqHyperModel
 
 _EXPECTED_LAYER = {
     "gru": layers.GRU,
-    "lstm": keras.layers.LSTM,
+    "lstm": ConvertibleLSTM,  # Keras' LSTM with a convertible inference loop
     "peephole": layers.PeepholeLSTM,
     "coupled": layers.CoupledGateLSTM,
 }

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
+
+from keras_seq.layers._recurrent_driver import project, run_recurrence
 
 CELL_NAMES = ("gru", "lstm", "peephole", "coupled")
 
@@ -18,7 +21,8 @@ def check_cell(cell: str, where: str) -> str:
 def recurrent_classes(cell: str):
     """Returns ``(layer_class, cell_class)`` for a cell name.
 
-    ``"lstm"`` is Keras' own LSTM; the others are this package's layers.
+    ``"lstm"`` is Keras' own LSTM cell, driven by `ConvertibleLSTM`; the others
+    are this package's layers.
     """
     # Imported here: the layer modules import the whole recurrent family, which
     # `keras_seq.models` should not pay for at import time.
@@ -30,9 +34,53 @@ def recurrent_classes(cell: str):
         return layers.PeepholeLSTM, layers.PeepholeLSTMCell
     if cell == "coupled":
         return layers.CoupledGateLSTM, layers.CoupledGateLSTMCell
-    return keras.layers.LSTM, keras.layers.LSTMCell
+    return ConvertibleLSTM, keras.layers.LSTMCell
 
 
 def num_states(cell: str) -> int:
     """GRU carries one state (h); the LSTM family two (h, c)."""
     return 1 if cell == "gru" else 2
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class ConvertibleLSTM(keras.layers.LSTM):
+    """`keras.layers.LSTM` whose inference loop converts to TFLite builtins and ONNX.
+
+    The ``cell="lstm"`` layer of the model builders: Keras' LSTM (same
+    arguments, cell, weights and training path, cuDNN included), except that
+    at inference (``training`` not True) it runs this package's sequence
+    driver: the input projection hoisted out of the loop and the loop form
+    that ``model.export(format="litert"|"onnx")`` converts. Keras' own loop
+    uses TensorArrays, which need the Flex delegate in TFLite when the batch
+    or length is dynamic and which tf2onnx cannot convert.
+    """
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
+        if training is True or self.unroll:
+            return super().inner_loop(sequences, initial_state, mask, training=training)
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        cell = self.cell
+        kernel = ops.cast(cell.kernel, self.compute_dtype)
+        recurrent_kernel = ops.cast(cell.recurrent_kernel, self.compute_dtype)
+        bias = ops.cast(cell.bias, self.compute_dtype) if cell.use_bias else None
+        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel, bias)  # (T, B, 4u)
+
+        def step(xw_t, states):
+            h_tm1, c_tm1 = states
+            z_i, z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_tm1, recurrent_kernel), 4, axis=-1)
+            i = cell.recurrent_activation(z_i)
+            f = cell.recurrent_activation(z_f)
+            c = f * c_tm1 + i * cell.activation(z_c)
+            h = cell.recurrent_activation(z_o) * cell.activation(c)
+            return h, [h, c]
+
+        return run_recurrence(
+            step,
+            xw,
+            list(initial_state),
+            mask=mask,
+            go_backwards=self.go_backwards,
+            return_sequences=self.return_sequences,
+            zero_output_for_mask=self.zero_output_for_mask,
+        )

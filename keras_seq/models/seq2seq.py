@@ -150,9 +150,11 @@ def rnn_seq2seq(
         o = decoder(y, initial_state=s0)
     o = keras.layers.Dropout(dropout, name="output_dropout")(o)
     logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(o)
-    return keras.Model(
-        {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, logits, name=name
-    )
+    # A list of named inputs, not a dict: the model is still called with a
+    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
+    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
+    # model with a flat list, can convert it.
+    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
 
 
 def _transformer_embed(ids, vocabulary_size, model_dim, dropout, prefix, embedding=None):
@@ -275,6 +277,8 @@ def transformer_seq2seq(
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
     else:
         logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(y)
-    return keras.Model(
-        {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, logits, name=name
-    )
+    # A list of named inputs, not a dict: the model is still called with a
+    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
+    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
+    # model with a flat list, can convert it.
+    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)

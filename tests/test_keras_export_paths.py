@@ -1,0 +1,254 @@
+"""Keras' own export paths work for every public layer and model builder.
+
+A user deploys with ``model.export(path, format="litert" | "onnx" |
+"tf_saved_model")`` or ``tf.lite.TFLiteConverter.from_keras_model`` and no
+knowledge of this package: each path must succeed with a dynamic batch and a
+dynamic length, TFLite must use builtin ops only (in every subgraph, loop
+bodies included), and every artifact must compute what the Keras model
+computes, at two batch sizes and two lengths, with padding.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import keras
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+from tensorflow.lite.python import schema_py_generated as schema
+
+from keras_seq import layers, models
+
+pytestmark = pytest.mark.slow
+
+V = 11  # token ids; 0 is padding
+SHAPES = [(2, 7), (3, 12)]  # (batch, length): the second length runs loop blocks + remainder
+
+
+def _tokens(name="tokens"):
+    return keras.Input((None,), dtype="int32", name=name)
+
+
+def _embedded(tokens, width=8):
+    return keras.layers.Embedding(V, width, mask_zero=True)(tokens)
+
+
+# --- one small functional model per public layer ------------------------------------
+
+
+def _peephole_lstm():
+    tokens = _tokens()
+    h = layers.PeepholeLSTM(6, return_sequences=True)(_embedded(tokens))
+    return keras.Model(tokens, layers.PeepholeLSTM(5, go_backwards=True)(h))
+
+
+def _coupled_gate_lstm():
+    tokens = _tokens()
+    h = layers.CoupledGateLSTM(6, use_peepholes=True, return_sequences=True)(_embedded(tokens))
+    out, h_state, c_state = layers.CoupledGateLSTM(5, return_state=True)(h)
+    return keras.Model(tokens, [out, c_state])
+
+
+def _gru():
+    tokens = _tokens()
+    h = layers.GRU(6, return_sequences=True)(_embedded(tokens))
+    h = keras.layers.Bidirectional(layers.GRU(4, reset_after=False, return_sequences=True))(h)
+    return keras.Model(tokens, h)
+
+
+def _bahdanau_attention():
+    tokens, queries = _tokens(), _tokens("queries")
+    context = layers.BahdanauAttention(6, normalize=True)(
+        _embedded(queries), _embedded(tokens, 5)
+    )
+    return keras.Model([tokens, queries], context)
+
+
+def _multi_head_attention():
+    tokens = _tokens()
+    x = _embedded(tokens)
+    return keras.Model(tokens, layers.MultiHeadAttention(2, 4)(x, x, use_causal_mask=True))
+
+
+def _positional_and_feed_forward():
+    tokens = _tokens()
+    x = layers.SinusoidalPositionalEncoding()(_embedded(tokens))
+    return keras.Model(tokens, layers.PositionwiseFeedForward(16)(x))
+
+
+def _transformer_blocks():
+    tokens, targets = _tokens(), _tokens("targets")
+    encoded = layers.TransformerEncoder(16, 2)(_embedded(tokens))
+    decoded = layers.TransformerDecoder(16, 2)(_embedded(targets), encoded)
+    decoded = layers.TransformerDecoder(16, 2, normalize_first=True)(decoded)  # decoder-only
+    return keras.Model([tokens, targets], decoded)
+
+
+# --- every model builder ------------------------------------------------------------
+
+
+def _rnn_seq2seq(cell, attention="bahdanau"):
+    return models.rnn_seq2seq(V, V, units=6, embedding_dim=4, cell=cell, attention=attention)
+
+
+FACTORIES = {
+    "PeepholeLSTM": _peephole_lstm,
+    "CoupledGateLSTM": _coupled_gate_lstm,
+    "GRU": _gru,
+    "BahdanauAttention": _bahdanau_attention,
+    "MultiHeadAttention": _multi_head_attention,
+    "SinusoidalPositionalEncoding+PositionwiseFeedForward": _positional_and_feed_forward,
+    "TransformerEncoder+TransformerDecoder": _transformer_blocks,
+    "rnn_seq2seq-gru": functools.partial(_rnn_seq2seq, "gru"),
+    "rnn_seq2seq-peephole": functools.partial(_rnn_seq2seq, "peephole"),
+    "rnn_seq2seq-coupled": functools.partial(_rnn_seq2seq, "coupled"),
+    "rnn_seq2seq-lstm-no-attention": functools.partial(_rnn_seq2seq, "lstm", None),
+    "transformer_seq2seq": lambda: models.transformer_seq2seq(
+        V, V, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16
+    ),
+    "sequence_classifier-rnn": lambda: models.sequence_classifier(V, 3, units=5, cell="peephole"),
+    "sequence_classifier-transformer": lambda: models.sequence_classifier(
+        V, 3, kind="transformer", units=8, num_heads=2, intermediate_dim=16
+    ),
+    "language_model-rnn": lambda: models.language_model(V, kind="rnn", units=6, cell="coupled"),
+    "language_model-transformer": lambda: models.language_model(
+        V, units=8, num_heads=2, intermediate_dim=16
+    ),
+}
+
+
+@functools.cache
+def _model(name):
+    keras.utils.set_random_seed(7)
+    model = FACTORIES[name]()
+    # Random weights everywhere, so that peepholes, biases and gates all matter.
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, 0.4, weight.shape).astype(weight.dtype))
+    return model
+
+
+def _feeds(model, batch, length, seed):
+    """Token inputs keyed by the model's input names, with right padding."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i, tensor in enumerate(model.inputs):
+        ids = rng.integers(1, V, size=(batch, length + i)).astype("int32")  # lengths differ
+        ids[0, -3:] = 0  # a padded row
+        feeds[tensor.name] = ids
+    return feeds
+
+
+def _keras_outputs(model, feeds):
+    inputs = tf.nest.pack_sequence_as(model.input, [feeds[t.name] for t in model.inputs])
+    outputs = model(inputs, training=False)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return [np.asarray(o) for o in outputs]
+
+
+def _op_names(flatbuffer):
+    """Every operator in every subgraph, custom ones as CUSTOM:<name>."""
+    m = schema.Model.GetRootAsModel(flatbuffer, 0)
+    builtin = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    codes = []
+    for i in range(m.OperatorCodesLength()):
+        oc = m.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        custom = code == schema.BuiltinOperator.CUSTOM
+        codes.append("CUSTOM:" + oc.CustomCode().decode() if custom else builtin[code])
+    return {
+        codes[m.Subgraphs(s).Operators(o).OpcodeIndex()]
+        for s in range(m.SubgraphsLength())
+        for o in range(m.Subgraphs(s).OperatorsLength())
+    }
+
+
+def _run_tflite(flatbuffer, feeds):
+    """Runs the serving signature; its input names are the Keras input names."""
+    runner = Interpreter(model_content=flatbuffer).get_signature_runner("serving_default")
+    outputs = runner(**feeds)
+    return [outputs[k] for k in sorted(outputs)]
+
+
+def _assert_outputs_close(got, expected, atol):
+    assert len(got) == len(expected)
+    # Output order of a converter need not be Keras'; match outputs by shape,
+    # then by closeness (no two outputs of these models share a shape and values).
+    remaining = list(got)
+    for e in expected:
+        candidates = [g for g in remaining if np.shape(g) == e.shape]
+        assert candidates, f"no output of shape {e.shape} among {[np.shape(g) for g in got]}"
+        best = min(candidates, key=lambda g: np.max(np.abs(g - e)))
+        np.testing.assert_allclose(best, e, atol=atol, rtol=0)
+        remaining.remove(best)
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """Lazily exports each model once per path."""
+    cache = {}
+
+    def get(name, path_kind):
+        if (name, path_kind) not in cache:
+            model = _model(name)
+            folder = tmp_path_factory.mktemp(name.replace("+", "_"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if path_kind == "litert":
+                    model.export(str(folder / "m.tflite"), format="litert", verbose=False)
+                    cache[name, path_kind] = (folder / "m.tflite").read_bytes()
+                elif path_kind == "from_keras_model":
+                    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+                    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+                    cache[name, path_kind] = converter.convert()
+                elif path_kind == "onnx":
+                    model.export(str(folder / "m.onnx"), format="onnx", verbose=False)
+                    cache[name, path_kind] = ort.InferenceSession(str(folder / "m.onnx"))
+                else:
+                    model.export(str(folder / "sm"), format="tf_saved_model", verbose=False)
+                    cache[name, path_kind] = tf.saved_model.load(str(folder / "sm"))
+        return cache[name, path_kind]
+
+    return get
+
+
+@pytest.mark.parametrize("path_kind", ["litert", "from_keras_model"])
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_tflite_through_keras_paths_is_builtin_only_and_matches_keras(name, path_kind, artifacts):
+    flatbuffer = artifacts(name, path_kind)
+    ops = _op_names(flatbuffer)
+    assert not [op for op in ops if op.startswith("CUSTOM")], sorted(ops)
+    model = _model(name)
+    for seed, (batch, length) in enumerate(SHAPES):
+        feeds = _feeds(model, batch, length, seed)
+        _assert_outputs_close(
+            _run_tflite(flatbuffer, feeds), _keras_outputs(model, feeds), atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_onnx_through_model_export_matches_keras(name, artifacts):
+    session = artifacts(name, "onnx")
+    model = _model(name)
+    names = [i.name for i in session.get_inputs()]
+    for seed, (batch, length) in enumerate(SHAPES):
+        feeds = _feeds(model, batch, length, seed)
+        arrays = [feeds[t.name] for t in model.inputs]
+        got = session.run(None, dict(zip(names, arrays)))
+        _assert_outputs_close(got, _keras_outputs(model, feeds), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_saved_model_through_model_export_matches_keras(name, artifacts):
+    serve = artifacts(name, "tf_saved_model").serve
+    model = _model(name)
+    for seed, (batch, length) in enumerate(SHAPES):
+        feeds = _feeds(model, batch, length, seed)
+        arrays = [tf.constant(feeds[t.name]) for t in model.inputs]
+        got = serve(tf.nest.pack_sequence_as(model.input, arrays))
+        got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+        _assert_outputs_close(got, _keras_outputs(model, feeds), atol=1e-6)
