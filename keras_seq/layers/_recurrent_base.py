@@ -21,6 +21,7 @@ from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq.layers._recurrent_driver import (
     project,
+    recurrent_matmul,
     run_fused_recurrence,
     run_recurrence,
 )
@@ -109,9 +110,12 @@ def _validate_recurrent_args(owner: str, units, activation, recurrent_activation
 class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """Arguments, validation and config common to the recurrent cells.
 
-    Subclasses implement ``build``, ``_project_inputs(x)``,
+    Subclasses implement ``build``, ``_project_inputs(x, bias=True)`` (``x @
+    W``, plus the bias with ``bias=True``; with ``bias=False`` only the part of
+    the bias that ``_recurrent_step`` does not add itself),
     ``_recurrent_params(batch_size)`` (weights the loop needs, read once before
-    it) and ``_recurrent_step(xw_t, states, params, recurrent_mask)``.
+    it) and ``_recurrent_step(xw_t, states, params, recurrent_mask)``, which
+    takes ``xw_t`` from ``_project_inputs(x, bias=False)``.
     """
 
     def __init__(
@@ -222,7 +226,8 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         if training and self.recurrent_dropout > 0.0:
             recurrent_mask = self.get_recurrent_dropout_mask(states[0])
         output, new_states = self._recurrent_step(
-            self._project_inputs(inputs), states, self._recurrent_params(None), recurrent_mask
+            self._project_inputs(inputs, bias=False), states, self._recurrent_params(None),
+            recurrent_mask,
         )
         if not nested and len(new_states) == 1:
             return output, new_states[0]
@@ -302,8 +307,20 @@ class _LSTMCellBase(_RecurrentCell):
             constraint=self.peephole_constraint,
         )
 
-    def _project_inputs(self, x):
-        return project(x, self._read(self.kernel), self._read(self.bias) if self.use_bias else None)
+    def _project_inputs(self, x, bias=True):
+        bias = self._read(self.bias) if bias and self.use_bias else None
+        return project(x, self._read(self.kernel), bias)
+
+    def _recurrent_bias(self):
+        """The bias the step adds after ``h @ U`` (zeros without a bias: see
+        `recurrent_matmul`)."""
+        if self.use_bias:
+            return self._read(self.bias)
+        return ops.zeros((self.recurrent_kernel.shape[1],), dtype=self.compute_dtype)
+
+    def _gate_inputs(self, xw_t, h_in, U, b):
+        """``x W + h U + b`` of every gate: ``xw_t`` holds ``x W`` (no bias)."""
+        return xw_t + recurrent_matmul(h_in, U, b)
 
     def get_config(self):
         config = {
@@ -371,13 +388,12 @@ class _RecurrentLayer(keras.layers.RNN):
         recurrent_mask = None
         if training and cell.recurrent_dropout > 0.0:
             recurrent_mask = cell.get_recurrent_dropout_mask(initial_state[0])
+        fused = training is True and not self.unroll and cell._fused_supported()
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
-        xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)))  # (T, B, gates * units)
-        if (
-            training is True
-            and not self.unroll
-            and cell._fused_supported()
-        ):
+        # (T, B, gates * units); the step adds (part of) the bias itself, the
+        # hand-written training loop expects it in the projection.
+        xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=fused)
+        if fused:
             # Training: the same recurrence with the cell's hand-written gradient.
             kernel, params = cell._fused_params()
             return run_fused_recurrence(

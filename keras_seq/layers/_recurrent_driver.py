@@ -85,6 +85,17 @@ def project(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> t
     return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[-1:]], 0))
 
 
+def recurrent_matmul(h: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """``h @ kernel + bias`` for one step, as MatMul followed by BiasAdd.
+
+    TensorFlow's graph optimiser fuses the pair into one ``_FusedMatMul``
+    (oneDNN on x86). At batch 1 that kernel is about three times faster than a
+    plain ``MatMul`` (a matrix-vector product through Eigen's thread pool), so
+    a cell without a bias passes zeros rather than skipping the add.
+    """
+    return tf.nn.bias_add(tf.matmul(h, kernel), bias)
+
+
 def run_recurrence(
     step: StepFn,
     xw: tf.Tensor,

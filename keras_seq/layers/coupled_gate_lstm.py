@@ -68,10 +68,11 @@ class CoupledGateLSTMCell(_LSTMCellBase):
         self.built = True
 
     def _recurrent_params(self, batch_size=None):
+        recurrent = (self._read(self.recurrent_kernel), self._recurrent_bias())
         if not self.use_peepholes:
-            return (self._read(self.recurrent_kernel),)
+            return recurrent
         return (
-            self._read(self.recurrent_kernel),
+            *recurrent,
             self._read_per_example(self.forget_peephole, batch_size),
             self._read_per_example(self.output_peephole, batch_size),
         )
@@ -124,11 +125,11 @@ class CoupledGateLSTMCell(_LSTMCellBase):
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states
-        U = params[0]
+        U, b = params[:2]
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_in, U), 3, axis=-1)
+        z_f, z_c, z_o = ops.split(self._gate_inputs(xw_t, h_in, U, b), 3, axis=-1)
         if self.use_peepholes:
-            p_f, p_o = params[1:]
+            p_f, p_o = params[2:]
             z_f = z_f + p_f * c_tm1
         f = self.recurrent_activation(z_f)
         c_tilde = self.activation(z_c)

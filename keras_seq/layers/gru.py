@@ -16,7 +16,7 @@ from keras_seq.layers._recurrent_base import (
     sigmoid_grad,
     tanh_grad,
 )
-from keras_seq.layers._recurrent_driver import project
+from keras_seq.layers._recurrent_driver import project, recurrent_matmul
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -77,13 +77,14 @@ class GRUCell(_RecurrentCell):
             )
         self.built = True
 
-    def _project_inputs(self, x):
+    def _project_inputs(self, x, bias=True):
         kernel = self._read(self.kernel)
         if not self.use_bias:
             return project(x, kernel)
-        bias = self._read(self.bias)
         if not self.reset_after:
-            return project(x, kernel, bias)
+            # The step adds b_zr and b_h after its two matmuls (`recurrent_matmul`).
+            return project(x, kernel, self._read(self.bias) if bias else None)
+        bias = self._read(self.bias)
         # The recurrent biases of z and r are plain sums too, so they join the
         # input bias here; only b_h (recurrent) must stay inside r ⊙ (...).
         u = self.units
@@ -92,13 +93,16 @@ class GRUCell(_RecurrentCell):
 
     def _recurrent_params(self, batch_size=None):
         U = self._read(self.recurrent_kernel)
+        u = self.units
+        if self.use_bias:
+            bias = self._read(self.bias)
+        else:
+            bias = ops.zeros((2, 3 * u) if self.reset_after else (3 * u,), self.compute_dtype)
         if not self.reset_after:
             # Sliced once here, not at every step: U_zr acts on h, U_h on r ⊙ h.
-            return U[:, : 2 * self.units], U[:, 2 * self.units :]
-        b_h = None
-        if self.use_bias:
-            b_h = self._read_per_example(self.bias[1, 2 * self.units :], batch_size)
-        return U, b_h
+            return U[:, : 2 * u], U[:, 2 * u :], bias[: 2 * u], bias[2 * u :]
+        # b_h only: the recurrent biases of z and r are in the input projection.
+        return U, ops.concatenate([ops.zeros((2 * u,), dtype=bias.dtype), bias[1, 2 * u :]])
 
     # Hand-written gradient for training, reset_after=True only (see
     # _recurrent_driver.FusedCell); reset_after=False trains with autodiff.
@@ -147,20 +151,18 @@ class GRUCell(_RecurrentCell):
         # the graph at every step.
         x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
         if self.reset_after:
-            U, b_h = params
-            # One (u, 3u) matmul; r multiplies U_h h (+ recurrent b_h) after it.
-            uh_zr, uh_h = tf.split(ops.matmul(h_in, U), [2 * u, u], axis=-1)
-            if b_h is not None:
-                uh_h = uh_h + b_h
+            U, b_recurrent = params
+            # One (u, 3u) matmul; r multiplies U_h h + b_h after it.
+            uh_zr, uh_h = tf.split(recurrent_matmul(h_in, U, b_recurrent), [2 * u, u], axis=-1)
         else:
-            U_zr, U_h = params
-            uh_zr = ops.matmul(h_in, U_zr)
+            U_zr, U_h, b_zr, b_h = params
+            uh_zr = recurrent_matmul(h_in, U_zr, b_zr)
         # z and r side by side: one activation for both gates.
         z, r = ops.split(self.recurrent_activation(x_zr + uh_zr), 2, axis=-1)
         if self.reset_after:
             h_tilde = self.activation(x_h + r * uh_h)
         else:
-            h_tilde = self.activation(x_h + ops.matmul(r * h_in, U_h))
+            h_tilde = self.activation(x_h + recurrent_matmul(r * h_in, U_h, b_h))
         h = h_tilde + z * (h_tm1 - h_tilde)  # = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ, one op less
         return h, [h]
 

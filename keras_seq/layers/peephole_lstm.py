@@ -78,6 +78,7 @@ class PeepholeLSTMCell(_LSTMCellBase):
     def _recurrent_params(self, batch_size=None):
         return (
             self._read(self.recurrent_kernel),
+            self._recurrent_bias(),
             self._read_per_example(self.input_peephole, batch_size),
             self._read_per_example(self.forget_peephole, batch_size),
             self._read_per_example(self.output_peephole, batch_size),
@@ -126,10 +127,10 @@ class PeepholeLSTMCell(_LSTMCellBase):
 
     def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states
-        U, p_i, p_f, p_o = params
+        U, b, p_i, p_f, p_o = params
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
         # All four gates' recurrent terms in one (u, 4u) matmul.
-        z_i, z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_in, U), 4, axis=-1)
+        z_i, z_f, z_c, z_o = ops.split(self._gate_inputs(xw_t, h_in, U, b), 4, axis=-1)
         i = self.recurrent_activation(z_i + p_i * c_tm1)
         f = self.recurrent_activation(z_f + p_f * c_tm1)
         c = f * c_tm1 + i * self.activation(z_c)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_seq.layers._recurrent_driver import project, run_recurrence
+from keras_seq.layers._recurrent_driver import project, recurrent_matmul, run_recurrence
 
 CELL_NAMES = ("gru", "lstm", "peephole", "coupled")
 
@@ -63,12 +63,16 @@ class ConvertibleLSTM(keras.layers.LSTM):
         cell = self.cell
         kernel = ops.cast(cell.kernel, self.compute_dtype)
         recurrent_kernel = ops.cast(cell.recurrent_kernel, self.compute_dtype)
-        bias = ops.cast(cell.bias, self.compute_dtype) if cell.use_bias else None
-        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel, bias)  # (T, B, 4u)
+        if cell.use_bias:
+            bias = ops.cast(cell.bias, self.compute_dtype)
+        else:
+            bias = ops.zeros((4 * cell.units,), self.compute_dtype)
+        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel)  # (T, B, 4u)
 
         def step(xw_t, states):
             h_tm1, c_tm1 = states
-            z_i, z_f, z_c, z_o = ops.split(xw_t + ops.matmul(h_tm1, recurrent_kernel), 4, axis=-1)
+            z = xw_t + recurrent_matmul(h_tm1, recurrent_kernel, bias)
+            z_i, z_f, z_c, z_o = ops.split(z, 4, axis=-1)
             i = cell.recurrent_activation(z_i)
             f = cell.recurrent_activation(z_f)
             c = f * c_tm1 + i * cell.activation(z_c)
