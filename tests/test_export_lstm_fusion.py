@@ -9,7 +9,7 @@ from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_seq import layers
-from keras_seq.export import convert_to_tflite, tflite_op_names
+from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
 from keras_seq.export.lstm_fusion import _convert_with_lstm_functions
 
 pytestmark = pytest.mark.slow
@@ -230,6 +230,22 @@ def test_quantized_fused_model_keeps_its_peepholes(quantize, rng):
     (output,) = _invoke(flatbuffer, x)
     np.testing.assert_allclose(output, model(x).numpy(), atol=0.05 if quantize == "dynamic" else 5e-3)
     assert len(flatbuffer) < len(convert_to_tflite(model, fuse_lstm=True)) * 0.6
+
+
+def test_inputs_and_outputs_keep_the_model_order(rng):
+    # Names and output count chosen so that sorted signature keys would scramble
+    # them ("alpha" < "zeta", "output_10" < "output_2").
+    a, b = keras.Input((None, FEATURES), name="zeta"), keras.Input((None, 3), name="alpha")
+    h = layers.PeepholeLSTM(UNITS)(a)
+    outputs = [keras.layers.Dense(k)(h) for k in range(1, 12)] + [layers.CoupledGateLSTM(4)(b)]
+    model = keras.Model([a, b], outputs)
+    _randomize(model)
+    flatbuffer = convert_to_tflite(model, fuse_lstm=True)
+    xa = rng.normal(size=(1, LENGTH, FEATURES)).astype("float32")
+    xb = rng.normal(size=(1, LENGTH, 3)).astype("float32")
+    results = run_tflite(flatbuffer, xa, xb)
+    for result, expected in zip(results, model([xa, xb]), strict=True):
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_batch_size_sets_the_static_batch(rng):

@@ -1,28 +1,35 @@
 """TFLite's fused LSTM kernel for `PeepholeLSTM`, `CoupledGateLSTM` and `keras.layers.LSTM`.
 
 TFLite has one builtin op for a whole LSTM layer, ``UNIDIRECTIONAL_SEQUENCE_LSTM``
-(no WHILE loop), and it supports peepholes and the coupled input-forget gate
-(CIFG). Its converter creates it only from a function marked
-``api_implements="lstm_<id>"`` in Keras 2's calling convention, and only as a
-plain LSTM with ``cell_clip=10``. So `convert_fused_lstm`:
+(no WHILE loop), with peepholes and a coupled input-forget gate (CIFG). Its
+converter creates it only from a function marked ``api_implements="lstm_<id>"``
+in Keras 2's calling convention, and only as a plain LSTM with ``cell_clip=10``.
+So `convert_fused_lstm`:
 
-1. traces the model with every such layer's time loop replaced by that
-   function (a plain LSTM: CIFG layers pass a 4-gate kernel whose input-gate
-   block is zero; peepholes have no argument), with all weights frozen to
-   constants;
-2. converts it (the converter puts a fused op where each function was);
+1. traces the model with each such layer's `inner_loop` routed (at class level,
+   for the duration of the trace) to that function: a plain LSTM, which CIFG
+   layers call with a 4-gate kernel whose input-gate block is zero; peepholes
+   have no argument. Every Keras variable is read as a constant;
+2. converts it through a SavedModel, where the converter finds the functions
+   (the frozen-graph route inlines them first) and puts a fused op in each;
 3. edits the flatbuffer: each fused op is matched to its layer by its weights,
-   its cell clip is switched off, its peephole inputs are set and, for CIFG, its
-   input-gate inputs are removed; a ``FILL`` op zeroes its state before every
-   run (the op keeps h and c in variable tensors that would otherwise carry
-   over from one ``invoke()`` to the next).
+   its cell clip is switched off, its peephole inputs are added (float32, or
+   int8 with a symmetric scale when ``quantize="dynamic"`` made the weights
+   int8) and, for CIFG, its input-gate inputs are removed (then the tensors
+   nothing uses). The op keeps h and c in variable tensors, which the runtime
+   zeroes only at ``allocate_tensors()`` or ``reset_all_variables()``, so a
+   ``FILL`` op writes zeros into them right before the op: every ``invoke()``
+   starts from a zero state, as the Keras layer does.
 
 A layer that the kernel cannot express keeps its loop (WHILE, builtin ops),
-with a warning that names it and the reason: a mask (the op has no mask
+with a `UserWarning` that names it and the reason: a mask (the op has no mask
 input; this includes ``mask_zero`` embeddings and ``keras.layers.Masking``),
 ``return_state=True`` (the op does not output the final cell state), an
 ``initial_state``, ``stateful=True``, activations other than tanh/sigmoid, a
-compute dtype other than float32, or a dynamic batch.
+compute dtype other than float32, or a dynamic batch. Subclasses of the three
+layers that define their own `inner_loop` are routed too and assumed to compute
+their parent's recurrence. Do not call these layers from other threads while a
+conversion runs.
 
 References:
     TFLite kernel: ``tensorflow/lite/kernels/unidirectional_sequence_lstm.cc``
@@ -145,6 +152,11 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
         call, specs = traceable(model, None, batch_size or 1)
     else:
         call, specs = traceable(model, _with_batch(where, input_signature, batch_size))
+    # The SavedModel signature keys the inputs by name (see _inputs_outputs_in_call_order).
+    names = [spec.name or f"input_{i}" for i, spec in enumerate(specs)]
+    if len(set(names)) < len(names):
+        names = [f"input_{i}" for i in range(len(specs))]
+    specs = [tf.TensorSpec(spec.shape, spec.dtype, name=name) for spec, name in zip(specs, names)]
 
     def flat_call(*args):
         return tuple(tf.nest.flatten(call(*args)))
@@ -164,7 +176,7 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
     flatbuffer = converter.convert()
-    return _inputs_outputs_in_call_order(flatbuffer, [s.name for s in specs]), layers
+    return _inputs_outputs_in_call_order(flatbuffer, names), layers
 
 
 def _with_batch(where, specs, batch_size):
