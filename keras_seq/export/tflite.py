@@ -46,7 +46,13 @@ def convert_to_tflite(
             ``"float16"`` (weights stored as float16, computed in float32).
         fuse_lstm: turn every `PeepholeLSTM`, `CoupledGateLSTM` and
             `keras.layers.LSTM` into TFLite's fused ``UNIDIRECTIONAL_SEQUENCE_LSTM``
-            (needs a static batch: `batch_size`, default 1).
+            with its peephole and coupled-input-gate inputs set (needs a static
+            batch: `batch_size`, default 1); each ``invoke()`` starts from a
+            zero state. A layer the kernel cannot express (one that receives a
+            mask or an ``initial_state``, ``return_state=True``, ``stateful``,
+            other activations than tanh/sigmoid, a compute dtype other than
+            float32) keeps its builtin loop, with a `UserWarning` naming the
+            layer and the reason. See `keras_seq.export.lstm_fusion`.
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
 
