@@ -19,9 +19,9 @@ import onnxruntime as ort
 import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
-from tensorflow.lite.python import schema_py_generated as schema
 
 from keras_seq import layers, models
+from keras_seq.export import tflite_op_names
 
 pytestmark = pytest.mark.slow
 
@@ -148,23 +148,6 @@ def _keras_outputs(model, feeds):
     return [np.asarray(o) for o in outputs]
 
 
-def _op_names(flatbuffer):
-    """Every operator in every subgraph, custom ones as CUSTOM:<name>."""
-    m = schema.Model.GetRootAsModel(flatbuffer, 0)
-    builtin = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    codes = []
-    for i in range(m.OperatorCodesLength()):
-        oc = m.OperatorCodes(i)
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        custom = code == schema.BuiltinOperator.CUSTOM
-        codes.append("CUSTOM:" + oc.CustomCode().decode() if custom else builtin[code])
-    return {
-        codes[m.Subgraphs(s).Operators(o).OpcodeIndex()]
-        for s in range(m.SubgraphsLength())
-        for o in range(m.Subgraphs(s).OperatorsLength())
-    }
-
-
 def _run_tflite(flatbuffer, feeds):
     """Runs the serving signature; its input names are the Keras input names."""
     runner = Interpreter(model_content=flatbuffer).get_signature_runner("serving_default")
@@ -218,7 +201,7 @@ def artifacts(tmp_path_factory):
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_tflite_through_keras_paths_is_builtin_only_and_matches_keras(name, path_kind, artifacts):
     flatbuffer = artifacts(name, path_kind)
-    ops = _op_names(flatbuffer)
+    ops = tflite_op_names(flatbuffer)  # every subgraph, custom ops as CUSTOM:<name>
     assert not [op for op in ops if op.startswith("CUSTOM")], sorted(ops)
     model = _model(name)
     for seed, (batch, length) in enumerate(SHAPES):
