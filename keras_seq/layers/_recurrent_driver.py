@@ -199,12 +199,6 @@ def _num_steps(xw):
 # took 0.8 s with one, 1.4 s with four and 2.3 s with eight.
 _STEPS_PER_ITERATION = 8
 
-# Steps per iteration of the inference loop (`scan_convertible`): each block
-# of outputs is one scatter, which copies the whole output tensor, so longer
-# blocks mean fewer copies (batch 64, T 100, 256 units: 6 copies of 6.5 MB
-# instead of 12). Inference has no gradient graph to grow with it.
-_INFERENCE_STEPS_PER_ITERATION = 16
-
 
 def _tensor_array_loop(advance, xw, mask, carry, return_sequences):
     steps = _num_steps(xw)
@@ -265,11 +259,13 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
     builtin form unless every dimension but time is static.
 
     TensorFlow copies the whole output tensor at every scatter, so
-    `_INFERENCE_STEPS_PER_ITERATION` (k) steps run per loop iteration and their
-    outputs are written as one block: a ``T``-step loop makes ``T / k`` copies
+    `_STEPS_PER_ITERATION` steps run per loop iteration and their outputs
+    are written as one block: a ``T``-step loop makes ``T / k`` copies
     instead of ``T`` (and pays the loop's control-flow overhead ``T / k``
-    times). The last ``T mod k`` steps run one per iteration in a second loop
-    that writes into a ``(B, k, ...)`` buffer, copied into place once.
+    times). The last ``T mod k`` steps run one per iteration. (Sixteen steps
+    per iteration, with the last steps written into a small buffer, made
+    TensorFlow at batch 64 about 5% faster but the converted TFLite model
+    30-60% slower at batch 1; see benchmarks/RESULTS.md.)
 
     Args:
         body: ``body(xs_t, carry) -> (outputs_t, carry)`` with ``xs_t`` the
@@ -289,22 +285,22 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
     # Batch-major buffers (B, T, ...), written at [b, t] index pairs: with an
     # empty batch the indices are empty too (a scatter of non-empty indices
     # into an empty tensor is an error), and no transpose is needed after.
+    buffers = []
+    if collect:
+        buffers = [
+            tf.zeros(tf.concat([tf.shape(t)[:1], tf.reshape(steps, [1]), tf.shape(t)[1:]], 0),
+                     t.dtype)
+            for t in templates
+        ]
 
-    def shaped_zeros(template, length):
-        shape = tf.concat([tf.shape(template)[:1], tf.reshape(length, [1]), tf.shape(template)[1:]], 0)
-        return tf.zeros(shape, template.dtype)
-
-    def time_indices(columns, length):
-        """``(B, length, 2)`` indices ``[b, columns[i]]`` of a batch-major scatter."""
-        shape = tf.stack([batch, length, 1])
-        batch_rows = tf.broadcast_to(tf.reshape(tf.range(batch), [-1, 1, 1]), shape)
-        time_rows = tf.broadcast_to(tf.reshape(columns, [1, -1, 1]), shape)
-        return tf.concat([batch_rows, time_rows], -1)
-
-    def run(first, last, per_iteration, buffers, carry, offset=0):
-        """Steps ``first .. last - 1``; outputs of step t go to column ``t - offset``."""
+    def run(first, last, per_iteration, buffers, carry):
         if isinstance(first, int) and isinstance(last, int) and last <= first:
             return buffers, carry
+        if collect:
+            # [b] for every (b, i) of a block, built once outside the loop.
+            batch_rows = tf.broadcast_to(
+                tf.reshape(tf.range(batch), [-1, 1, 1]), tf.stack([batch, per_iteration, 1])
+            )
 
         def loop_body(t, buffers, *carry):
             carry = list(carry)
@@ -320,7 +316,10 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
                 for collected, o in zip(outputs, outputs_t):
                     collected.append(o)
             if collect:
-                indices = time_indices(rows - offset, per_iteration)
+                time_rows = tf.broadcast_to(
+                    tf.reshape(rows, [1, per_iteration, 1]), tf.shape(batch_rows)
+                )
+                indices = tf.concat([batch_rows, time_rows], -1)  # (B, k, 2): [b, t + i]
                 buffers = [
                     tf.tensor_scatter_nd_update(b, indices, tf.stack(o, axis=1))
                     for b, o in zip(buffers, outputs)
@@ -335,25 +334,11 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
         )
         return list(result[1]), list(result[2:])
 
-    k = _INFERENCE_STEPS_PER_ITERATION
+    k = _STEPS_PER_ITERATION
     blocks = steps // k * k
-    buffers = [shaped_zeros(t, steps) for t in templates] if collect else []
     buffers, carry = run(0, blocks, k, buffers, carry)
-    if isinstance(steps, int) and steps == blocks:
-        return (buffers if collect else None), carry
-    # The last steps % k steps one per iteration, into a (B, k, ...) buffer:
-    # each scatter copies that small buffer, not the whole output.
-    tails = [shaped_zeros(t, k) for t in templates] if collect else []
-    tails, carry = run(blocks, steps, 1, tails, carry, offset=blocks)
-    if not collect:
-        return None, carry
-    tail_length = steps - blocks
-    indices = time_indices(blocks + tf.range(tail_length), tail_length)
-    buffers = [
-        tf.tensor_scatter_nd_update(b, indices, tail[:, :tail_length])
-        for b, tail in zip(buffers, tails)
-    ]
-    return buffers, carry
+    buffers, carry = run(blocks, steps, 1, buffers, carry)
+    return (buffers if collect else None), carry
 
 
 def _convertible_loop(advance, xw, mask, carry, return_sequences):
