@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run each artifact in OUT (written by `keras-seq export`) in a fresh "
         "process that cannot import keras_seq, and compare its outputs on the held-out "
         "examples with Keras'. Exits 1 if a float artifact decodes any example differently "
-        "from Keras or a quantized one agrees on fewer than 99.5%%.",
+        "from Keras or a quantized one agrees on fewer than 99.5%.",
     )
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")
