@@ -27,7 +27,7 @@ _MAX_REFERENCE_LOGITS = 16 * 2**20
 
 def export_run(
     run_dir: str | os.PathLike,
-    directory: str | os.PathLike,
+    out: str | os.PathLike,
     formats: Sequence[str] = ("savedmodel",),
     beam_width: int = 1,
     quantize: Sequence[str] = (),
@@ -37,11 +37,11 @@ def export_run(
 
     Reads ``model.keras`` (``safe_mode=True``), the tokenizer (``vocab.txt``,
     ``tokenizer.json``) and the lengths in ``metrics.json``'s ``config``, and
-    writes under ``directory``:
+    writes under ``out``:
 
     - ``"savedmodel"``: ``translator/1/``, a SavedModel from `export_saved_model`
       (strings in, strings out), in the version layout of TF Serving's model
-      base path ``directory/translator``;
+      base path ``out/translator``;
     - ``"tflite"``: ``tflite/seq2seq.tflite`` (`convert_seq2seq_to_tflite`),
       ``tflite/encoder.tflite`` and ``tflite/decoder_step.tflite``
       (`convert_decoder_steps_to_tflite`);
@@ -68,7 +68,7 @@ def export_run(
 
     Args:
         run_dir: the run folder.
-        directory: the output folder (created if needed).
+        out: the output folder (created if needed).
         formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
@@ -86,8 +86,8 @@ def export_run(
     quantize = _check_choices(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True)
     check_positive_int(where, beam_width=beam_width, examples=examples)
     run = _load_run(where, os.fspath(run_dir))
-    directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
+    out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
 
     written, artifacts = {}, []
     model, tokenizer = run["model"], run["tokenizer"]
@@ -96,16 +96,16 @@ def export_run(
             model,
             tokenizer,
             tokenizer,
-            os.path.join(directory, _SERVING_MODEL_NAME, "1"),
+            os.path.join(out, _SERVING_MODEL_NAME, "1"),
             run["source_length"],
             run["target_length"],
             beam_width=beam_width,
         )
-        artifacts.append(_artifact(directory, written["savedmodel"], "savedmodel", None))
+        artifacts.append(_artifact(out, written["savedmodel"], "savedmodel", None))
         artifacts[-1]["beam_width"] = int(beam_width)
     for mode in ([None] if "tflite" in formats else []) + list(quantize):
         name = "tflite" if mode is None else f"tflite_{mode}"
-        folder = _host_folder(directory, name, run, mode)
+        folder = _host_folder(out, name, run, mode)
         encoder, decoder_step = convert_decoder_steps_to_tflite(
             model, run["target_length"], quantize=mode
         )
@@ -117,9 +117,9 @@ def export_run(
             with open(path, "wb") as f:
                 f.write(flatbuffer)
             written[f"{name}_{key}" if key else name] = path
-        artifacts.append(_artifact(directory, folder, "tflite", mode))
+        artifacts.append(_artifact(out, folder, "tflite", mode))
     if "onnx" in formats:
-        folder = _host_folder(directory, "onnx", run, None)
+        folder = _host_folder(out, "onnx", run, None)
         written["onnx"] = convert_seq2seq_to_onnx(model, os.path.join(folder, "seq2seq.onnx"))
         written["onnx_encoder"], written["onnx_decoder_step"] = convert_decoder_steps_to_onnx(
             model,
@@ -127,16 +127,16 @@ def export_run(
             os.path.join(folder, "decoder_step.onnx"),
             run["target_length"],
         )
-        artifacts.append(_artifact(directory, folder, "onnx", None))
+        artifacts.append(_artifact(out, folder, "onnx", None))
 
     pairs = held_out_pairs(run["run_dir"], run["metrics"], examples)
     if pairs:
-        written["reference"] = os.path.join(directory, REFERENCE_FILE)
+        written["reference"] = os.path.join(out, REFERENCE_FILE)
         write_reference(
             written["reference"], model, tokenizer, pairs,
             run["source_length"], run["target_length"], beam_width,
         )
-    written["manifest"] = os.path.join(directory, MANIFEST_FILE)
+    written["manifest"] = os.path.join(out, MANIFEST_FILE)
     _write_json(
         written["manifest"],
         {
