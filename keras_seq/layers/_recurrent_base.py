@@ -1,6 +1,6 @@
 """Plumbing shared by the recurrent cells and layers (arguments, config, driver).
 
-A cell splits its step into ``_project_inputs`` (``x @ W + b``, no recurrence)
+A cell splits its step into ``_project_inputs`` (``x @ W``, no recurrence)
 and ``_recurrent_step`` (everything that depends on the previous state). The
 cell's own ``call`` runs both for one step, so ``keras.layers.RNN(cell)`` works;
 the layer projects the whole sequence in one matmul and hands only

@@ -1,7 +1,8 @@
 """The one sequence driver shared by every recurrent layer.
 
-A recurrent layer hands the driver the input projection ``x @ W + b`` for all
-time steps at once (one large matmul outside the loop) and a ``step`` function
+A recurrent layer hands the driver the input projection ``x @ W`` for all time
+steps at once (one large matmul outside the loop; the bias is added there or
+by the step after ``h @ U``, see `recurrent_matmul`) and a ``step`` function
 that does only the recurrent part. The driver runs ``step`` over time in one of
 three forms that compute the same thing:
 
@@ -285,6 +286,10 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
     # Batch-major buffers (B, T, ...), written at [b, t] index pairs: with an
     # empty batch the indices are empty too (a scatter of non-empty indices
     # into an empty tensor is an error), and no transpose is needed after.
+    # An output with a zero-sized feature axis (e.g. attention weights of a
+    # decoder without attention) stays all zeros: scattering non-empty indices
+    # into an empty tensor is an error.
+    empty_outputs = [0 in t.shape[1:] for t in templates]
     buffers = []
     if collect:
         buffers = [
@@ -321,8 +326,8 @@ def scan_convertible(body, sequences, carry, templates, collect=True):
                 )
                 indices = tf.concat([batch_rows, time_rows], -1)  # (B, k, 2): [b, t + i]
                 buffers = [
-                    tf.tensor_scatter_nd_update(b, indices, tf.stack(o, axis=1))
-                    for b, o in zip(buffers, outputs)
+                    b if empty else tf.tensor_scatter_nd_update(b, indices, tf.stack(o, axis=1))
+                    for b, o, empty in zip(buffers, outputs, empty_outputs)
                 ]
             return (t + per_iteration, buffers, *carry)
 

@@ -235,22 +235,13 @@ class RecurrentDecoder(keras.layers.Layer):
             _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
         else:
             # Inference: the loop form TFLite and ONNX convert to builtins.
-            # (Only non-empty outputs: a scatter into an empty tensor is an error.)
-            attentive = self.attention is not None
-
             def body(y_t, carry):
                 o, new_states, alpha = step(y_t[0], carry)
-                return ([o, alpha] if attentive else [o]), list(new_states)
+                return [o, alpha], list(new_states)
 
-            collected, _ = scan_convertible(
-                body, [y_seq], states, [o0, alpha0] if attentive else [o0]
-            )
-            outputs = collected[0]  # (B, T, o_dim)
-            if not return_attention_scores:
-                return outputs
-            if attentive:
-                return outputs, collected[1]  # (B, T, S)
-            return outputs, tf.zeros(tf.concat([tf.shape(outputs)[:2], [0]], 0), outputs.dtype)
+            (outputs, alpha_seq), _ = scan_convertible(body, [y_seq], states, [o0, alpha0])
+            # (B, T, o_dim) and (B, T, S)
+            return (outputs, alpha_seq) if return_attention_scores else outputs
         outputs = tf.transpose(o_seq, [1, 0, 2])  # (B, T, o_dim)
         if return_attention_scores:
             return outputs, tf.transpose(alpha_seq, [1, 0, 2])  # (B, T, S)
