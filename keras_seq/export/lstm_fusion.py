@@ -55,6 +55,7 @@ import tensorflow as tf
 
 from keras_seq.export._checks import check_positive_int, check_quantize
 from keras_seq.export._tracing import traceable
+from keras_seq.export.tflite import configure_converter
 
 # Inputs of UNIDIRECTIONAL_SEQUENCE_LSTM (tensorflow/lite/kernels/lstm_shared.h);
 # -1 marks an absent optional input.
@@ -170,11 +171,7 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
     trackable = tf.Module()
     trackable.captured = list(concrete.variables)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], trackable)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantize is not None:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantize == "float16":
-        converter.target_spec.supported_types = [tf.float16]
+    configure_converter(converter, quantize)
     flatbuffer = converter.convert()
     return _inputs_outputs_in_call_order(flatbuffer, names), layers
 

@@ -93,12 +93,21 @@ def convert_to_tflite(
     # constants. Passing the model keeps them as resource variables
     # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
+    configure_converter(converter, quantize)
+    return converter.convert()
+
+
+def configure_converter(converter: tf.lite.TFLiteConverter, quantize: str | None) -> None:
+    """Builtin ops only (no Flex fallback) and the weight quantization asked for.
+
+    ``"dynamic"``: dynamic-range quantization (int8 weights, no representative
+    dataset); ``"float16"``: float16 weights, computed in float32.
+    """
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize is not None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    return converter.convert()
 
 
 def tflite_op_names(tflite_model: bytes) -> set[str]:
