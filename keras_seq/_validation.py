@@ -1,0 +1,201 @@
+"""Argument checks for every public class and function: one rule, one wording.
+
+The rule:
+
+- integers: Python and NumPy integers are accepted; ``bool`` is not an
+  integer here (``units=True`` is a mistake, not ``1``);
+- a value of the right kind but outside the allowed range (``units=0``,
+  ``num_heads=1.5``, ``dropout=1.0``, an unknown choice, a shape that does not
+  fit) is a ``ValueError``;
+- a value of the wrong kind (``units="8"``, ``units=True``, ``dropout=None``)
+  is a ``TypeError``;
+- every message names the owner (the class or function, and the layer's name
+  when it has one), the argument and the value received::
+
+      GRU: invalid value for argument `units`: expected a positive integer,
+      received 0.
+
+Shapes are checked with `shape_error` before any computation, so a mask of
+the wrong length or a state of the wrong width never surfaces as a TensorFlow
+runtime error.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import keras
+import numpy as np
+
+__all__ = [
+    "check_activation",
+    "check_bool",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_positive_int",
+    "check_rate",
+    "invalid_type",
+    "invalid_value",
+    "owner_name",
+    "shape_error",
+]
+
+
+def owner_name(layer_or_name: Any) -> str:
+    """``"GRU 'gru_3'"`` for a layer, the string itself for a string."""
+    if isinstance(layer_or_name, str):
+        return layer_or_name
+    name = getattr(layer_or_name, "name", None)
+    cls = type(layer_or_name).__name__
+    return f"{cls} '{name}'" if name else cls
+
+
+def invalid_value(owner: Any, argument: str, expected: str, received: Any) -> ValueError:
+    """The ``ValueError`` for a value of the right kind outside what is allowed."""
+    return ValueError(
+        f"{owner_name(owner)}: invalid value for argument `{argument}`: expected "
+        f"{expected}, received {received!r}."
+    )
+
+
+def invalid_type(owner: Any, argument: str, expected: str, received: Any) -> TypeError:
+    """The ``TypeError`` for a value of the wrong kind."""
+    return TypeError(
+        f"{owner_name(owner)}: invalid type for argument `{argument}`: expected "
+        f"{expected}, received {received!r} of type {type(received).__name__}."
+    )
+
+
+def shape_error(owner: Any, argument: str, expected: str, shape: Iterable) -> ValueError:
+    """The ``ValueError`` for a tensor whose shape does not fit."""
+    shape = tuple(None if d is None else int(d) for d in shape)
+    return ValueError(
+        f"{owner_name(owner)}: invalid shape for argument `{argument}`: expected "
+        f"{expected}, received shape {shape}."
+    )
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def check_int(
+    owner: Any,
+    argument: str,
+    value: Any,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    allow_none: bool = False,
+) -> int | None:
+    """``value`` as a Python ``int`` in ``[minimum, maximum]`` (either bound optional).
+
+    A non-integral number (``1.5``, ``8.0``) is a bad value: it is a number,
+    just not a whole one (Keras' own layers raise ``ValueError`` for it too).
+    """
+    if value is None and allow_none:
+        return None
+    expected = _int_range(minimum, maximum) + (" or None" if allow_none else "")
+    if _is_integer(value):
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise invalid_value(owner, argument, expected, value)
+        return int(value)
+    if isinstance(value, numbers.Real) and not _is_bool(value):
+        raise invalid_value(owner, argument, expected, value)
+    raise invalid_type(owner, argument, expected, value)
+
+
+def _int_range(minimum, maximum) -> str:
+    if minimum == 1 and maximum is None:
+        return "a positive integer"
+    if minimum == 0 and maximum is None:
+        return "a non-negative integer"
+    if minimum is not None and maximum is not None:
+        return f"an integer in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f"an integer >= {minimum}"
+    if maximum is not None:
+        return f"an integer <= {maximum}"
+    return "an integer"
+
+
+def check_positive_int(owner: Any, argument: str, value: Any, allow_none: bool = False):
+    """`check_int` with ``minimum=1``."""
+    return check_int(owner, argument, value, minimum=1, allow_none=allow_none)
+
+
+def check_float(
+    owner: Any,
+    argument: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    allow_none: bool = False,
+) -> float | None:
+    """``value`` as a Python ``float`` within the given bounds (integers accepted)."""
+    if value is None and allow_none:
+        return None
+    expected = "a number" + _float_range(low, high, low_inclusive, high_inclusive)
+    if allow_none:
+        expected += " or None"
+    if not isinstance(value, numbers.Real) or _is_bool(value):
+        raise invalid_type(owner, argument, expected, value)
+    number = float(value)
+    too_low = low is not None and (number < low or (number == low and not low_inclusive))
+    too_high = high is not None and (number > high or (number == high and not high_inclusive))
+    if too_low or too_high or number != number:  # number != number: NaN
+        raise invalid_value(owner, argument, expected, value)
+    return number
+
+
+def _float_range(low, high, low_inclusive, high_inclusive) -> str:
+    if low is not None and high is not None:
+        return f" in {'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+    if low is not None:
+        return f" {'>=' if low_inclusive else '>'} {low}"
+    if high is not None:
+        return f" {'<=' if high_inclusive else '<'} {high}"
+    return ""
+
+
+def check_rate(owner: Any, argument: str, value: Any) -> float:
+    """A dropout rate: a number in ``[0, 1)``."""
+    return check_float(owner, argument, value, low=0.0, high=1.0, high_inclusive=False)
+
+
+def check_bool(owner: Any, argument: str, value: Any) -> bool:
+    """``True`` or ``False`` (NumPy bools accepted, integers not)."""
+    if not _is_bool(value):
+        raise invalid_type(owner, argument, "True or False", value)
+    return bool(value)
+
+
+def check_choice(owner: Any, argument: str, value: Any, choices: Iterable) -> Any:
+    """``value`` if it is one of ``choices`` (a bad choice is a ``ValueError``)."""
+    choices = tuple(choices)
+    if value not in choices:
+        expected = "one of " + ", ".join(repr(c) for c in choices)
+        raise invalid_value(owner, argument, expected, value)
+    return value
+
+
+def check_activation(owner: Any, argument: str, identifier: Any):
+    """The Keras activation function for ``identifier`` (a name, a callable or None)."""
+    if identifier is not None and not isinstance(identifier, (str, dict)) and not callable(
+        identifier
+    ):
+        raise invalid_type(owner, argument, "a Keras activation name or a callable", identifier)
+    try:
+        return keras.activations.get(identifier)
+    except (ValueError, TypeError) as error:
+        raise invalid_value(
+            owner, argument, "a Keras activation name or a callable", identifier
+        ) from error
