@@ -1,4 +1,4 @@
-"""Public layers of keras-seq (see API.md for the contract)."""
+"""Public layers of keras-seq (weight and state layouts: docs/contract.md)."""
 
 # --- recurrent family ---
 from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401

@@ -38,9 +38,10 @@ class CoupledGateLSTMCell(_LSTMCellBase):
     Args:
         units: int, size of h and c.
         use_peepholes: bool, default False: add the peephole terms.
-        activation, recurrent_activation, use_bias, *_initializer,
-            unit_forget_bias, *_regularizer, *_constraint, dropout,
-            recurrent_dropout, seed: as in `PeepholeLSTMCell`.
+        **kwargs: `activation`, `recurrent_activation`, `use_bias`,
+            `*_initializer`, `unit_forget_bias`, `*_regularizer`,
+            `*_constraint`, `dropout`, `recurrent_dropout`, `seed`: as in
+            `PeepholeLSTMCell`.
 
     Example:
     >>> import numpy as np, keras
@@ -152,12 +153,12 @@ class CoupledGateLSTM(_RecurrentLayer):
     Runs `CoupledGateLSTMCell` over time (see its equations) with the input
     projection of all steps hoisted into one matmul before the loop.
 
-    Args:
-        units, use_peepholes, activation, recurrent_activation, use_bias,
-            *_initializer, unit_forget_bias, *_regularizer, *_constraint,
-            dropout, recurrent_dropout, seed: as in `CoupledGateLSTMCell`.
-        activity_regularizer, return_sequences, return_state, go_backwards,
-            stateful, unroll: as in `PeepholeLSTM`.
+    `units`, `use_peepholes`, `activation`, `recurrent_activation`,
+    `use_bias`, `*_initializer`, `unit_forget_bias`, `*_regularizer`,
+    `*_constraint`, `dropout`, `recurrent_dropout` and `seed` are as in
+    `CoupledGateLSTMCell`; `activity_regularizer`, `return_sequences`,
+    `return_state`, `go_backwards`, `stateful` and `unroll` as in
+    `PeepholeLSTM`.
 
     Call arguments: `inputs (B, T, in)`, `mask (B, T)`, `training`,
     `initial_state` `[h, c]`.

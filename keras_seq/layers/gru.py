@@ -41,10 +41,10 @@ class GRUCell(_RecurrentCell):
         units: int, size of h.
         reset_after: bool, default True: apply the reset gate after the
             recurrent matmul (the cuDNN convention).
-        activation, recurrent_activation, use_bias, kernel_initializer,
-            recurrent_initializer, bias_initializer, *_regularizer,
-            *_constraint, dropout, recurrent_dropout, seed: as in
-            `keras.layers.GRUCell`.
+        **kwargs: `activation`, `recurrent_activation`, `use_bias`,
+            `kernel_initializer`, `recurrent_initializer`, `bias_initializer`,
+            `*_regularizer`, `*_constraint`, `dropout`, `recurrent_dropout`,
+            `seed`: as in `keras.layers.GRUCell`.
 
     Example:
     >>> import numpy as np, keras
@@ -177,12 +177,11 @@ class GRU(_RecurrentLayer):
     Runs `GRUCell` over time (see its equations) with the input projection of
     all steps hoisted into one matmul before the loop.
 
-    Args:
-        units, reset_after, activation, recurrent_activation, use_bias,
-            *_initializer, *_regularizer, *_constraint, dropout,
-            recurrent_dropout, seed: as in `GRUCell`.
-        activity_regularizer, return_sequences, return_state, go_backwards,
-            stateful, unroll: as in `PeepholeLSTM`.
+    `units`, `reset_after`, `activation`, `recurrent_activation`, `use_bias`,
+    `*_initializer`, `*_regularizer`, `*_constraint`, `dropout`,
+    `recurrent_dropout` and `seed` are as in `GRUCell`;
+    `activity_regularizer`, `return_sequences`, `return_state`,
+    `go_backwards`, `stateful` and `unroll` as in `PeepholeLSTM`.
 
     Call arguments: `inputs (B, T, in)`, `mask (B, T)`, `training`,
     `initial_state` `h` (or `[h]`). With `return_state=True` it returns

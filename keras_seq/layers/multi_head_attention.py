@@ -66,12 +66,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         num_heads: int, number of attention heads H.
         key_dim: int, size of each query/key head.
         value_dim: int or None, size of each value head (default `key_dim`).
+        **kwargs: the keyword arguments below and every other
+            `keras.layers.MultiHeadAttention` argument (`attention_axes`,
+            `kernel_initializer`, `seed`, ...).
+
+    Keyword Args:
         dropout: float, dropout rate on the attention weights.
         use_bias: bool, whether the projections have biases.
         output_shape: int or tuple, output feature shape (default: the query
             feature size).
-        **kwargs: every other `keras.layers.MultiHeadAttention` argument
-            (`attention_axes`, `kernel_initializer`, `seed`, ...).
 
     Example:
 

@@ -38,17 +38,20 @@ class PeepholeLSTMCell(_LSTMCellBase):
 
     Args:
         units: int, size of h and c.
+        unit_forget_bias: bool, default True: forget-gate bias starts at 1.
+        peephole_initializer: initializer of the peepholes, default "glorot_uniform".
+        peephole_regularizer: optional regularizer of the peepholes.
+        peephole_constraint: optional constraint of the peepholes.
+        **kwargs: the keyword arguments below, and `keras.layers.Layer`'s.
+
+    Keyword Args:
         activation: activation of the candidate and of the output, default "tanh".
         recurrent_activation: gate activation, default "sigmoid".
         use_bias: bool, default True.
-        kernel_initializer, recurrent_initializer, bias_initializer,
-            peephole_initializer: initializers (defaults "glorot_uniform",
-            "orthogonal", "zeros", "glorot_uniform").
-        unit_forget_bias: bool, default True: forget-gate bias starts at 1.
-        kernel_regularizer, recurrent_regularizer, bias_regularizer,
-            peephole_regularizer: optional regularizers.
-        kernel_constraint, recurrent_constraint, bias_constraint,
-            peephole_constraint: optional constraints.
+        *_initializer: `kernel_initializer`, `recurrent_initializer`,
+            `bias_initializer` (defaults "glorot_uniform", "orthogonal", "zeros").
+        *_regularizer: optional `kernel_`, `recurrent_`, `bias_regularizer`.
+        *_constraint: optional `kernel_`, `recurrent_`, `bias_constraint`.
         dropout: float in [0, 1), input dropout (one mask per sequence).
         recurrent_dropout: float in [0, 1), dropout on h_{t-1} before U.
         seed: int, seed of the dropout masks.
@@ -147,10 +150,11 @@ class PeepholeLSTM(_RecurrentLayer):
     projection of all steps is one matmul before the time loop; the loop does
     only the recurrent part.
 
+    `units`, `activation`, `recurrent_activation`, `use_bias`, `*_initializer`,
+    `unit_forget_bias`, `*_regularizer`, `*_constraint`, `dropout`,
+    `recurrent_dropout` and `seed` are as in `PeepholeLSTMCell`.
+
     Args:
-        units, activation, recurrent_activation, use_bias, *_initializer,
-            unit_forget_bias, *_regularizer, *_constraint, dropout,
-            recurrent_dropout, seed: as in `PeepholeLSTMCell`.
         activity_regularizer: optional regularizer of the output.
         return_sequences: bool, return the output of every step (B, T, u)
             instead of the last one (B, u).
