@@ -42,12 +42,13 @@ def convert_to_onnx(
 
     Example:
 
-    >>> import keras
+    >>> import keras, os, tempfile
     >>> from keras_seq import layers
     >>> inputs = keras.Input((None, 3), name="x")
     >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
-    >>> convert_to_onnx(model, "/tmp/gru.onnx")
-    '/tmp/gru.onnx'
+    >>> path = convert_to_onnx(model, os.path.join(tempfile.mkdtemp(), "gru.onnx"))
+    >>> os.path.basename(path), os.path.isfile(path)
+    ('gru.onnx', True)
     """
     import tf2onnx
 

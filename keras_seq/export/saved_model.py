@@ -91,11 +91,13 @@ def export_saved_model(
 
     Example:
 
+    >>> import os, tempfile
     >>> from keras_seq import models, text
     >>> tokenizer = text.CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
     >>> model = models.rnn_seq2seq(tokenizer.vocabulary_size, tokenizer.vocabulary_size,
     ...                            units=8, embedding_dim=4)
-    >>> path = export_saved_model(model, tokenizer, tokenizer, "/tmp/translator/1", 16, 12)
+    >>> directory = os.path.join(tempfile.mkdtemp(), "translator", "1")
+    >>> path = export_saved_model(model, tokenizer, tokenizer, directory, 16, 12)
     >>> serve = tf.saved_model.load(path).signatures["serving_default"]
     >>> serve(inputs=tf.constant(["21 Nov 2026"]))["outputs"].shape
     TensorShape([1])
