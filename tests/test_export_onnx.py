@@ -24,7 +24,7 @@ def _sigmoid(x):
 
 
 def _reference_peephole_lstm(x, mask, weights, units):
-    """API.md's peephole LSTM equations in NumPy; masked steps carry h, c."""
+    """`PeepholeLSTMCell`'s equations in NumPy; masked steps carry h, c."""
     kernel, recurrent_kernel, bias, p_i, p_f, p_o = weights
     batch = x.shape[0]
     h = np.zeros((batch, units), np.float32)

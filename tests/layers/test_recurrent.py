@@ -10,7 +10,7 @@ from keras_seq import layers
 B, T, IN, U = 3, 5, 4, 6
 
 
-# --- NumPy references, written from the equations in API.md -------------------
+# --- NumPy references, written from the equations in the cells' docstrings ----
 
 
 def _sigmoid(x):
