@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 
+from keras_seq import _validation
 from keras_seq.layers import _masking
 
 
@@ -92,64 +95,75 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
           https://arxiv.org/abs/1706.03762
     """
 
-    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, **kwargs):
-        # Keras checks these too, but its messages do not name the layer.
-        for arg, value in (
-            ("num_heads", num_heads),
-            ("key_dim", key_dim),
-            ("value_dim", value_dim),
-        ):
-            if value is None and arg == "value_dim":
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(
-                    f"MultiHeadAttention: `{arg}` must be a positive int. Received {arg}={value!r}."
-                )
-        dropout = kwargs.get("dropout", 0.0)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"MultiHeadAttention: `dropout` must be in [0, 1). Received {dropout!r}."
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape=None,
+        attention_axes=None,
+        **kwargs,
+    ):
+        # Checked here, before Keras' own checks, so that the message names
+        # the layer and NumPy integers are accepted (Keras wants a Python int).
+        owner = type(self).__name__
+        if kwargs.get("name"):
+            owner += f" '{kwargs['name']}'"
+        num_heads = _validation.check_positive_int(owner, "num_heads", num_heads)
+        key_dim = _validation.check_positive_int(owner, "key_dim", key_dim)
+        value_dim = _validation.check_positive_int(owner, "value_dim", value_dim, allow_none=True)
+        dropout = _validation.check_rate(owner, "dropout", dropout)
+        use_bias = _validation.check_bool(owner, "use_bias", use_bias)
+        if kwargs.get("sliding_window") is not None:
+            kwargs["sliding_window"] = _validation.check_positive_int(
+                owner, "sliding_window", kwargs["sliding_window"]
             )
-        super().__init__(num_heads, key_dim, value_dim=value_dim, **kwargs)
+        super().__init__(
+            num_heads,
+            key_dim,
+            value_dim=value_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            **kwargs,
+        )
 
     def _check_inputs(self, query, value, key, cache, cache_update_index):
-        name = f"MultiHeadAttention '{self.name}'"
-        widths = [("query", query, self._query_dense)]
+        projections = [("query", query, self.query_dense)]
         if cache is None or cache_update_index is not None:  # else they are not projected
-            widths += [("value", value, self._value_dense), ("key", key, self._key_dense)]
-        for arg, tensor, dense in widths:
+            projections += [("value", value, self.value_dense), ("key", key, self.key_dense)]
+        for arg, tensor, dense in projections:
             width = dense.kernel.shape[0]
             if tensor.shape[-1] is not None and tensor.shape[-1] != width:
-                raise ValueError(
-                    f"{name}: `{arg}` must have {width} features (the size it was "
-                    f"built with). Received shape {tuple(tensor.shape)}."
+                raise _validation.shape_error(
+                    self, arg, f"(..., {width}) (the width it was built with)", tensor.shape
                 )
         for arg, tensor in (("value", value), ("key", key)):
             b_q, b_t = query.shape[0], tensor.shape[0]
             if b_q is not None and b_t is not None and b_q != b_t:
-                raise ValueError(
-                    f"{name}: `query` and `{arg}` must have the same batch size. "
-                    f"Received query shape {tuple(query.shape)}, {arg} shape "
-                    f"{tuple(tensor.shape)}."
+                raise _validation.shape_error(
+                    self, arg, f"the batch size of `query`, {b_q}", tensor.shape
                 )
         if cache is None:
             return
         if len(query.shape) != 3:
-            raise ValueError(
-                f"{name}: `cache` needs `query` of rank 3 (B, T, dim). Received "
-                f"shape {tuple(query.shape)}."
+            raise _validation.shape_error(
+                self, "query", "(batch, time, features) when a `cache` is given", query.shape
             )
-        if self._value_dim != self._key_dim:
+        if self.value_dim != self.key_dim:
             raise ValueError(
-                f"{name}: `cache` stores keys and values in one tensor, so it needs "
-                f"value_dim == key_dim. Received key_dim={self._key_dim}, "
-                f"value_dim={self._value_dim}."
+                f"{_validation.owner_name(self)}: `cache` stores keys and values in one "
+                f"tensor, so it needs value_dim == key_dim. Received key_dim={self.key_dim}, "
+                f"value_dim={self.value_dim}."
             )
         _masking.check_mask_shape(
-            name,
+            self,
             "cache",
             cache,
-            (query.shape[0], 2, None, self._num_heads, self._key_dim),
+            (query.shape[0], 2, None, self.num_heads, self.key_dim),
             kind="projected keys and values",
         )
 
@@ -218,7 +232,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             use_causal_mask,
             0 if cache_update_index is None else cache_update_index,
         )
-        attention_output, scores = self._compute_attention(q, k, v, mask, training)
+        # Positional, as Keras calls it, so overrides written for Keras work.
+        attention_output, scores = self._compute_attention(
+            q, k, v, mask, training, return_attention_scores
+        )
         if self._use_gate:
             attention_output = ops.multiply(attention_output, gate)
         output = self._output_dense(attention_output)
@@ -241,9 +258,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                     f"{name}: query/value/key masks need rank-3 inputs (B, T, dim); "
                     "pass `attention_mask` for inputs with several attention axes."
                 )
-            if causal:
-                raise ValueError(f"{name}: `use_causal_mask` needs rank-3 inputs (B, T, dim).")
-            return None if attention_mask is None else ops.cast(attention_mask, "bool")
+            mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+            if causal or self._sliding_window is not None:
+                i, j = self._attention_positions(q, k)
+                if causal:
+                    mask = _masking.logical_and_masks(mask, ops.greater_equal(i, j))
+                if self._sliding_window is not None:
+                    window = ops.less(ops.abs(i - j), self._sliding_window)
+                    mask = _masking.logical_and_masks(mask, window)
+            return mask
         t, s = q.shape[1], k.shape[1]
         _masking.check_mask_shape(name, "query_mask", query_mask, (batch, t))
         _masking.check_mask_shape(name, "value_mask", value_mask, (batch, s))
@@ -268,7 +291,37 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             mask = _masking.logical_and_masks(mask, window)
         return mask
 
-    def _compute_attention(self, query, key, value, attention_mask=None, training=None, **kwargs):
+    def _attention_positions(self, query, key):
+        """Positions `i` `(1, T..., 1...)` of the queries and `j` `(1, 1..., S...)` of
+        the keys, counted row-major over the attention axes (one axis: 0..T-1)."""
+        axes = self._attention_axes
+        q_sizes = [ops.shape(query)[axis] for axis in axes]
+        k_sizes = [ops.shape(key)[axis] for axis in axes]
+        ones = [1] * len(axes)
+        i = ops.reshape(ops.arange(math.prod(q_sizes), dtype="int32"), [1, *q_sizes, *ones])
+        j = ops.reshape(ops.arange(math.prod(k_sizes), dtype="int32"), [1, *ones, *k_sizes])
+        return i, j
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        """Attention over projected `query` `(B, T, H, key_dim)`, `key` and `value`.
+
+        Keras' signature, so that subclasses written for Keras can call and
+        override it. `call` folds every mask into `attention_mask`; a caller
+        passing `use_causal_mask=True` here gets the causal mask ANDed in.
+        Returns `(output, weights)`; the weights are always computed.
+        """
+        if use_causal_mask:
+            i, j = self._attention_positions(query, key)
+            attention_mask = _masking.logical_and_masks(attention_mask, ops.greater_equal(i, j))
         # Scaling q (smaller than the scores) first, as Keras does, keeps the
         # two layers numerically identical.
         query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
