@@ -207,14 +207,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         try:
             if self._use_gate:
                 gate = self._gate_dense(query)
-            q = self._query_dense(query)  # (B, T, H, key_dim)
+            q = self.query_dense(query)  # (B, T, H, key_dim)
             if cache is None:
-                k = self._key_dense(key)  # (B, S, H, key_dim)
-                v = self._value_dense(value)  # (B, S, H, value_dim)
+                k = self.key_dense(key)  # (B, S, H, key_dim)
+                v = self.value_dense(value)  # (B, S, H, value_dim)
             else:
                 cache = ops.cast(cache, self.compute_dtype)
                 if cache_update_index is not None:
-                    k_v = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+                    k_v = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
                     cache = _write_cache(cache, ops.cast(k_v, cache.dtype), cache_update_index)
                 k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
         finally:
@@ -238,7 +238,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         )
         if self._use_gate:
             attention_output = ops.multiply(attention_output, gate)
-        output = self._output_dense(attention_output)
+        output = self.output_dense(attention_output)
         if query_mask is not None:
             _masking.set_keras_mask(output, query_mask)
 
@@ -294,7 +294,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     def _attention_positions(self, query, key):
         """Positions `i` `(1, T..., 1...)` of the queries and `j` `(1, 1..., S...)` of
         the keys, counted row-major over the attention axes (one axis: 0..T-1)."""
-        axes = self._attention_axes
+        axes = self.attention_axes
         q_sizes = [ops.shape(query)[axis] for axis in axes]
         k_sizes = [ops.shape(key)[axis] for axis in axes]
         ones = [1] * len(axes)
@@ -324,15 +324,19 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             attention_mask = _masking.logical_and_masks(attention_mask, ops.greater_equal(i, j))
         # Scaling q (smaller than the scores) first, as Keras does, keeps the
         # two layers numerically identical.
-        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
+        query = ops.multiply(query, ops.cast(1.0 / math.sqrt(float(self.key_dim)), query.dtype))
         scores = ops.einsum(self._dot_product_equation, key, query)  # (B, H, T, S)
         if attention_mask is not None:
             # (B, T, S) -> (B, 1, T, S): the same mask for every head.
-            axis = -len(self._attention_axes) * 2 - 1
+            axis = -len(self.attention_axes) * 2 - 1
             for _ in range(len(scores.shape) - len(attention_mask.shape)):
                 attention_mask = ops.expand_dims(attention_mask, axis=axis)
-        weights = _masking.masked_softmax(scores, attention_mask, axis=self._softmax.axis)
-        dropped = self._dropout_layer(weights, training=training) if self._dropout else weights
+        # Normalised over the key axes, the last len(attention_axes) of the scores.
+        rank, n_axes = len(scores.shape), len(self.attention_axes)
+        weights = _masking.masked_softmax(
+            scores, attention_mask, axis=tuple(range(rank - n_axes, rank))
+        )
+        dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
         output = ops.einsum(self._combine_equation, dropped, value)  # (B, T, H, value_dim)
         return output, weights
 
@@ -357,7 +361,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         result = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         if return_attention_scores:
             source_length = value.shape[1] if cache is None else cache.shape[2]
-            scores_shape = (query.shape[0], self._num_heads, query.shape[1], source_length)
+            scores_shape = (query.shape[0], self.num_heads, query.shape[1], source_length)
             result += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
         if cache is not None:
             result += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)

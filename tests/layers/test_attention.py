@@ -9,6 +9,7 @@ import pytest
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 
 def _bahdanau_reference(weights, query, value, key=None, value_mask=None, normalize=False):
@@ -114,7 +115,7 @@ def test_query_mask_zeroes_context_and_implicit_masks_are_honoured(rng):
     )
     _, alpha = layer(query, value, return_attention_scores=True)
     np.testing.assert_allclose(alpha, alpha_ref, atol=1e-5)
-    np.testing.assert_array_equal(context._keras_mask, tokens_q != 0)
+    np.testing.assert_array_equal(_masking.keras_mask(context), tokens_q != 0)
     # An explicit mask is combined with the implicit one, not substituted.
     extra = np.array([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]], bool)
     _, alpha_both = layer(query, value, value_mask=extra, return_attention_scores=True)

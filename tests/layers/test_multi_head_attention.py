@@ -143,7 +143,7 @@ def test_explicit_query_mask_equals_keras_with_implicit_mask(rng):
     query_mask = np.array([[1] * 5, [1] * 2 + [0] * 3], bool)
     y, scores = ours(q, v, query_mask=query_mask, return_attention_scores=True)
     masked_q = tf.constant(q)
-    masked_q._keras_mask = tf.constant(query_mask)
+    _masking.set_keras_mask(masked_q, tf.constant(query_mask))
     y_ref, scores_ref = reference(masked_q, v, return_attention_scores=True)
     np.testing.assert_allclose(scores, scores_ref, atol=1e-6)
     np.testing.assert_allclose(np.asarray(y)[query_mask], np.asarray(y_ref)[query_mask], atol=1e-5)
@@ -162,8 +162,8 @@ def test_implicit_embedding_mask_is_honoured(rng):
     ours, reference = _pair(rng, (2, 5, 8), (2, 5, 8), num_heads=2, key_dim=4)
     x = embedding(tokens)
     y = ours(x, x)
-    np.testing.assert_array_equal(y._keras_mask, keep)
-    np.testing.assert_array_equal(x._keras_mask, keep)  # the caller's tensor keeps its mask
+    np.testing.assert_array_equal(_masking.keras_mask(y), keep)
+    np.testing.assert_array_equal(_masking.keras_mask(x), keep)  # the caller's tensor keeps its mask
     y_ref = reference(x, x)
     np.testing.assert_allclose(np.asarray(y)[keep], np.asarray(y_ref)[keep], atol=1e-5)
     # The same result from explicit masks on an unmasked tensor.

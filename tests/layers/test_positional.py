@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 
 def _formula(T, d, start=0, w=10000.0):
@@ -65,7 +66,7 @@ def test_mask_passes_through_and_mixed_precision(rng):
     x = keras.layers.Embedding(5, 4, mask_zero=True)(tokens)
     y = layers.SinusoidalPositionalEncoding()(x)
     assert keras.backend.standardize_dtype(y.dtype) == "float16"
-    np.testing.assert_array_equal(y._keras_mask, tokens != 0)
+    np.testing.assert_array_equal(_masking.keras_mask(y), tokens != 0)
     np.testing.assert_allclose(np.asarray(y - x, "float32")[0], _formula(3, 4), atol=2e-3)
 
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 # ---------------------------------------------------------------- references
 
@@ -176,7 +177,7 @@ def test_encoder_implicit_mask_equals_explicit_padding_mask(rng):
     encoder = layers.TransformerEncoder(12, 2, normalize_first=True)
     x = embedding(tokens)
     y = encoder(x)
-    np.testing.assert_array_equal(y._keras_mask, keep)
+    np.testing.assert_array_equal(_masking.keras_mask(y), keep)
     y_explicit = encoder(np.asarray(x), padding_mask=keep)
     np.testing.assert_allclose(np.asarray(y)[keep], np.asarray(y_explicit)[keep], atol=1e-5)
 
