@@ -293,9 +293,9 @@ class TransformerDecoder(keras.layers.Layer):
         return x, cache
 
     def _empty_cross_attention_cache(self, encoder_sequence):
-        batch, length = ops.shape(encoder_sequence)[0], ops.shape(encoder_sequence)[1]
+        shape = ops.shape(encoder_sequence)
         return ops.zeros(
-            (batch, 2, length, self.num_heads, self._head_dim), dtype=self.compute_dtype
+            (shape[0], 2, shape[1], self.num_heads, self._head_dim), dtype=self.compute_dtype
         )
 
     def _cross_attention_sublayer(
