@@ -64,15 +64,27 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       `value_mask`/`key_mask` cover the S cache positions, and the implicit
       Keras masks of `value`/`key` (which only describe the new positions) are
       not used. A cache requires `value_dim == key_dim`.
+    - `use_causal_mask=True` also works with several `attention_axes` (and
+      with one that is not axis 1): positions are counted row-major over the
+      attention axes, and query position p sees key positions up to p.
+    - Arguments are checked by `keras_seq._validation`: NumPy integers are
+      accepted, bools are not, and the message names the layer (it contains
+      Keras' "argument `num_heads`" too).
+
+    `_compute_attention` has Keras' signature and is called as Keras calls
+    it, so subclasses written for Keras can override it; `call` passes every
+    mask (causal included) in `attention_mask`.
 
     Args:
         num_heads: int, number of attention heads H.
         key_dim: int, size of each query/key head.
         value_dim: int or None, size of each value head (default `key_dim`).
-        dropout: float, dropout rate on the attention weights.
+        dropout: float in [0, 1), dropout rate on the attention weights.
         use_bias: bool, whether the projections have biases.
         output_shape: int or tuple, output feature shape (default: the query
             feature size).
+        attention_axes: int or tuple, the axes attention runs over (default:
+            all axes between batch and features).
         **kwargs: every other `keras.layers.MultiHeadAttention` argument
             (`attention_axes`, `kernel_initializer`, `seed`, ...).
 
