@@ -16,4 +16,19 @@ from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
 from keras_seq.layers.transformer_decoder import TransformerDecoder  # noqa: F401
 from keras_seq.layers.transformer_encoder import TransformerEncoder  # noqa: F401
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# Written out, not built from dir(): importing the classes also binds their
+# submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
+__all__ = [
+    "BahdanauAttention",
+    "CoupledGateLSTM",
+    "CoupledGateLSTMCell",
+    "GRU",
+    "GRUCell",
+    "MultiHeadAttention",
+    "PeepholeLSTM",
+    "PeepholeLSTMCell",
+    "PositionwiseFeedForward",
+    "SinusoidalPositionalEncoding",
+    "TransformerDecoder",
+    "TransformerEncoder",
+]

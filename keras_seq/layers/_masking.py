@@ -24,6 +24,8 @@ from keras import backend, ops
 from keras.src.backend import get_keras_mask as keras_mask  # noqa: F401
 from keras.src.backend import set_keras_mask  # noqa: F401
 
+from keras_seq import _validation
+
 
 def large_negative(dtype) -> float:
     """A large negative logit that stays finite in `dtype`.
@@ -37,7 +39,7 @@ def large_negative(dtype) -> float:
 
 
 def check_mask_shape(
-    layer_name: str,
+    owner,
     argument: str,
     mask,
     expected: Sequence[int | None],
@@ -47,7 +49,7 @@ def check_mask_shape(
     """Raises a ValueError naming the layer and argument if `mask` has the wrong shape.
 
     Args:
-        layer_name: name of the calling layer, for the message.
+        owner: the calling layer (or its name), for the message.
         argument: name of the call argument holding `mask`.
         mask: the mask tensor (or None, which is accepted).
         expected: the expected shape; `None` entries match any size, and a
@@ -63,10 +65,8 @@ def check_mask_shape(
         e is not None and s is not None and s != e and not (allow_broadcast and s == 1)
         for s, e in zip(shape, expected)
     ):
-        pretty = tuple("?" if e is None else e for e in expected)
-        raise ValueError(
-            f"{layer_name}: `{argument}` must have shape {pretty} ({kind}). Received shape {shape}."
-        )
+        pretty = "(" + ", ".join("?" if e is None else str(e) for e in expected) + ")"
+        raise _validation.shape_error(owner, argument, f"{pretty} ({kind})", shape)
 
 
 def causal_mask(query_length, key_length, offset=0):

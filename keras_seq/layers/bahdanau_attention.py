@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_seq import _validation
 from keras_seq.layers import _masking
 
 
@@ -87,29 +88,20 @@ class BahdanauAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
-            raise ValueError(
-                f"BahdanauAttention: `units` must be a positive int. Received units={units!r}."
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"BahdanauAttention: `dropout` must be in [0, 1). Received dropout={dropout!r}."
-            )
-        self.units = units
-        self.normalize = bool(normalize)
-        self.dropout = dropout
-        self.seed = seed
+        self.units = _validation.check_positive_int(self, "units", units)
+        self.normalize = _validation.check_bool(self, "normalize", normalize)
+        self.dropout = _validation.check_rate(self, "dropout", dropout)
+        self.seed = _validation.check_int(self, "seed", seed, allow_none=True)
         self.supports_masking = True
-        self._dropout_layer = keras.layers.Dropout(dropout, seed=seed, dtype=self.dtype_policy)
+        self._dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         for arg, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
             if shape[-1] is None:
-                raise ValueError(
-                    f"BahdanauAttention '{self.name}': the last axis of `{arg}` must be "
-                    f"known. Received shape {shape}."
-                )
+                raise _validation.shape_error(self, arg, "a known last axis", shape)
         self.query_kernel = self.add_weight(
             name="query_kernel", shape=(query_shape[-1], self.units), initializer="glorot_uniform"
         )
@@ -143,10 +135,36 @@ class BahdanauAttention(keras.layers.Layer):
 
     def _check_width(self, arg, tensor, width):
         if tensor.shape[-1] is not None and tensor.shape[-1] != width:
-            raise ValueError(
-                f"BahdanauAttention '{self.name}': `{arg}` must have {width} features "
-                f"(the size the layer was built with). Received shape {tuple(tensor.shape)}."
+            raise _validation.shape_error(
+                self, arg, f"(..., {width}) (the width the layer was built with)", tensor.shape
             )
+
+    def _check_call(self, query, value, key, processed_key, query_mask, value_mask):
+        """Every shape that must fit, checked before any computation."""
+        if len(query.shape) != 3:
+            raise _validation.shape_error(self, "query", "(B, Tq, dq) or (B, dq)", query.shape)
+        if len(value.shape) != 3:
+            raise _validation.shape_error(self, "value", "(B, Tk, dv)", value.shape)
+        self._check_width("query", query, self.query_kernel.shape[0])
+        if processed_key is not None:
+            self._check_width("processed_key", processed_key, self.units)
+        batch, length = query.shape[0], value.shape[1]
+        for arg, tensor in (("value", value), ("key", key), ("processed_key", processed_key)):
+            if tensor is None:
+                continue
+            if len(tensor.shape) != 3:
+                raise _validation.shape_error(self, arg, "(B, Tk, features)", tensor.shape)
+            if None not in (batch, tensor.shape[0]) and tensor.shape[0] != batch:
+                raise _validation.shape_error(
+                    self, arg, f"the batch size of `query`, {batch}", tensor.shape
+                )
+            # One weight per key, applied to the value at the same position.
+            if None not in (length, tensor.shape[1]) and tensor.shape[1] != length:
+                raise _validation.shape_error(
+                    self, arg, f"the length of `value`, Tk={length}", tensor.shape
+                )
+        _masking.check_mask_shape(self, "query_mask", query_mask, (batch, query.shape[1]))
+        _masking.check_mask_shape(self, "value_mask", value_mask, (batch, length))
 
     def call(
         self,
@@ -159,7 +177,6 @@ class BahdanauAttention(keras.layers.Layer):
         training=None,
         processed_key=None,
     ):
-        name = f"BahdanauAttention '{self.name}'"
         # Keras fills these from implicit masks only when they are None; an
         # explicit mask is combined with the implicit one here.
         query_mask = _masking.logical_and_masks(query_mask, _masking.keras_mask(query))
@@ -169,29 +186,9 @@ class BahdanauAttention(keras.layers.Layer):
             query = ops.expand_dims(query, 1)  # (B, 1, dq)
             if query_mask is not None and len(query_mask.shape) == 1:
                 query_mask = ops.expand_dims(query_mask, 1)
-        if len(query.shape) != 3 or len(value.shape) != 3:
-            raise ValueError(
-                f"{name}: `query` must be (B, Tq, dq) or (B, dq) and `value` (B, Tk, dv). "
-                f"Received query shape {tuple(query.shape)}, value shape {tuple(value.shape)}."
-            )
-        self._check_width("query", query, self.query_kernel.shape[0])
-        batch = query.shape[0]
-        for arg, tensor in (("value", value), ("key", key), ("processed_key", processed_key)):
-            if (
-                tensor is not None
-                and None not in (batch, tensor.shape[0])
-                and tensor.shape[0] != batch
-            ):
-                raise ValueError(
-                    f"{name}: `query` and `{arg}` must have the same batch size. Received "
-                    f"query batch {batch}, {arg} shape {tuple(tensor.shape)}."
-                )
+        self._check_call(query, value, key, processed_key, query_mask, value_mask)
         if processed_key is None:
             processed_key = self.precompute_keys(value if key is None else key)
-        else:
-            self._check_width("processed_key", processed_key, self.units)
-        _masking.check_mask_shape(name, "query_mask", query_mask, (batch, query.shape[1]))
-        _masking.check_mask_shape(name, "value_mask", value_mask, (batch, value.shape[1]))
 
         processed_query = ops.matmul(query, self.query_kernel)  # W_q q, (B, Tq, units)
         h = ops.expand_dims(processed_query, 2) + ops.expand_dims(processed_key, 1)

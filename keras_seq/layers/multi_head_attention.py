@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 
+from keras_seq import _validation
 from keras_seq.layers import _masking
 
 
@@ -61,20 +64,29 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       `value_mask`/`key_mask` cover the S cache positions, and the implicit
       Keras masks of `value`/`key` (which only describe the new positions) are
       not used. A cache requires `value_dim == key_dim`.
+    - `use_causal_mask=True` also works with several `attention_axes` (and
+      with one that is not axis 1): positions are counted row-major over the
+      attention axes, and query position p sees key positions up to p.
+    - Arguments are checked by `keras_seq._validation`: NumPy integers are
+      accepted, bools are not, and the message names the layer (it contains
+      Keras' "argument `num_heads`" too).
+
+    `_compute_attention` has Keras' signature and is called as Keras calls
+    it, so subclasses written for Keras can override it; `call` passes every
+    mask (causal included) in `attention_mask`.
 
     Args:
         num_heads: int, number of attention heads H.
         key_dim: int, size of each query/key head.
         value_dim: int or None, size of each value head (default `key_dim`).
-        **kwargs: the keyword arguments below and every other
-            `keras.layers.MultiHeadAttention` argument (`attention_axes`,
-            `kernel_initializer`, `seed`, ...).
-
-    Keyword Args:
-        dropout: float, dropout rate on the attention weights.
+        dropout: float in [0, 1), dropout rate on the attention weights.
         use_bias: bool, whether the projections have biases.
         output_shape: int or tuple, output feature shape (default: the query
             feature size).
+        attention_axes: int or tuple, the axes attention runs over (default:
+            all axes between batch and features).
+        **kwargs: every other `keras.layers.MultiHeadAttention` argument
+            (`kernel_initializer`, `seed`, ...).
 
     Example:
 
@@ -95,64 +107,75 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
           https://arxiv.org/abs/1706.03762
     """
 
-    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, **kwargs):
-        # Keras checks these too, but its messages do not name the layer.
-        for arg, value in (
-            ("num_heads", num_heads),
-            ("key_dim", key_dim),
-            ("value_dim", value_dim),
-        ):
-            if value is None and arg == "value_dim":
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(
-                    f"MultiHeadAttention: `{arg}` must be a positive int. Received {arg}={value!r}."
-                )
-        dropout = kwargs.get("dropout", 0.0)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"MultiHeadAttention: `dropout` must be in [0, 1). Received {dropout!r}."
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape=None,
+        attention_axes=None,
+        **kwargs,
+    ):
+        # Checked here, before Keras' own checks, so that the message names
+        # the layer and NumPy integers are accepted (Keras wants a Python int).
+        owner = type(self).__name__
+        if kwargs.get("name"):
+            owner += f" '{kwargs['name']}'"
+        num_heads = _validation.check_positive_int(owner, "num_heads", num_heads)
+        key_dim = _validation.check_positive_int(owner, "key_dim", key_dim)
+        value_dim = _validation.check_positive_int(owner, "value_dim", value_dim, allow_none=True)
+        dropout = _validation.check_rate(owner, "dropout", dropout)
+        use_bias = _validation.check_bool(owner, "use_bias", use_bias)
+        if kwargs.get("sliding_window") is not None:
+            kwargs["sliding_window"] = _validation.check_positive_int(
+                owner, "sliding_window", kwargs["sliding_window"]
             )
-        super().__init__(num_heads, key_dim, value_dim=value_dim, **kwargs)
+        super().__init__(
+            num_heads,
+            key_dim,
+            value_dim=value_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            output_shape=output_shape,
+            attention_axes=attention_axes,
+            **kwargs,
+        )
 
     def _check_inputs(self, query, value, key, cache, cache_update_index):
-        name = f"MultiHeadAttention '{self.name}'"
-        widths = [("query", query, self._query_dense)]
+        projections = [("query", query, self.query_dense)]
         if cache is None or cache_update_index is not None:  # else they are not projected
-            widths += [("value", value, self._value_dense), ("key", key, self._key_dense)]
-        for arg, tensor, dense in widths:
+            projections += [("value", value, self.value_dense), ("key", key, self.key_dense)]
+        for arg, tensor, dense in projections:
             width = dense.kernel.shape[0]
             if tensor.shape[-1] is not None and tensor.shape[-1] != width:
-                raise ValueError(
-                    f"{name}: `{arg}` must have {width} features (the size it was "
-                    f"built with). Received shape {tuple(tensor.shape)}."
+                raise _validation.shape_error(
+                    self, arg, f"(..., {width}) (the width it was built with)", tensor.shape
                 )
         for arg, tensor in (("value", value), ("key", key)):
             b_q, b_t = query.shape[0], tensor.shape[0]
             if b_q is not None and b_t is not None and b_q != b_t:
-                raise ValueError(
-                    f"{name}: `query` and `{arg}` must have the same batch size. "
-                    f"Received query shape {tuple(query.shape)}, {arg} shape "
-                    f"{tuple(tensor.shape)}."
+                raise _validation.shape_error(
+                    self, arg, f"the batch size of `query`, {b_q}", tensor.shape
                 )
         if cache is None:
             return
         if len(query.shape) != 3:
-            raise ValueError(
-                f"{name}: `cache` needs `query` of rank 3 (B, T, dim). Received "
-                f"shape {tuple(query.shape)}."
+            raise _validation.shape_error(
+                self, "query", "(batch, time, features) when a `cache` is given", query.shape
             )
-        if self._value_dim != self._key_dim:
+        if self.value_dim != self.key_dim:
             raise ValueError(
-                f"{name}: `cache` stores keys and values in one tensor, so it needs "
-                f"value_dim == key_dim. Received key_dim={self._key_dim}, "
-                f"value_dim={self._value_dim}."
+                f"{_validation.owner_name(self)}: `cache` stores keys and values in one "
+                f"tensor, so it needs value_dim == key_dim. Received key_dim={self.key_dim}, "
+                f"value_dim={self.value_dim}."
             )
         _masking.check_mask_shape(
-            name,
+            self,
             "cache",
             cache,
-            (query.shape[0], 2, None, self._num_heads, self._key_dim),
+            (query.shape[0], 2, None, self.num_heads, self.key_dim),
             kind="projected keys and values",
         )
 
@@ -196,14 +219,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         try:
             if self._use_gate:
                 gate = self._gate_dense(query)
-            q = self._query_dense(query)  # (B, T, H, key_dim)
+            q = self.query_dense(query)  # (B, T, H, key_dim)
             if cache is None:
-                k = self._key_dense(key)  # (B, S, H, key_dim)
-                v = self._value_dense(value)  # (B, S, H, value_dim)
+                k = self.key_dense(key)  # (B, S, H, key_dim)
+                v = self.value_dense(value)  # (B, S, H, value_dim)
             else:
                 cache = ops.cast(cache, self.compute_dtype)
                 if cache_update_index is not None:
-                    k_v = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+                    k_v = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
                     cache = _write_cache(cache, ops.cast(k_v, cache.dtype), cache_update_index)
                 k, v = cache[:, 0], cache[:, 1]  # (B, S, H, key_dim)
         finally:
@@ -221,10 +244,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             use_causal_mask,
             0 if cache_update_index is None else cache_update_index,
         )
-        attention_output, scores = self._compute_attention(q, k, v, mask, training)
+        # Positional, as Keras calls it, so overrides written for Keras work.
+        attention_output, scores = self._compute_attention(
+            q, k, v, mask, training, return_attention_scores
+        )
         if self._use_gate:
             attention_output = ops.multiply(attention_output, gate)
-        output = self._output_dense(attention_output)
+        output = self.output_dense(attention_output)
         if query_mask is not None:
             _masking.set_keras_mask(output, query_mask)
 
@@ -244,9 +270,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                     f"{name}: query/value/key masks need rank-3 inputs (B, T, dim); "
                     "pass `attention_mask` for inputs with several attention axes."
                 )
-            if causal:
-                raise ValueError(f"{name}: `use_causal_mask` needs rank-3 inputs (B, T, dim).")
-            return None if attention_mask is None else ops.cast(attention_mask, "bool")
+            mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+            if causal or self._sliding_window is not None:
+                i, j = self._attention_positions(q, k)
+                if causal:
+                    mask = _masking.logical_and_masks(mask, ops.greater_equal(i, j))
+                if self._sliding_window is not None:
+                    window = ops.less(ops.abs(i - j), self._sliding_window)
+                    mask = _masking.logical_and_masks(mask, window)
+            return mask
         t, s = q.shape[1], k.shape[1]
         _masking.check_mask_shape(name, "query_mask", query_mask, (batch, t))
         _masking.check_mask_shape(name, "value_mask", value_mask, (batch, s))
@@ -271,18 +303,52 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             mask = _masking.logical_and_masks(mask, window)
         return mask
 
-    def _compute_attention(self, query, key, value, attention_mask=None, training=None, **kwargs):
+    def _attention_positions(self, query, key):
+        """Positions `i` `(1, T..., 1...)` of the queries and `j` `(1, 1..., S...)` of
+        the keys, counted row-major over the attention axes (one axis: 0..T-1)."""
+        axes = self.attention_axes
+        q_sizes = [ops.shape(query)[axis] for axis in axes]
+        k_sizes = [ops.shape(key)[axis] for axis in axes]
+        ones = [1] * len(axes)
+        i = ops.reshape(ops.arange(math.prod(q_sizes), dtype="int32"), [1, *q_sizes, *ones])
+        j = ops.reshape(ops.arange(math.prod(k_sizes), dtype="int32"), [1, *ones, *k_sizes])
+        return i, j
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+    ):
+        """Attention over projected `query` `(B, T, H, key_dim)`, `key` and `value`.
+
+        Keras' signature, so that subclasses written for Keras can call and
+        override it. `call` folds every mask into `attention_mask`; a caller
+        passing `use_causal_mask=True` here gets the causal mask ANDed in.
+        Returns `(output, weights)`; the weights are always computed.
+        """
+        if use_causal_mask:
+            i, j = self._attention_positions(query, key)
+            attention_mask = _masking.logical_and_masks(attention_mask, ops.greater_equal(i, j))
         # Scaling q (smaller than the scores) first, as Keras does, keeps the
         # two layers numerically identical.
-        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
+        query = ops.multiply(query, ops.cast(1.0 / math.sqrt(float(self.key_dim)), query.dtype))
         scores = ops.einsum(self._dot_product_equation, key, query)  # (B, H, T, S)
         if attention_mask is not None:
             # (B, T, S) -> (B, 1, T, S): the same mask for every head.
-            axis = -len(self._attention_axes) * 2 - 1
+            axis = -len(self.attention_axes) * 2 - 1
             for _ in range(len(scores.shape) - len(attention_mask.shape)):
                 attention_mask = ops.expand_dims(attention_mask, axis=axis)
-        weights = _masking.masked_softmax(scores, attention_mask, axis=self._softmax.axis)
-        dropped = self._dropout_layer(weights, training=training) if self._dropout else weights
+        # Normalised over the key axes, the last len(attention_axes) of the scores.
+        rank, n_axes = len(scores.shape), len(self.attention_axes)
+        weights = _masking.masked_softmax(
+            scores, attention_mask, axis=tuple(range(rank - n_axes, rank))
+        )
+        dropped = self._dropout_layer(weights, training=training) if self.dropout else weights
         output = ops.einsum(self._combine_equation, dropped, value)  # (B, T, H, value_dim)
         return output, weights
 
@@ -307,7 +373,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         result = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         if return_attention_scores:
             source_length = value.shape[1] if cache is None else cache.shape[2]
-            scores_shape = (query.shape[0], self._num_heads, query.shape[1], source_length)
+            scores_shape = (query.shape[0], self.num_heads, query.shape[1], source_length)
             result += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
         if cache is not None:
             result += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_seq import _validation
+
 
 @keras.saving.register_keras_serializable(package="keras_seq")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -48,18 +50,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(intermediate_dim, int) or intermediate_dim <= 0:
-            raise ValueError(
-                "PositionwiseFeedForward: `intermediate_dim` must be a positive int. "
-                f"Received intermediate_dim={intermediate_dim!r}."
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(
-                f"PositionwiseFeedForward: `dropout` must be in [0, 1). Received {dropout!r}."
-            )
-        self.intermediate_dim = intermediate_dim
-        self.activation = keras.activations.get(activation)
-        self.dropout = dropout
+        self.intermediate_dim = _validation.check_positive_int(
+            self, "intermediate_dim", intermediate_dim
+        )
+        self.activation = _validation.check_activation(self, "activation", activation)
+        self.dropout = _validation.check_rate(self, "dropout", dropout)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -81,10 +76,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def build(self, inputs_shape):
         d = inputs_shape[-1]
         if d is None:
-            raise ValueError(
-                f"PositionwiseFeedForward '{self.name}': the last axis of `inputs` must "
-                f"be known. Received shape {inputs_shape}."
-            )
+            raise _validation.shape_error(self, "inputs", "a known last axis", inputs_shape)
         self.intermediate_dense = self._dense(
             self.intermediate_dim, "intermediate_dense", self.activation
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_seq import _validation
+
 
 @keras.saving.register_keras_serializable(package="keras_seq")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
@@ -50,19 +52,15 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength: float = 10000.0, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(max_wavelength, (int, float)) or max_wavelength <= 1:
-            raise ValueError(
-                "SinusoidalPositionalEncoding: `max_wavelength` must be a number > 1. "
-                f"Received max_wavelength={max_wavelength!r}."
-            )
-        self.max_wavelength = float(max_wavelength)
+        self.max_wavelength = _validation.check_float(
+            self, "max_wavelength", max_wavelength, low=1.0, low_inclusive=False
+        )
         self.supports_masking = True
 
     def build(self, inputs_shape):
         if len(inputs_shape) != 3 or inputs_shape[-1] is None:
-            raise ValueError(
-                f"SinusoidalPositionalEncoding '{self.name}': `inputs` must have shape "
-                f"(batch, time, features) with known features. Received {inputs_shape}."
+            raise _validation.shape_error(
+                self, "inputs", "(batch, time, features) with known features", inputs_shape
             )
         self.built = True
 

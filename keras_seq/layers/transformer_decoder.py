@@ -5,17 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_seq import _validation
 from keras_seq.layers import _masking
-from keras_seq.layers.multi_head_attention import MultiHeadAttention
-from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward
-from keras_seq.layers.transformer_encoder import (
-    _block_config,
-    _check_block_args,
-    _check_width,
-    _clone,
-    _head_dim,
-    _padding_attention_mask,
-)
+from keras_seq.layers import _transformer_block as block
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -105,118 +97,48 @@ class TransformerDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_block_args(
-            "TransformerDecoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon
+        checked = block.check_block_args(
+            self,
+            intermediate_dim,
+            num_heads,
+            dropout,
+            activation,
+            layer_norm_epsilon,
+            normalize_first,
         )
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.activation = keras.activations.get(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
+        self.intermediate_dim = checked["intermediate_dim"]
+        self.num_heads = checked["num_heads"]
+        self.dropout = checked["dropout"]
+        self.activation = checked["activation"]
+        self.layer_norm_epsilon = checked["layer_norm_epsilon"]
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.normalize_first = normalize_first
+        self.normalize_first = checked["normalize_first"]
         self.supports_masking = True
 
-    def _attention(self, name, head_dim, query_shape, value_shape):
-        attention = MultiHeadAttention(
-            num_heads=self.num_heads,
-            key_dim=head_dim,
-            dropout=self.dropout,
-            kernel_initializer=_clone(self.kernel_initializer),
-            bias_initializer=_clone(self.bias_initializer),
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        attention.build(query_shape=query_shape, value_shape=value_shape)
-        return attention
-
-    def _layer_norm(self, name, shape):
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-        norm.build(shape)
-        return norm
-
-    def _dropout(self, name):
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
-
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        hidden_dim = decoder_sequence_shape[-1]
-        self._head_dim = _head_dim("TransformerDecoder", self.name, hidden_dim, self.num_heads)
+        shape = decoder_sequence_shape
+        self._head_dim = block.head_dim(self, shape[-1], self.num_heads)
         # Creation order fixes get_weights() order (KerasHub's).
-        self._self_attention_layer = self._attention(
-            "self_attention", self._head_dim, decoder_sequence_shape, decoder_sequence_shape
+        self._self_attention_layer = block.make_attention(
+            self, "self_attention", self._head_dim, shape, shape
         )
-        self._self_attention_layer_norm = self._layer_norm(
-            "self_attention_layer_norm", decoder_sequence_shape
+        self._self_attention_layer_norm = block.make_layer_norm(
+            self, "self_attention_layer_norm", shape
         )
-        self._self_attention_dropout = self._dropout("self_attention_dropout")
+        self._self_attention_dropout = block.make_dropout(self, "self_attention_dropout")
         self._cross_attention_layer = None
         if encoder_sequence_shape is not None:
-            self._cross_attention_layer = self._attention(
-                "cross_attention", self._head_dim, decoder_sequence_shape, encoder_sequence_shape
+            self._cross_attention_layer = block.make_attention(
+                self, "cross_attention", self._head_dim, shape, encoder_sequence_shape
             )
-            self._cross_attention_layer_norm = self._layer_norm(
-                "cross_attention_layer_norm", decoder_sequence_shape
+            self._cross_attention_layer_norm = block.make_layer_norm(
+                self, "cross_attention_layer_norm", shape
             )
-            self._cross_attention_dropout = self._dropout("cross_attention_dropout")
-        self._feedforward = PositionwiseFeedForward(
-            self.intermediate_dim,
-            activation=self.activation,
-            dropout=self.dropout,
-            kernel_initializer=_clone(self.kernel_initializer),
-            bias_initializer=_clone(self.bias_initializer),
-            dtype=self.dtype_policy,
-            name="feedforward",
-        )
-        self._feedforward.build(decoder_sequence_shape)
-        self._feedforward_layer_norm = self._layer_norm(
-            "feedforward_layer_norm", decoder_sequence_shape
-        )
+            self._cross_attention_dropout = block.make_dropout(self, "cross_attention_dropout")
+        self._feedforward = block.make_feedforward(self, shape)
+        self._feedforward_layer_norm = block.make_layer_norm(self, "feedforward_layer_norm", shape)
         self.built = True
-
-    def _check_call(self, decoder_sequence, encoder_sequence, self_cache, cross_cache):
-        name = f"TransformerDecoder '{self.name}'"
-        has_cross = self._cross_attention_layer is not None
-        if has_cross != (encoder_sequence is not None):
-            built = "with" if has_cross else "without"
-            raise ValueError(
-                f"{name}: the layer was built {built} cross-attention, so "
-                f"`encoder_sequence` must {'' if has_cross else 'not '}be given. "
-                "Call it always as layer(decoder_sequence, encoder_sequence) or "
-                "always as layer(decoder_sequence)."
-            )
-        for arg, tensor in (
-            ("decoder_sequence", decoder_sequence),
-            ("encoder_sequence", encoder_sequence),
-        ):
-            if tensor is not None and len(tensor.shape) != 3:
-                raise ValueError(
-                    f"{name}: `{arg}` must have shape (batch, time, features). "
-                    f"Received {tuple(tensor.shape)}."
-                )
-        _check_width(
-            name, "decoder_sequence", decoder_sequence, self._feedforward_layer_norm.gamma.shape[0]
-        )
-        if encoder_sequence is not None:
-            _check_width(
-                name,
-                "encoder_sequence",
-                encoder_sequence,
-                self._cross_attention_layer._key_dense.kernel.shape[0],
-            )
-            b_d, b_e = decoder_sequence.shape[0], encoder_sequence.shape[0]
-            if b_d is not None and b_e is not None and b_d != b_e:
-                raise ValueError(
-                    f"{name}: `decoder_sequence` and `encoder_sequence` must have the "
-                    f"same batch size. Received {b_d} and {b_e}."
-                )
-        if cross_cache is not None and self_cache is None:
-            raise ValueError(
-                f"{name}: `cross_attention_cache` is only used together with "
-                "`self_attention_cache` (incremental decoding)."
-            )
 
     def call(
         self,
@@ -235,129 +157,175 @@ class TransformerDecoder(keras.layers.Layer):
         return_attention_scores=False,
     ):
         self._check_call(
-            decoder_sequence, encoder_sequence, self_attention_cache, cross_attention_cache
+            decoder_sequence,
+            encoder_sequence,
+            self_attention_cache,
+            cross_attention_cache,
+            return_attention_scores,
         )
-        name = f"TransformerDecoder '{self.name}'"
         decoding = self_attention_cache is not None
-        if return_attention_scores and (decoding or encoder_sequence is None):
-            raise ValueError(
-                f"{name}: `return_attention_scores=True` returns the cross-attention "
-                "weights, so it needs `encoder_sequence` and no caches."
-            )
         if decoding:
-            # Keys are the S cache positions; the implicit mask of the new
-            # tokens cannot describe them, so only an explicit (B, S) mask counts.
-            # The copy drops that implicit mask, which Keras would otherwise pass
-            # to self-attention as a mask over the cache keys.
+            # The copy drops the implicit mask of the new tokens, which Keras
+            # would otherwise pass to self-attention as a mask over the cache keys.
             decoder_sequence = ops.copy(decoder_sequence)
-            key_length = self_attention_cache.shape[2]
-            _masking.check_mask_shape(
-                name,
-                "decoder_padding_mask",
-                decoder_padding_mask,
-                (decoder_sequence.shape[0], key_length),
-            )
-            _masking.check_mask_shape(
-                name,
-                "decoder_attention_mask",
-                decoder_attention_mask,
-                (decoder_sequence.shape[0], decoder_sequence.shape[1], key_length),
-            )
-            self_mask = _masking.merge_attention_masks(
-                None,
-                None,
-                key_masks=(decoder_padding_mask,),
-                attention_mask=decoder_attention_mask,
-            )
-        else:
-            self_mask = _padding_attention_mask(
-                name,
-                decoder_sequence,
-                decoder_padding_mask,
-                decoder_attention_mask,
-                decoder_sequence.shape[1],
-            )
         x = decoder_sequence
 
-        # Masked self-attention block.
-        residual = x
-        if self.normalize_first:
-            x = self._self_attention_layer_norm(x)
-        cache_kwargs = {}
-        if decoding:
-            cache_kwargs = {
-                "cache": self_attention_cache,
-                "cache_update_index": self_attention_cache_update_index,
-            }
-        x = self._self_attention_layer(
-            x,
-            x,
-            attention_mask=self_mask,
-            use_causal_mask=use_causal_mask,
-            training=training,
-            **cache_kwargs,
+        self_mask = self._self_attention_mask(
+            decoder_sequence, decoder_padding_mask, decoder_attention_mask, self_attention_cache
         )
-        if decoding:
-            x, self_attention_cache = x
-        x = self._self_attention_dropout(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._self_attention_layer_norm(x)
+        x, self_attention_cache = self._self_attention_sublayer(
+            x,
+            self_mask,
+            use_causal_mask,
+            self_attention_cache,
+            self_attention_cache_update_index,
+            training,
+        )
 
-        # Cross-attention block.
+        scores = None
         if encoder_sequence is not None:
-            cross_mask = _padding_attention_mask(
-                name,
+            cross_mask = block.padding_attention_mask(
+                self,
                 encoder_sequence,
                 encoder_padding_mask,
                 encoder_attention_mask,
                 encoder_sequence.shape[1],
             )
-            residual = x
-            if self.normalize_first:
-                x = self._cross_attention_layer_norm(x)
-            cache_kwargs = {}
-            if decoding:
-                if cross_attention_cache is None:
-                    # First step: project the encoder output once, at index 0.
-                    shape = ops.shape(encoder_sequence)
-                    cross_attention_cache = ops.zeros(
-                        (shape[0], 2, shape[1], self.num_heads, self._head_dim),
-                        dtype=self.compute_dtype,
-                    )
-                    cross_attention_cache_update_index = 0
-                cache_kwargs = {
-                    "cache": cross_attention_cache,
-                    "cache_update_index": cross_attention_cache_update_index,
-                }
-            x = self._cross_attention_layer(
+            if decoding and cross_attention_cache is None:
+                # First step: project the encoder output once, at index 0.
+                cross_attention_cache = self._empty_cross_attention_cache(encoder_sequence)
+                cross_attention_cache_update_index = 0
+            x, scores, cross_attention_cache = self._cross_attention_sublayer(
                 x,
                 encoder_sequence,
-                attention_mask=cross_mask,
-                training=training,
-                return_attention_scores=return_attention_scores,
-                **cache_kwargs,
+                cross_mask,
+                cross_attention_cache,
+                cross_attention_cache_update_index,
+                return_attention_scores,
+                training,
             )
-            if decoding:
-                x, cross_attention_cache = x
-            if return_attention_scores:
-                x, scores = x
-            x = self._cross_attention_dropout(x, training=training) + residual
-            if not self.normalize_first:
-                x = self._cross_attention_layer_norm(x)
 
-        # Feed-forward block.
-        residual = x
-        if self.normalize_first:
-            x = self._feedforward_layer_norm(x)
-        x = self._feedforward(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._feedforward_layer_norm(x)
+        x = block.feedforward_sublayer(
+            x, self._feedforward_layer_norm, self._feedforward, self.normalize_first, training
+        )
 
         if not decoding:
             return (x, scores) if return_attention_scores else x
         if encoder_sequence is None:
             return x, self_attention_cache
         return x, self_attention_cache, cross_attention_cache
+
+    def _check_call(
+        self, decoder_sequence, encoder_sequence, self_cache, cross_cache, return_attention_scores
+    ):
+        has_cross = self._cross_attention_layer is not None
+        if has_cross != (encoder_sequence is not None):
+            built = "with" if has_cross else "without"
+            raise ValueError(
+                f"{_validation.owner_name(self)}: the layer was built {built} "
+                f"cross-attention, so `encoder_sequence` must {'' if has_cross else 'not '}"
+                "be given. Call it always as layer(decoder_sequence, encoder_sequence) or "
+                "always as layer(decoder_sequence)."
+            )
+        width = self._feedforward_layer_norm.gamma.shape[0]
+        block.check_sequence(self, "decoder_sequence", decoder_sequence, width)
+        if encoder_sequence is not None:
+            encoder_width = self._cross_attention_layer.key_dense.kernel.shape[0]
+            block.check_sequence(self, "encoder_sequence", encoder_sequence, encoder_width)
+            b_d, b_e = decoder_sequence.shape[0], encoder_sequence.shape[0]
+            if b_d is not None and b_e is not None and b_d != b_e:
+                raise _validation.shape_error(
+                    self,
+                    "encoder_sequence",
+                    f"the batch size of `decoder_sequence`, {b_d}",
+                    encoder_sequence.shape,
+                )
+        if cross_cache is not None and self_cache is None:
+            raise ValueError(
+                f"{_validation.owner_name(self)}: `cross_attention_cache` is only used "
+                "together with `self_attention_cache` (incremental decoding)."
+            )
+        if return_attention_scores and (self_cache is not None or encoder_sequence is None):
+            raise ValueError(
+                f"{_validation.owner_name(self)}: `return_attention_scores=True` returns the "
+                "cross-attention weights, so it needs `encoder_sequence` and no caches."
+            )
+
+    def _self_attention_mask(self, decoder_sequence, padding_mask, attention_mask, cache):
+        """The `(B, 1|T, S)` self-attention mask (without the causal part), or None."""
+        if cache is None:
+            return block.padding_attention_mask(
+                self, decoder_sequence, padding_mask, attention_mask, decoder_sequence.shape[1]
+            )
+        # Keys are the S cache positions; the implicit mask of the new tokens
+        # cannot describe them, so only an explicit (B, S) mask counts.
+        batch, length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+        key_length = cache.shape[2]
+        _masking.check_mask_shape(self, "decoder_padding_mask", padding_mask, (batch, key_length))
+        _masking.check_mask_shape(
+            self, "decoder_attention_mask", attention_mask, (batch, length, key_length)
+        )
+        return _masking.merge_attention_masks(
+            None, None, key_masks=(padding_mask,), attention_mask=attention_mask
+        )
+
+    def _self_attention_sublayer(self, x, mask, use_causal_mask, cache, cache_index, training):
+        """Masked self-attention with add & norm; returns `(x, cache)` (cache None without one)."""
+        residual = x
+        if self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+        outputs = self._self_attention_layer(
+            x,
+            x,
+            attention_mask=mask,
+            use_causal_mask=use_causal_mask,
+            training=training,
+            cache=cache,
+            cache_update_index=cache_index,
+        )
+        if cache is None:
+            x = outputs
+        else:
+            x, cache = outputs
+        x = self._self_attention_dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = self._self_attention_layer_norm(x)
+        return x, cache
+
+    def _empty_cross_attention_cache(self, encoder_sequence):
+        shape = ops.shape(encoder_sequence)
+        return ops.zeros(
+            (shape[0], 2, shape[1], self.num_heads, self._head_dim), dtype=self.compute_dtype
+        )
+
+    def _cross_attention_sublayer(
+        self, x, encoder_sequence, mask, cache, cache_index, return_attention_scores, training
+    ):
+        """Cross-attention to the encoder with add & norm; returns `(x, scores, cache)`
+        (scores None unless asked, cache None without one)."""
+        residual = x
+        if self.normalize_first:
+            x = self._cross_attention_layer_norm(x)
+        outputs = self._cross_attention_layer(
+            x,
+            encoder_sequence,
+            attention_mask=mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
+            cache=cache,
+            cache_update_index=cache_index,
+        )
+        scores = None
+        if cache is not None:  # scores are refused with caches (_check_call)
+            x, cache = outputs
+        elif return_attention_scores:
+            x, scores = outputs
+        else:
+            x = outputs
+        x = self._cross_attention_dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = self._cross_attention_layer_norm(x)
+        return x, scores, cache
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
@@ -397,5 +365,5 @@ class TransformerDecoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(_block_config(self))
+        config.update(block.block_config(self))
         return config

@@ -4,72 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_seq.layers import _masking
-from keras_seq.layers.multi_head_attention import MultiHeadAttention
-from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward
-
-
-def _clone(initializer):
-    # Each sub-layer needs its own initializer object, or seeded initializers
-    # would give every kernel the same values.
-    return initializer.__class__.from_config(initializer.get_config())
-
-
-def _check_block_args(cls_name, intermediate_dim, num_heads, dropout, layer_norm_epsilon):
-    for arg, value in (("intermediate_dim", intermediate_dim), ("num_heads", num_heads)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{cls_name}: `{arg}` must be a positive int. Received {value!r}.")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{cls_name}: `dropout` must be in [0, 1). Received {dropout!r}.")
-    if layer_norm_epsilon <= 0:
-        raise ValueError(
-            f"{cls_name}: `layer_norm_epsilon` must be > 0. Received {layer_norm_epsilon!r}."
-        )
-
-
-def _head_dim(cls_name, layer_name, hidden_dim, num_heads):
-    if hidden_dim is None or hidden_dim % num_heads != 0:
-        raise ValueError(
-            f"{cls_name} '{layer_name}': `num_heads`={num_heads} must divide the model "
-            f"width (the last axis of the input), which is {hidden_dim}."
-        )
-    return hidden_dim // num_heads
-
-
-def _block_config(layer):
-    return {
-        "intermediate_dim": layer.intermediate_dim,
-        "num_heads": layer.num_heads,
-        "dropout": layer.dropout,
-        "activation": keras.activations.serialize(layer.activation),
-        "layer_norm_epsilon": layer.layer_norm_epsilon,
-        "kernel_initializer": keras.initializers.serialize(layer.kernel_initializer),
-        "bias_initializer": keras.initializers.serialize(layer.bias_initializer),
-        "normalize_first": layer.normalize_first,
-    }
-
-
-def _check_width(layer_name, argument, tensor, width):
-    if tensor.shape[-1] is not None and tensor.shape[-1] != width:
-        raise ValueError(
-            f"{layer_name}: `{argument}` must have {width} features (the width the layer "
-            f"was built with). Received shape {tuple(tensor.shape)}."
-        )
-
-
-def _padding_attention_mask(layer_name, sequence, padding_mask, attention_mask, length):
-    """`(B, 1|T, S)` mask from a `(B, S)` padding mask (explicit AND implicit)
-    and a `(B, T, S)` attention mask; None when there is neither."""
-    batch = sequence.shape[0]
-    padding_mask = _masking.logical_and_masks(padding_mask, _masking.keras_mask(sequence))
-    _masking.check_mask_shape(layer_name, "padding_mask", padding_mask, (batch, length))
-    if attention_mask is not None:
-        _masking.check_mask_shape(
-            layer_name, "attention_mask", attention_mask, (batch, None, length), True
-        )
-    return _masking.merge_attention_masks(
-        None, None, key_masks=(padding_mask,), attention_mask=attention_mask
-    )
+from keras_seq.layers import _transformer_block as block
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -144,57 +79,39 @@ class TransformerEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_block_args(
-            "TransformerEncoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon
+        checked = block.check_block_args(
+            self,
+            intermediate_dim,
+            num_heads,
+            dropout,
+            activation,
+            layer_norm_epsilon,
+            normalize_first,
         )
-        self.intermediate_dim = intermediate_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.activation = keras.activations.get(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
+        self.intermediate_dim = checked["intermediate_dim"]
+        self.num_heads = checked["num_heads"]
+        self.dropout = checked["dropout"]
+        self.activation = checked["activation"]
+        self.layer_norm_epsilon = checked["layer_norm_epsilon"]
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.normalize_first = normalize_first
+        self.normalize_first = checked["normalize_first"]
         self.supports_masking = True
 
-    def _layer_norm(self, name, shape):
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-        norm.build(shape)
-        return norm
-
     def build(self, inputs_shape):
-        hidden_dim = inputs_shape[-1]
-        head_dim = _head_dim("TransformerEncoder", self.name, hidden_dim, self.num_heads)
+        key_dim = block.head_dim(self, inputs_shape[-1], self.num_heads)
         # Creation order fixes get_weights() order (KerasHub's).
-        self._self_attention_layer = MultiHeadAttention(
-            num_heads=self.num_heads,
-            key_dim=head_dim,
-            dropout=self.dropout,
-            kernel_initializer=_clone(self.kernel_initializer),
-            bias_initializer=_clone(self.bias_initializer),
-            dtype=self.dtype_policy,
-            name="self_attention_layer",
+        self._self_attention_layer = block.make_attention(
+            self, "self_attention_layer", key_dim, inputs_shape, inputs_shape
         )
-        self._self_attention_layer.build(query_shape=inputs_shape, value_shape=inputs_shape)
-        self._self_attention_layer_norm = self._layer_norm(
-            "self_attention_layer_norm", inputs_shape
+        self._self_attention_layer_norm = block.make_layer_norm(
+            self, "self_attention_layer_norm", inputs_shape
         )
-        self._self_attention_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="self_attention_dropout"
+        self._self_attention_dropout = block.make_dropout(self, "self_attention_dropout")
+        self._feedforward_layer_norm = block.make_layer_norm(
+            self, "feedforward_layer_norm", inputs_shape
         )
-        self._feedforward_layer_norm = self._layer_norm("feedforward_layer_norm", inputs_shape)
-        self._feedforward = PositionwiseFeedForward(
-            self.intermediate_dim,
-            activation=self.activation,
-            dropout=self.dropout,
-            kernel_initializer=_clone(self.kernel_initializer),
-            bias_initializer=_clone(self.bias_initializer),
-            dtype=self.dtype_policy,
-            name="feedforward",
-        )
-        self._feedforward.build(inputs_shape)
+        self._feedforward = block.make_feedforward(self, inputs_shape)
         self.built = True
 
     def call(
@@ -205,27 +122,14 @@ class TransformerEncoder(keras.layers.Layer):
         training=None,
         return_attention_scores=False,
     ):
-        if len(inputs.shape) != 3:
-            raise ValueError(
-                f"TransformerEncoder '{self.name}': `inputs` must have shape "
-                f"(batch, time, features). Received {tuple(inputs.shape)}."
-            )
-        _check_width(
-            f"TransformerEncoder '{self.name}'",
-            "inputs",
-            inputs,
-            self._feedforward_layer_norm.gamma.shape[0],
-        )
-        mask = _padding_attention_mask(
-            f"TransformerEncoder '{self.name}'",
-            inputs,
-            padding_mask,
-            attention_mask,
-            inputs.shape[1],
+        width = self._feedforward_layer_norm.gamma.shape[0]
+        block.check_sequence(self, "inputs", inputs, width)
+        mask = block.padding_attention_mask(
+            self, inputs, padding_mask, attention_mask, inputs.shape[1]
         )
         x = inputs
 
-        # Self-attention block.
+        # Self-attention sub-layer.
         residual = x
         if self.normalize_first:
             x = self._self_attention_layer_norm(x)
@@ -236,13 +140,9 @@ class TransformerEncoder(keras.layers.Layer):
         if not self.normalize_first:
             x = self._self_attention_layer_norm(x)
 
-        # Feed-forward block.
-        residual = x
-        if self.normalize_first:
-            x = self._feedforward_layer_norm(x)
-        x = self._feedforward(x, training=training) + residual
-        if not self.normalize_first:
-            x = self._feedforward_layer_norm(x)
+        x = block.feedforward_sublayer(
+            x, self._feedforward_layer_norm, self._feedforward, self.normalize_first, training
+        )
         return (x, scores) if return_attention_scores else x
 
     def compute_output_shape(self, inputs_shape):
@@ -265,5 +165,5 @@ class TransformerEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(_block_config(self))
+        config.update(block.block_config(self))
         return config

@@ -1,6 +1,7 @@
 """BahdanauAttention against a NumPy reference written from the equations."""
 
 import math
+import re
 
 import keras
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 
 def _bahdanau_reference(weights, query, value, key=None, value_mask=None, normalize=False):
@@ -113,7 +115,7 @@ def test_query_mask_zeroes_context_and_implicit_masks_are_honoured(rng):
     )
     _, alpha = layer(query, value, return_attention_scores=True)
     np.testing.assert_allclose(alpha, alpha_ref, atol=1e-5)
-    np.testing.assert_array_equal(context._keras_mask, tokens_q != 0)
+    np.testing.assert_array_equal(_masking.keras_mask(context), tokens_q != 0)
     # An explicit mask is combined with the implicit one, not substituted.
     extra = np.array([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]], bool)
     _, alpha_both = layer(query, value, value_mask=extra, return_attention_scores=True)
@@ -151,23 +153,68 @@ def test_dropout_applies_only_in_training(rng):
     assert not np.allclose(trained, inference)
 
 
+def _argument_error(owner, error, argument, value):
+    """The one wording of keras_seq._validation, as a regex."""
+    kind = "value" if error is ValueError else "type"
+    return (
+        rf"^{owner}: invalid {kind} for argument `{argument}`: .*received {re.escape(repr(value))}"
+    )
+
+
+@pytest.mark.parametrize(
+    "argument, value, error",
+    [
+        ("units", 0, ValueError),
+        ("units", 2.5, ValueError),
+        ("units", True, TypeError),
+        ("units", "4", TypeError),
+        ("dropout", 1.5, ValueError),
+        ("dropout", "0.1", TypeError),
+        ("normalize", 1, TypeError),
+        ("seed", 1.5, ValueError),
+    ],
+)
+def test_bad_constructor_argument_error_names_layer_argument_and_value(argument, value, error):
+    kwargs = dict(units=4, name="att")
+    kwargs[argument] = value
+    with pytest.raises(
+        error, match=_argument_error("BahdanauAttention 'att'", error, argument, value)
+    ):
+        layers.BahdanauAttention(**kwargs)
+
+
+def test_numpy_integer_arguments_are_accepted(rng):
+    layer = layers.BahdanauAttention(np.int64(4), seed=np.int32(3))
+    assert (layer.units, layer.seed) == (4, 3) and type(layer.units) is int
+    assert layer(_x(rng, 2, 3, 6), _x(rng, 2, 4, 5)).shape == (2, 3, 5)
+
+
 def test_bad_input_raises_clear_errors(rng):
-    with pytest.raises(ValueError, match="BahdanauAttention: `units`"):
-        layers.BahdanauAttention(0)
-    with pytest.raises(ValueError, match="BahdanauAttention: `dropout`"):
-        layers.BahdanauAttention(4, dropout=1.5)
     layer = layers.BahdanauAttention(4, name="att")
     layer(_x(rng, 2, 3, 6), _x(rng, 2, 4, 5))
-    with pytest.raises(ValueError, match="'att'.*`query` must have 6 features"):
+    with pytest.raises(ValueError, match=r"'att': invalid shape for argument `query`: .*6"):
         layer(_x(rng, 2, 3, 7), _x(rng, 2, 4, 5))
-    with pytest.raises(ValueError, match="'att'.*same batch size"):
+    with pytest.raises(ValueError, match=r"'att'.*`value`: expected the batch size of `query`"):
         layer(_x(rng, 2, 3, 6), _x(rng, 3, 4, 5))
-    with pytest.raises(ValueError, match="'att'.*`value_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'att': invalid shape for argument `value_mask`"):
         layer(_x(rng, 2, 3, 6), _x(rng, 2, 4, 5), value_mask=np.ones((2, 3), bool))
-    with pytest.raises(ValueError, match="'att'.*`processed_key` must have 4 features"):
+    with pytest.raises(ValueError, match=r"'att': invalid shape for argument `processed_key`: .*4"):
         layer(_x(rng, 2, 6), _x(rng, 2, 4, 5), processed_key=_x(rng, 2, 4, 5))
     with pytest.raises(ValueError, match="call the layer once"):
         layers.BahdanauAttention(4).precompute_keys(_x(rng, 2, 4, 5))
+
+
+def test_key_and_value_of_different_lengths_raise_value_error_before_computing(rng):
+    layer = layers.BahdanauAttention(4, name="att")
+    with pytest.raises(
+        ValueError,
+        match=r"BahdanauAttention 'att': invalid shape for argument `key`: expected the "
+        r"length of `value`, Tk=4, received shape \(2, 3, 5\)\.",
+    ):
+        layer(_x(rng, 2, 3, 6), _x(rng, 2, 4, 5), key=_x(rng, 2, 3, 5))
+    layer(_x(rng, 2, 3, 6), _x(rng, 2, 4, 5))
+    with pytest.raises(ValueError, match=r"'att': invalid shape for argument `processed_key`"):
+        layer(_x(rng, 2, 6), _x(rng, 2, 4, 5), processed_key=_x(rng, 2, 7, 4))
 
 
 def test_keras_file_round_trip(rng, tmp_path):

@@ -1,5 +1,7 @@
 """MultiHeadAttention: equality with keras.layers.MultiHeadAttention, cache, masking."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -55,6 +57,62 @@ def test_cross_attention_with_different_dims_equals_keras(rng):
     np.testing.assert_allclose(scores, scores_ref, atol=1e-6)
 
 
+def test_causal_mask_over_an_extra_attention_axis_equals_keras(rng):
+    # (B, T, A, d) attending over axis 1: each of the A columns is causal in T.
+    kwargs = dict(num_heads=2, key_dim=4, attention_axes=1)
+    ours, reference = _pair(rng, (2, 5, 3, 8), (2, 5, 3, 8), **kwargs)
+    x = _x(rng, 2, 5, 3, 8)
+    y, scores = ours(x, x, use_causal_mask=True, return_attention_scores=True)
+    y_ref, scores_ref = reference(x, x, use_causal_mask=True, return_attention_scores=True)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    np.testing.assert_allclose(scores, scores_ref, atol=1e-6)
+    future = np.triu(np.ones((5, 5), bool), k=1)
+    assert np.asarray(scores)[..., future].max() == 0.0
+
+
+def test_causal_mask_over_two_attention_axes_follows_row_major_positions(rng):
+    mha = layers.MultiHeadAttention(num_heads=1, key_dim=4, attention_axes=(1, 2))
+    x = _x(rng, 1, 2, 3, 8)
+    _, scores = mha(x, x, use_causal_mask=True, return_attention_scores=True)
+    scores = np.asarray(scores).reshape(6, 6)  # (T1*T2, S1*S2), row-major
+    np.testing.assert_array_equal(scores > 0, np.tril(np.ones((6, 6), bool)))
+
+
+def test_compute_attention_takes_keras_arguments_and_ands_causal_mask(rng):
+    mha = layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    mha.build((1, 5, 8), (1, 5, 8))
+    q, k, v = (_x(rng, 1, 5, 2, 4) for _ in range(3))
+    extra = np.ones((1, 5, 5), bool)
+    extra[:, 3, 1] = False
+    merged = extra & np.tril(np.ones((5, 5), bool))[None]
+    both, _ = mha._compute_attention(q, k, v, extra, None, True, use_causal_mask=True)
+    expected, _ = mha._compute_attention(q, k, v, merged, None, True)
+    np.testing.assert_allclose(both, expected, atol=1e-6)
+
+
+def test_subclass_overriding_compute_attention_keras_style_gets_the_causal_mask(rng):
+    seen = {}
+
+    class Sub(layers.MultiHeadAttention):
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+        ):
+            seen["mask"] = attention_mask
+            return super()._compute_attention(
+                query, key, value, attention_mask, training, return_attention_scores
+            )
+
+    x = _x(rng, 2, 4, 8)
+    Sub(num_heads=2, key_dim=4)(x, x, use_causal_mask=True)
+    np.testing.assert_array_equal(np.asarray(seen["mask"])[0], np.tril(np.ones((4, 4), bool)))
+
+
 def test_causal_mask_equals_keras(rng):
     ours, reference = _pair(rng, (2, 6, 8), (2, 6, 8), num_heads=2, key_dim=4)
     x = _x(rng, 2, 6, 8)
@@ -85,7 +143,7 @@ def test_explicit_query_mask_equals_keras_with_implicit_mask(rng):
     query_mask = np.array([[1] * 5, [1] * 2 + [0] * 3], bool)
     y, scores = ours(q, v, query_mask=query_mask, return_attention_scores=True)
     masked_q = tf.constant(q)
-    masked_q._keras_mask = tf.constant(query_mask)
+    _masking.set_keras_mask(masked_q, tf.constant(query_mask))
     y_ref, scores_ref = reference(masked_q, v, return_attention_scores=True)
     np.testing.assert_allclose(scores, scores_ref, atol=1e-6)
     np.testing.assert_allclose(np.asarray(y)[query_mask], np.asarray(y_ref)[query_mask], atol=1e-5)
@@ -104,8 +162,8 @@ def test_implicit_embedding_mask_is_honoured(rng):
     ours, reference = _pair(rng, (2, 5, 8), (2, 5, 8), num_heads=2, key_dim=4)
     x = embedding(tokens)
     y = ours(x, x)
-    np.testing.assert_array_equal(y._keras_mask, keep)
-    np.testing.assert_array_equal(x._keras_mask, keep)  # the caller's tensor keeps its mask
+    np.testing.assert_array_equal(_masking.keras_mask(y), keep)
+    np.testing.assert_array_equal(_masking.keras_mask(x), keep)  # the caller's tensor keeps its mask
     y_ref = reference(x, x)
     np.testing.assert_allclose(np.asarray(y)[keep], np.asarray(y_ref)[keep], atol=1e-5)
     # The same result from explicit masks on an unmasked tensor.
@@ -201,34 +259,67 @@ def test_masked_softmax_runs_in_float32(rng, dtype):
     assert _masking.large_negative("float16") > -65504.0
 
 
+def _argument_error(owner, error, argument, value):
+    """The one wording of keras_seq._validation, as a regex."""
+    kind = "value" if error is ValueError else "type"
+    return (
+        rf"^{owner}: invalid {kind} for argument `{argument}`: .*received {re.escape(repr(value))}"
+    )
+
+
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "argument, value, error",
     [
-        (dict(num_heads=0, key_dim=4), "MultiHeadAttention: `num_heads`"),
-        (dict(num_heads=2, key_dim=0), "MultiHeadAttention: `key_dim`"),
-        (dict(num_heads=2, key_dim=4, value_dim=-1), "MultiHeadAttention: `value_dim`"),
-        (dict(num_heads=2, key_dim=4, dropout=1.0), "MultiHeadAttention: `dropout`"),
+        ("num_heads", 0, ValueError),
+        ("num_heads", 1.5, ValueError),
+        ("num_heads", True, TypeError),
+        ("num_heads", "2", TypeError),
+        ("key_dim", -2, ValueError),
+        ("key_dim", None, TypeError),
+        ("value_dim", 0, ValueError),
+        ("value_dim", np.bool_(True), TypeError),
+        ("dropout", 1.0, ValueError),
+        ("dropout", None, TypeError),
+        ("use_bias", 1, TypeError),
+        ("sliding_window", 0, ValueError),
     ],
 )
-def test_bad_constructor_arguments_raise(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_constructor_argument_error_names_layer_argument_and_value(argument, value, error):
+    kwargs = dict(num_heads=2, key_dim=4, name="m")
+    kwargs[argument] = value
+    with pytest.raises(
+        error, match=_argument_error("MultiHeadAttention 'm'", error, argument, value)
+    ):
         layers.MultiHeadAttention(**kwargs)
+
+
+def test_bad_constructor_argument_error_contains_keras_wording():
+    # Keras' own test matches "argument `num_heads`" with a ValueError.
+    with pytest.raises(ValueError, match="argument `num_heads`"):
+        layers.MultiHeadAttention(num_heads=1.5, key_dim=4)
+
+
+def test_numpy_integer_arguments_are_accepted(rng):
+    mha = layers.MultiHeadAttention(np.int64(2), np.int32(4), value_dim=np.int64(3))
+    assert (mha.num_heads, mha.key_dim, mha.value_dim) == (2, 4, 3)
+    assert type(mha.num_heads) is int
+    assert mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 8)).shape == (2, 3, 8)
 
 
 def test_bad_call_arguments_raise(rng):
     mha = layers.MultiHeadAttention(num_heads=2, key_dim=4, name="mha")
     mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 8))
-    with pytest.raises(ValueError, match="'mha'.*`query` must have 8 features"):
+    with pytest.raises(ValueError, match=r"'mha': invalid shape for argument `query`: .*8"):
         mha(_x(rng, 2, 3, 7), _x(rng, 2, 4, 8))
-    with pytest.raises(ValueError, match="'mha'.*`value` must have 8 features"):
+    with pytest.raises(ValueError, match=r"'mha': invalid shape for argument `value`: .*8"):
         mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 5))
-    with pytest.raises(ValueError, match="'mha'.*same batch size"):
+    with pytest.raises(ValueError, match=r"'mha'.*`value`: expected the batch size of `query`"):
         mha(_x(rng, 2, 3, 8), _x(rng, 3, 4, 8))
-    with pytest.raises(ValueError, match="'mha'.*`value_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'mha': invalid shape for argument `value_mask`"):
         mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 8), value_mask=np.ones((2, 5), bool))
-    with pytest.raises(ValueError, match="'mha'.*`attention_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'mha': invalid shape for argument `attention_mask`"):
         mha(_x(rng, 2, 3, 8), _x(rng, 2, 4, 8), attention_mask=np.ones((2, 4, 3), bool))
-    with pytest.raises(ValueError, match="'mha'.*`cache` must have shape"):
+    with pytest.raises(ValueError, match=r"'mha': invalid shape for argument `cache`"):
         mha(
             _x(rng, 2, 1, 8),
             _x(rng, 2, 1, 8),

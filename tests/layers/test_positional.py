@@ -1,5 +1,7 @@
 """SinusoidalPositionalEncoding against the closed-form formula."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import tensorflow as tf
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 
 def _formula(T, d, start=0, w=10000.0):
@@ -63,14 +66,38 @@ def test_mask_passes_through_and_mixed_precision(rng):
     x = keras.layers.Embedding(5, 4, mask_zero=True)(tokens)
     y = layers.SinusoidalPositionalEncoding()(x)
     assert keras.backend.standardize_dtype(y.dtype) == "float16"
-    np.testing.assert_array_equal(y._keras_mask, tokens != 0)
+    np.testing.assert_array_equal(_masking.keras_mask(y), tokens != 0)
     np.testing.assert_allclose(np.asarray(y - x, "float32")[0], _formula(3, 4), atol=2e-3)
 
 
-def test_bad_arguments_raise():
-    with pytest.raises(ValueError, match="SinusoidalPositionalEncoding: `max_wavelength`"):
-        layers.SinusoidalPositionalEncoding(max_wavelength=0)
-    with pytest.raises(ValueError, match="'pe'.*\\(batch, time, features\\)"):
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (0, ValueError),
+        (1.0, ValueError),
+        (float("nan"), ValueError),
+        ("1e4", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+    ],
+)
+def test_bad_max_wavelength_error_names_layer_argument_and_value(value, error):
+    kind = "value" if error is ValueError else "type"
+    with pytest.raises(
+        error,
+        match=rf"^SinusoidalPositionalEncoding 'pe': invalid {kind} for argument "
+        rf"`max_wavelength`: .*received {re.escape(repr(value))}",
+    ):
+        layers.SinusoidalPositionalEncoding(max_wavelength=value, name="pe")
+
+
+def test_numpy_numbers_are_accepted():
+    assert layers.SinusoidalPositionalEncoding(np.int64(100)).max_wavelength == 100.0
+    assert layers.SinusoidalPositionalEncoding(np.float32(50)).max_wavelength == 50.0
+
+
+def test_bad_input_shape_raises():
+    with pytest.raises(ValueError, match=r"'pe': invalid shape for argument `inputs`"):
         layers.SinusoidalPositionalEncoding(name="pe")(np.zeros((2, 5), "float32"))
 
 

@@ -1,5 +1,7 @@
 """Transformer blocks and the feed-forward network against NumPy references."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import tensorflow as tf
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+from keras_seq.layers import _masking
 
 # ---------------------------------------------------------------- references
 
@@ -104,8 +107,6 @@ def test_feed_forward_matches_numpy_and_keeps_width(rng):
     gelu = 0.5 * h * (1 + np.vectorize(__import__("math").erf)(h / np.sqrt(2)))
     np.testing.assert_allclose(y, gelu @ W_2 + b_2, atol=1e-5)
     assert [tuple(w.shape) for w in ffn.weights] == [(6, 16), (16,), (16, 6), (6,)]
-    with pytest.raises(ValueError, match="PositionwiseFeedForward: `intermediate_dim`"):
-        layers.PositionwiseFeedForward(0)
 
 
 @pytest.mark.slow
@@ -176,7 +177,7 @@ def test_encoder_implicit_mask_equals_explicit_padding_mask(rng):
     encoder = layers.TransformerEncoder(12, 2, normalize_first=True)
     x = embedding(tokens)
     y = encoder(x)
-    np.testing.assert_array_equal(y._keras_mask, keep)
+    np.testing.assert_array_equal(_masking.keras_mask(y), keep)
     y_explicit = encoder(np.asarray(x), padding_mask=keep)
     np.testing.assert_allclose(np.asarray(y)[keep], np.asarray(y_explicit)[keep], atol=1e-5)
 
@@ -400,29 +401,89 @@ def test_decoder_padding_invariance(rng):
 # ---------------------------------------------------------------- errors
 
 
+def _argument_error(owner, error, argument, value):
+    """The one wording of keras_seq._validation, as a regex."""
+    kind = "value" if error is ValueError else "type"
+    return (
+        rf"^{owner}: invalid {kind} for argument `{argument}`: .*received {re.escape(repr(value))}"
+    )
+
+
+_BLOCK_BAD_ARGUMENTS = [
+    ("intermediate_dim", 0, ValueError),
+    ("intermediate_dim", 8.5, ValueError),
+    ("intermediate_dim", "8", TypeError),
+    ("num_heads", -1, ValueError),
+    ("num_heads", True, TypeError),
+    ("dropout", 1.0, ValueError),
+    ("dropout", None, TypeError),
+    ("activation", "nope", ValueError),
+    ("activation", 3, TypeError),
+    ("layer_norm_epsilon", 0.0, ValueError),
+    ("layer_norm_epsilon", "1e-5", TypeError),
+    ("normalize_first", 1, TypeError),
+]
+
+
+@pytest.mark.parametrize("cls", ["TransformerEncoder", "TransformerDecoder"])
+@pytest.mark.parametrize("argument, value, error", _BLOCK_BAD_ARGUMENTS)
+def test_bad_block_argument_error_names_layer_argument_and_value(cls, argument, value, error):
+    kwargs = dict(intermediate_dim=8, num_heads=2, name="blk")
+    kwargs[argument] = value
+    with pytest.raises(error, match=_argument_error(f"{cls} 'blk'", error, argument, value)):
+        getattr(layers, cls)(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "argument, value, error",
+    [
+        ("intermediate_dim", 0, ValueError),
+        ("intermediate_dim", False, TypeError),
+        ("activation", "nope", ValueError),
+        ("activation", 3, TypeError),
+        ("dropout", -0.5, ValueError),
+        ("dropout", "0", TypeError),
+    ],
+)
+def test_bad_feedforward_argument_error_names_layer_argument_and_value(argument, value, error):
+    kwargs = dict(intermediate_dim=8, name="ffn")
+    kwargs[argument] = value
+    owner = "PositionwiseFeedForward 'ffn'"
+    with pytest.raises(error, match=_argument_error(owner, error, argument, value)):
+        layers.PositionwiseFeedForward(**kwargs)
+
+
+def test_numpy_integer_arguments_are_accepted(rng):
+    encoder = layers.TransformerEncoder(np.int64(8), 2)
+    decoder = layers.TransformerDecoder(np.int32(8), np.int64(2))
+    ffn = layers.PositionwiseFeedForward(np.int64(16))
+    assert type(encoder.intermediate_dim) is int and type(decoder.num_heads) is int
+    x = _x(rng, 2, 3, 8)
+    assert encoder(x).shape == decoder(x).shape == ffn(x).shape == (2, 3, 8)
+    assert encoder.get_config()["intermediate_dim"] == 8
+
+
 def test_bad_arguments_raise_clear_errors(rng):
-    with pytest.raises(ValueError, match="TransformerEncoder: `num_heads`"):
-        layers.TransformerEncoder(8, 0)
-    with pytest.raises(ValueError, match="TransformerDecoder: `intermediate_dim`"):
-        layers.TransformerDecoder(0, 2)
-    with pytest.raises(ValueError, match="'enc'.*`num_heads`=3 must divide the model width.*8"):
+    with pytest.raises(
+        ValueError, match=r"'enc': invalid value for argument `num_heads`: .*width.*8, received 3"
+    ):
         layers.TransformerEncoder(8, 3, name="enc")(_x(rng, 1, 2, 8))
     encoder = layers.TransformerEncoder(8, 2, name="enc")
-    with pytest.raises(ValueError, match="'enc'.*`padding_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'enc': invalid shape for argument `padding_mask`"):
         encoder(_x(rng, 2, 3, 8), padding_mask=np.ones((2, 4), bool))
-    with pytest.raises(ValueError, match="'enc'.*`inputs` must have 8 features"):
+    with pytest.raises(ValueError, match=r"'enc': invalid shape for argument `inputs`: .*8"):
         encoder(_x(rng, 2, 3, 6))
-    with pytest.raises(ValueError, match="'enc'.*`attention_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'enc': invalid shape for argument `attention_mask`"):
         encoder(_x(rng, 2, 3, 8), attention_mask=np.ones((2, 3, 5), bool))
     decoder = layers.TransformerDecoder(8, 2, name="dec")
     decoder(_x(rng, 2, 3, 8), _x(rng, 2, 4, 6))
     with pytest.raises(ValueError, match="'dec'.*built with cross-attention"):
         decoder(_x(rng, 2, 3, 8))
-    with pytest.raises(ValueError, match="'dec'.*`encoder_sequence` must have 6 features"):
+    with pytest.raises(ValueError, match=r"'dec': invalid shape for argument `encoder_sequence`"):
         decoder(_x(rng, 2, 3, 8), _x(rng, 2, 4, 7))
-    with pytest.raises(ValueError, match="'dec'.*same batch size"):
+    with pytest.raises(ValueError, match=r"'dec'.*`encoder_sequence`: expected the batch size"):
         decoder(_x(rng, 2, 3, 8), _x(rng, 3, 4, 6))
-    with pytest.raises(ValueError, match="'dec'.*`decoder_padding_mask` must have shape"):
+    with pytest.raises(ValueError, match=r"'dec'.*argument `decoder_padding_mask`"):
         decoder(
             _x(rng, 2, 1, 8),
             _x(rng, 2, 4, 6),
