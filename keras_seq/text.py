@@ -51,6 +51,8 @@ from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
     bert_vocab_from_dataset,
 )
 
+from keras_seq.reserved_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+
 __all__ = [
     "PAD_ID",
     "UNK_ID",
@@ -62,11 +64,6 @@ __all__ = [
     "load_tokenizer",
 ]
 
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 
 VOCABULARY_FILE = "vocab.txt"
 METADATA_FILE = "tokenizer.json"
