@@ -219,11 +219,11 @@ def test_decoders_run_from_a_saved_model(seq2seq_models, tmp_path):
 def test_bad_arguments_raise_value_error(seq2seq_models):
     model = seq2seq_models["rnn"]
     source = _sources()
-    with pytest.raises(ValueError, match="greedy_decode: `max_length`"):
+    with pytest.raises(ValueError, match="greedy_decode: invalid value for argument `max_length`"):
         decoding.greedy_decode(model, source, 0)
-    with pytest.raises(ValueError, match="beam_search: `beam_width`"):
+    with pytest.raises(ValueError, match="beam_search: invalid value for argument `beam_width`"):
         decoding.beam_search(model, source, L, beam_width=0)
-    with pytest.raises(ValueError, match="greedy_decode: `encoder_inputs`"):
+    with pytest.raises(TypeError, match="greedy_decode: invalid type for argument `encoder_inputs`"):
         decoding.greedy_decode(model, source.astype("float32"), L)
     classifier = models.sequence_classifier(V, 2, units=4)
     with pytest.raises(ValueError, match="was not built by"):
