@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import Sequence
 
 import numpy as np
@@ -276,10 +275,13 @@ def held_out_pairs(run_dir: str, metrics: dict, examples: int) -> list[tuple[str
     path = config.get("data")
     if path and config.get("task") in (None, "translate") and os.path.isfile(path):
         # The split of `keras-seq train --data FILE.tsv`.
-        pairs = data.load_tsv(path)
-        random.Random(config.get("seed", 0)).shuffle(pairs)
-        n_test = min(config.get("test_size", 10_000), max(1, len(pairs) // 10))
-        return [tuple(p) for p in pairs[:n_test][:examples]]
+        split = data.split_pairs(
+            data.load_tsv(path),
+            validation_size=config.get("validation_size", 2_000),
+            test_size=config.get("test_size", 10_000),
+            seed=config.get("seed", 0),
+        )
+        return [tuple(p) for p in split["test"][:examples]]
     if not path and config.get("task", "dates") == "dates" and "test_size" in config:
         task = data.date_task(
             train_size=0, validation_size=0, test_size=config["test_size"],
