@@ -11,6 +11,9 @@ decoder one step at a time without a second model:
 - ``"target_embedding"``, then the decoder (``"decoder"`` for the recurrent
   model, ``"decoder_layer_{i}"`` for the Transformer), then ``"logits"`` (or
   the tied ``"target_embedding"`` called with ``reverse=True``).
+
+`seq2seq_kind` is the one function that reads these names to tell which
+builder made a model.
 """
 
 from __future__ import annotations
