@@ -13,7 +13,6 @@ unless the year comes first with four digits, so every source names one date.
 from __future__ import annotations
 
 import datetime
-import numbers
 import os
 import random
 from collections.abc import Sequence
@@ -21,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
+
+from keras_seq._validation import check_int, invalid_value
 
 if TYPE_CHECKING:
     from keras_seq.text import CharTokenizer, WordPieceTokenizer
@@ -140,15 +141,12 @@ def date_task(
     3
     """
     sizes = {"test": test_size, "validation": validation_size, "train": train_size}
-    for name, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
-            raise ValueError(f"date_task: `{name}_size` must be an int >= 0, got {size!r}.")
+    sizes = {name: check_int("date_task", f"{name}_size", n, minimum=0) for name, n in sizes.items()}
     if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
         raise ValueError(
             f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got {sum(sizes.values())}."
         )
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"date_task: `seed` must be an int, got {seed!r}.")
+    seed = check_int("date_task", "seed", seed)
 
     rng = random.Random(int(seed))
     first = FIRST_DATE.toordinal()
@@ -187,14 +185,7 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
         ValueError: naming the file and 1-based line number, for a line with
             fewer than two fields, an empty source or target, or invalid UTF-8.
     """
-    if max_examples is not None and (
-        isinstance(max_examples, bool)
-        or not isinstance(max_examples, numbers.Integral)
-        or max_examples < 0
-    ):
-        raise ValueError(
-            f"load_tsv: `max_examples` must be None or an int >= 0, got {max_examples!r}."
-        )
+    max_examples = check_int("load_tsv", "max_examples", max_examples, minimum=0, allow_none=True)
     path = os.fspath(path)
     pairs: list[tuple[str, str]] = []
     with open(path, "rb") as f:
@@ -220,6 +211,48 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
                     raise ValueError(f"{path}, line {number}: empty {field_name} in {line[:60]!r}.")
             pairs.append((source, target))
     return pairs
+
+
+def split_pairs(
+    pairs: Sequence[tuple[str, str]], validation_size: int, test_size: int, seed: int = 0
+) -> dict[str, list[tuple[str, str]]]:
+    """Shuffles a corpus with ``seed`` and splits it into train, validation and test.
+
+    The split ``keras-seq train --data FILE.tsv`` uses: after the shuffle,
+    the first ``min(test_size, max(1, n // 10))`` pairs are the test split,
+    the next ``min(validation_size, max(1, n // 20))`` the validation split,
+    the rest the training split. The same arguments give the same split, so
+    the test pairs can be drawn again later (`keras_seq.export.export_run`).
+
+    Args:
+        pairs: at least 3 ``(source, target)`` pairs.
+        validation_size: the most validation pairs.
+        test_size: the most test pairs.
+        seed: seed of the shuffle.
+
+    Returns:
+        ``{"train": [...], "validation": [...], "test": [...]}`` as `date_task`.
+
+    Example:
+
+    >>> split = split_pairs([(str(i), str(i)) for i in range(40)], 10, 10)
+    >>> [len(split[k]) for k in ("train", "validation", "test")]
+    [34, 2, 4]
+    """
+    where = "split_pairs"
+    validation_size = check_int(where, "validation_size", validation_size, minimum=1)
+    test_size = check_int(where, "test_size", test_size, minimum=1)
+    pairs = list(pairs)
+    if len(pairs) < 3:
+        raise invalid_value(where, "pairs", "at least 3 pairs", f"{len(pairs)} pairs")
+    random.Random(check_int(where, "seed", seed)).shuffle(pairs)
+    n_test = min(test_size, max(1, len(pairs) // 10))
+    n_validation = min(validation_size, max(1, len(pairs) // 20))
+    return {
+        "train": pairs[n_test + n_validation :],
+        "validation": pairs[n_test : n_test + n_validation],
+        "test": pairs[:n_test],
+    }
 
 
 def make_dataset(
@@ -273,19 +306,12 @@ def make_dataset(
     >>> tuple(targets.shape)
     (1, 12)
     """
-    for name, value, minimum in (
-        ("batch_size", batch_size, 1),
-        ("source_length", source_length, 1),
-        ("target_length", target_length, 2),
-    ):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-            raise ValueError(f"make_dataset: `{name}` must be an int >= {minimum}, got {value!r}.")
-    if shuffle_seed is not None and (
-        isinstance(shuffle_seed, bool) or not isinstance(shuffle_seed, numbers.Integral)
-    ):
-        raise TypeError(
-            f"make_dataset: `shuffle_seed` must be None or an int, got {shuffle_seed!r}."
-        )
+    where = "make_dataset"
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
+    source_length = check_int(where, "source_length", source_length, minimum=1)
+    # [START] or [END] and at least one token.
+    target_length = check_int(where, "target_length", target_length, minimum=2)
+    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
     pairs = list(pairs)
     if not pairs:
         raise ValueError("make_dataset: `pairs` is empty.")
@@ -294,11 +320,6 @@ def make_dataset(
             raise ValueError(
                 f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, got {pair!r}."
             )
-    batch_size, source_length, target_length = (
-        int(batch_size),
-        int(source_length),
-        int(target_length),
-    )
     buckets = _check_buckets(bucket_lengths, source_length)
     sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
     targets = tf.constant([t for _, t in pairs], dtype=tf.string)
@@ -324,7 +345,7 @@ def make_dataset(
         columns += (tf.cast(source_tokenizer.tokenize(sources).row_lengths(), tf.int32),)
     dataset = tf.data.Dataset.from_tensor_slices(columns)
     if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(pairs), seed=int(shuffle_seed), reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
     # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
     if buckets:
         dataset = dataset.bucket_by_sequence_length(
@@ -346,14 +367,10 @@ def make_dataset(
 def _check_buckets(bucket_lengths, source_length) -> tuple[int, ...]:
     if bucket_lengths is None:
         return ()
+    expected = f"strictly increasing integers in [1, source_length={source_length})"
     buckets = tuple(bucket_lengths)
-    valid = all(
-        isinstance(b, numbers.Integral) and not isinstance(b, bool) and 0 < b < source_length
-        for b in buckets
-    )
-    if not valid or list(buckets) != sorted(set(buckets)):
-        raise ValueError(
-            "make_dataset: `bucket_lengths` must be strictly increasing ints in "
-            f"[1, source_length={source_length}), got {bucket_lengths!r}."
-        )
+    for b in buckets:
+        check_int("make_dataset", "bucket_lengths", b, minimum=1, maximum=source_length - 1)
+    if list(buckets) != sorted(set(buckets)):
+        raise invalid_value("make_dataset", "bucket_lengths", expected, bucket_lengths)
     return tuple(int(b) for b in buckets)

@@ -30,7 +30,9 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
-from keras_seq.text import END_ID, PAD_ID, START_ID
+from keras_seq._validation import check_float, check_positive_int, invalid_type, shape_error
+from keras_seq.models.seq2seq import seq2seq_kind
+from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID
 
 _NEG_INF = -1e9  # finite, so that -inf - -inf never turns into NaN
 
@@ -221,13 +223,13 @@ def decoder_steps(model: keras.Model) -> DecoderSteps:
     >>> tuple(logits.shape)
     (1, 12)
     """
-    names = {layer.name for layer in model.layers}
-    if {"encoder", "target_embedding", "decoder", "logits"} <= names:
+    kind = seq2seq_kind(model)
+    if kind == "rnn":
         return _RecurrentSteps(model)
-    if {"encoder", "target_embedding", "target_position", "decoder_layer_0"} <= names:
+    if kind == "transformer":
         return _TransformerSteps(model)
     raise ValueError(
-        f"keras_seq.decoding: model {model.name!r} was not built by "
+        f"keras_seq.decoding: model {getattr(model, 'name', model)!r} was not built by "
         "keras_seq.models.rnn_seq2seq or keras_seq.models.transformer_seq2seq "
         "(it lacks the named encoder/decoder layers decoding steps through)."
     )
@@ -255,15 +257,17 @@ def attention_weights(model, encoder_inputs, decoder_inputs):
 
 
 def _check_decode_args(where, encoder_inputs, max_length):
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= 0:
-        raise ValueError(f"{where}: `max_length` must be a positive int; received {max_length!r}.")
+    """``(encoder_inputs as int32, max_length as int)``, or the error naming the bad one."""
+    max_length = check_positive_int(where, "max_length", max_length)
     encoder_inputs = tf.convert_to_tensor(encoder_inputs)
-    if encoder_inputs.shape.rank != 2 or not encoder_inputs.dtype.is_integer:
-        raise ValueError(
-            f"{where}: `encoder_inputs` must be a (batch, length) integer tensor of token "
-            f"ids; received shape {encoder_inputs.shape} and dtype {encoder_inputs.dtype.name}."
+    if not encoder_inputs.dtype.is_integer:
+        raise invalid_type(
+            where, "encoder_inputs", "integer token ids",
+            f"a tensor of dtype {encoder_inputs.dtype.name}",
         )
-    return tf.cast(encoder_inputs, "int32")
+    if encoder_inputs.shape.rank != 2:
+        raise shape_error(where, "encoder_inputs", "(batch, length)", encoder_inputs.shape)
+    return tf.cast(encoder_inputs, "int32"), max_length
 
 
 def _write_column(buffer, t, values):
@@ -318,7 +322,7 @@ def greedy_decode(
         ``(B, max_length)`` int32 ids; each row holds its tokens up to and
         including ``[END]``, then ``[PAD]`` (0).
     """
-    encoder_inputs = _check_decode_args("greedy_decode", encoder_inputs, max_length)
+    encoder_inputs, max_length = _check_decode_args("greedy_decode", encoder_inputs, max_length)
     return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
 
@@ -417,19 +421,15 @@ def beam_search(
     References:
         Wu et al. Google's Neural Machine Translation System. arXiv:1609.08144, 2016.
     """
-    if not isinstance(beam_width, int) or isinstance(beam_width, bool) or beam_width <= 0:
-        raise ValueError(f"beam_search: `beam_width` must be a positive int; received {beam_width!r}.")
-    if not float(length_penalty) >= 0.0:
-        raise ValueError(
-            f"beam_search: `length_penalty` must be >= 0; received {length_penalty!r}."
-        )
-    encoder_inputs = _check_decode_args("beam_search", encoder_inputs, max_length)
+    beam_width = check_positive_int("beam_search", "beam_width", beam_width)
+    length_penalty = check_float("beam_search", "length_penalty", length_penalty, low=0.0)
+    encoder_inputs, max_length = _check_decode_args("beam_search", encoder_inputs, max_length)
     return _beam_search(
         decoder_steps(model),
         encoder_inputs,
         max_length,
         beam_width,
-        float(length_penalty),
+        length_penalty,
         start_id,
         end_id,
     )

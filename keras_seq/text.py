@@ -3,7 +3,7 @@
 Both tokenizers are `tf.Module`s whose `tokenize`, `encode` and `detokenize` are
 made of TensorFlow ops only, so they run eagerly, inside `tf.function`, inside a
 `tf.data` pipeline and inside a SavedModel. Every vocabulary starts with the same
-reserved tokens:
+reserved tokens (`keras_seq.reserved_tokens`, re-exported here):
 
     id 0 "[PAD]"   id 1 "[UNK]"   id 2 "[START]"   id 3 "[END]"
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import abc
 import json
-import numbers
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -51,6 +50,9 @@ from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
     bert_vocab_from_dataset,
 )
 
+from keras_seq._validation import check_int, check_positive_int, invalid_value
+from keras_seq.reserved_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
+
 __all__ = [
     "PAD_ID",
     "UNK_ID",
@@ -62,11 +64,6 @@ __all__ = [
     "load_tokenizer",
 ]
 
-PAD_ID = 0
-UNK_ID = 1
-START_ID = 2
-END_ID = 3
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 
 VOCABULARY_FILE = "vocab.txt"
 METADATA_FILE = "tokenizer.json"
@@ -74,6 +71,8 @@ _FORMAT_VERSION = 1
 # What an unknown id or an invalid byte sequence turns into when detokenized.
 _REPLACEMENT_CHARACTER = "\ufffd"
 _SUFFIX_INDICATOR = "##"
+# Longer words become a single [UNK] (the default of tensorflow-text's WordPiece).
+_DEFAULT_MAX_BYTES_PER_WORD = 100
 
 # What `tokenize`/`encode` accept: a string tensor of shape (B,) or a list of str/bytes.
 _Strings = tf.Tensor | Sequence[str | bytes]
@@ -127,14 +126,20 @@ def _unescape_token(line: str, path: str, line_number: int) -> str:
 # Shared behaviour
 
 
-class _Tokenizer(tf.Module):
+class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
     """Encoding, detokenizing and saving shared by both tokenizers.
 
     Subclasses implement `_tokenize` (string tensor (B,) -> ragged int32 ids)
-    and `_surface` (the text each id stands for when detokenizing).
+    and `_surface` (the text each id stands for when detokenizing); a subclass
+    missing either cannot be instantiated (``TypeError``, as for any
+    `abc.ABC`: `tf.Module`'s metaclass is plain ``type``, so the ABCMeta here
+    is what enforces them). ``_kind`` names the type in ``tokenizer.json``;
+    ``_OPTIONS`` maps each constructor option saved there to the function
+    that reads it back.
     """
 
     _kind = ""
+    _OPTIONS: dict = {}
 
     def __init__(self, vocabulary: Sequence[str], name: str | None = None):
         super().__init__(name=name)
@@ -172,7 +177,7 @@ class _Tokenizer(tf.Module):
         """The text a token stands for when detokenizing."""
 
     def _options(self) -> dict:
-        return {}
+        return {name: getattr(self, name) for name in self._OPTIONS}
 
     # -- public API ----------------------------------------------------------
     @property
@@ -221,19 +226,11 @@ class _Tokenizer(tf.Module):
         Returns:
             int32 tensor of shape `(B, max_length)`.
         """
-        cls = type(self).__name__
-        if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral):
-            raise TypeError(
-                f"{cls}.encode: `max_length` must be an int, got {max_length!r} "
-                f"({type(max_length).__name__})."
-            )
-        max_length = int(max_length)
         num_special = int(bool(add_start)) + int(bool(add_end))
-        if max_length < max(1, num_special):
-            raise ValueError(
-                f"{cls}.encode: `max_length` must be at least {max(1, num_special)} "
-                f"(add_start={add_start}, add_end={add_end}), got {max_length}."
-            )
+        # At least one place, and room for [START]/[END].
+        max_length = check_int(
+            f"{type(self).__name__}.encode", "max_length", max_length, minimum=max(1, num_special)
+        )
         ids = self.tokenize(strings)[:, : max_length - num_special]
         batch = ids.nrows()
         parts = []
@@ -441,28 +438,21 @@ class WordPieceTokenizer(_Tokenizer):
     """
 
     _kind = "wordpiece"
+    _OPTIONS = {"lower_case": bool, "max_bytes_per_word": int}
 
     def __init__(
         self,
         vocabulary: Sequence[str],
         lower_case: bool = False,
-        max_bytes_per_word: int = 100,
+        max_bytes_per_word: int = _DEFAULT_MAX_BYTES_PER_WORD,
         name: str | None = None,
     ):
-        if isinstance(max_bytes_per_word, bool) or not isinstance(
-            max_bytes_per_word, numbers.Integral
-        ):
-            raise TypeError(
-                f"WordPieceTokenizer: `max_bytes_per_word` must be an int, got "
-                f"{max_bytes_per_word!r}."
-            )
-        if max_bytes_per_word < 1:
-            raise ValueError(
-                f"WordPieceTokenizer: `max_bytes_per_word` must be >= 1, got {max_bytes_per_word}."
-            )
+        max_bytes_per_word = check_positive_int(
+            "WordPieceTokenizer", "max_bytes_per_word", max_bytes_per_word
+        )
         super().__init__(vocabulary, name=name)
         self.lower_case = bool(lower_case)
-        self.max_bytes_per_word = int(max_bytes_per_word)
+        self.max_bytes_per_word = max_bytes_per_word
         self._normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=self.lower_case)
         self._splitter = BasicTokenizer(keep_whitespace=True)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
@@ -483,16 +473,13 @@ class WordPieceTokenizer(_Tokenizer):
             return token[len(_SUFFIX_INDICATOR) :]
         return token
 
-    def _options(self) -> dict:
-        return {"lower_case": self.lower_case, "max_bytes_per_word": self.max_bytes_per_word}
-
     @classmethod
     def from_corpus(
         cls,
         strings: Iterable[str],
         vocab_size: int = 8000,
         lower_case: bool = False,
-        max_bytes_per_word: int = 100,
+        max_bytes_per_word: int = _DEFAULT_MAX_BYTES_PER_WORD,
         learn_params: dict | None = None,
     ) -> WordPieceTokenizer:
         """Learns a vocabulary with `bert_vocab_from_dataset`.
@@ -512,18 +499,12 @@ class WordPieceTokenizer(_Tokenizer):
         Returns:
             A `WordPieceTokenizer`.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
-            raise TypeError(
-                f"WordPieceTokenizer.from_corpus: `vocab_size` must be an int, got {vocab_size!r}."
-            )
-        if vocab_size <= len(RESERVED_TOKENS):
-            raise ValueError(
-                f"WordPieceTokenizer.from_corpus: `vocab_size` must exceed the "
-                f"{len(RESERVED_TOKENS)} reserved tokens, got {vocab_size}."
-            )
+        where = "WordPieceTokenizer.from_corpus"
+        # More than the reserved tokens.
+        vocab_size = check_int(where, "vocab_size", vocab_size, minimum=len(RESERVED_TOKENS) + 1)
         corpus = list(strings)
         if not corpus:
-            raise ValueError("WordPieceTokenizer.from_corpus: `strings` is empty.")
+            raise invalid_value(where, "strings", "at least one string", corpus)
         normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=bool(lower_case))
         dataset = (
             tf.data.Dataset.from_tensor_slices(tf.constant(corpus, dtype=tf.string))
@@ -532,7 +513,7 @@ class WordPieceTokenizer(_Tokenizer):
         )
         vocabulary = bert_vocab_from_dataset(
             dataset,
-            vocab_size=int(vocab_size),
+            vocab_size=vocab_size,
             reserved_tokens=list(RESERVED_TOKENS),
             bert_tokenizer_params={"keep_whitespace": True},
             learn_params=learn_params or {},
@@ -559,6 +540,9 @@ def _replace_invalid_utf8(strings: tf.Tensor) -> tf.Tensor:
 # ---------------------------------------------------------------------------
 # Loading
 
+# The `tokenizer.json` "type" of each tokenizer class.
+_TOKENIZER_TYPES = {cls._kind: cls for cls in (CharTokenizer, WordPieceTokenizer)}
+
 
 def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTokenizer:
     """Loads a tokenizer written by `save` (`vocab.txt` + `tokenizer.json`)."""
@@ -584,15 +568,14 @@ def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTok
             f"of keras-seq reads format_version {_FORMAT_VERSION}."
         )
     kind = metadata.get("type")
-    if kind == CharTokenizer._kind:
-        return CharTokenizer(vocabulary)
-    if kind == WordPieceTokenizer._kind:
-        return WordPieceTokenizer(
-            vocabulary,
-            lower_case=bool(metadata.get("lower_case", False)),
-            max_bytes_per_word=int(metadata.get("max_bytes_per_word", 100)),
+    if kind not in _TOKENIZER_TYPES:
+        raise ValueError(
+            f"load_tokenizer: {metadata_path} has tokenizer type {kind!r}; expected one of "
+            f"{', '.join(map(repr, _TOKENIZER_TYPES))}."
         )
-    raise ValueError(
-        f"load_tokenizer: {metadata_path} has tokenizer type {kind!r}; expected "
-        f"{CharTokenizer._kind!r} or {WordPieceTokenizer._kind!r}."
-    )
+    cls = _TOKENIZER_TYPES[kind]
+    # An option missing from the file keeps the constructor's default.
+    options = {
+        name: read(metadata[name]) for name, read in cls._OPTIONS.items() if name in metadata
+    }
+    return cls(vocabulary, **options)

@@ -23,31 +23,41 @@ import keras
 import keras_tuner
 
 from keras_seq import models
+from keras_seq._validation import (
+    check_choice,
+    check_float,
+    check_positive_int,
+    check_rate,
+    invalid_type,
+    invalid_value,
+)
 from keras_seq.models import _cells
+from keras_seq.reserved_tokens import PAD_ID
 
 __all__ = ["ClassifierHyperModel", "Seq2SeqHyperModel"]
 
 _ALL_CELLS = _cells.CELL_NAMES
 
 
-def _check_choices(where: str, name: str, values: Sequence, allowed=None) -> list:
-    values = list(values)
-    if not values:
-        raise ValueError(f"{where}: `{name}` must list at least one choice; received {values!r}.")
-    if allowed is not None:
-        unknown = [v for v in values if v not in allowed]
-        if unknown:
-            raise ValueError(
-                f"{where}: `{name}` may only contain {list(allowed)}; received {unknown!r}."
-            )
+def _check_choices(where: str, name: str, values: Sequence, allowed: Sequence) -> list:
+    """A non-empty list of choices, each one of ``allowed``."""
+    values = _non_empty(where, name, values)
+    for value in values:
+        check_choice(where, name, value, allowed)
     return values
 
 
 def _check_int_choices(where: str, name: str, values: Sequence[int]) -> list[int]:
-    values = _check_choices(where, name, values)
-    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
-        raise ValueError(f"{where}: `{name}` must hold positive ints; received {values!r}.")
-    return values
+    """A non-empty list of positive integers (NumPy integers accepted)."""
+    return [check_positive_int(where, name, v) for v in _non_empty(where, name, values)]
+
+
+def _non_empty(where: str, name: str, values: Sequence) -> list:
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise invalid_type(where, name, "a sequence of choices", values)
+    if not values:
+        raise invalid_value(where, name, "at least one choice", values)
+    return list(values)
 
 
 def _learning_rate(hp: keras_tuner.HyperParameters, bounds: tuple[float, float]) -> float:
@@ -98,13 +108,17 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
     ):
         super().__init__(**kwargs)
         where = "Seq2SeqHyperModel"
-        self.source_vocabulary_size = source_vocabulary_size
-        self.target_vocabulary_size = target_vocabulary_size
+        self.source_vocabulary_size = check_positive_int(
+            where, "source_vocabulary_size", source_vocabulary_size
+        )
+        self.target_vocabulary_size = check_positive_int(
+            where, "target_vocabulary_size", target_vocabulary_size
+        )
         self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
         self.units = _check_int_choices(where, "units", units)
         self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
         self.attention = _check_choices(where, "attention", attention, ("bahdanau", "none"))
-        self.max_dropout = _check_max_dropout(where, max_dropout)
+        self.max_dropout = check_rate(where, "max_dropout", max_dropout)
         self.learning_rate = _check_learning_rate(where, learning_rate)
 
     def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
@@ -120,7 +134,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         )
         model.compile(
             optimizer=keras.optimizers.Adam(_learning_rate(hp, self.learning_rate)),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
         return model
@@ -166,19 +180,21 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
     ):
         super().__init__(**kwargs)
         where = "ClassifierHyperModel"
-        self.vocabulary_size = vocabulary_size
-        self.num_classes = num_classes
+        self.vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
+        self.num_classes = check_positive_int(where, "num_classes", num_classes)
         self.kinds = _check_choices(where, "kinds", kinds, ("rnn", "transformer"))
         self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
         self.units = _check_int_choices(where, "units", units)
-        self.max_layers = _check_int_choices(where, "max_layers", [max_layers])[0]
-        self.num_heads = _check_int_choices(where, "num_heads", [num_heads])[0]
+        self.max_layers = check_positive_int(where, "max_layers", max_layers)
+        self.num_heads = check_positive_int(where, "num_heads", num_heads)
         if "transformer" in self.kinds and any(u % self.num_heads for u in self.units):
-            raise ValueError(
-                f"{where}: every `units` choice must be divisible by num_heads={self.num_heads} "
-                f"for a Transformer encoder; received units={self.units}."
+            raise invalid_value(
+                where,
+                "units",
+                f"widths divisible by num_heads={self.num_heads} for a Transformer encoder",
+                self.units,
             )
-        self.max_dropout = _check_max_dropout(where, max_dropout)
+        self.max_dropout = check_rate(where, "max_dropout", max_dropout)
         self.learning_rate = _check_learning_rate(where, learning_rate)
 
     def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
@@ -203,18 +219,11 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         return model
 
 
-def _check_max_dropout(where: str, value: float) -> float:
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{where}: `max_dropout` must be in [0, 1); received {value!r}.")
-    return float(value)
-
-
 def _check_learning_rate(where: str, bounds: tuple[float, float]) -> tuple[float, float]:
-    low, high = bounds
-    if not 0.0 < low <= high:
-        raise ValueError(
-            f"{where}: `learning_rate` must be (low, high) with 0 < low <= high; "
-            f"received {bounds!r}."
-        )
-    return float(low), float(high)
-
+    expected = "(low, high) with 0 < low <= high"
+    if isinstance(bounds, str) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise invalid_type(where, "learning_rate", expected, bounds)
+    low, high = (check_float(where, "learning_rate", b, low=0.0, low_inclusive=False) for b in bounds)
+    if low > high:
+        raise invalid_value(where, "learning_rate", expected, bounds)
+    return low, high

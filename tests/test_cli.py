@@ -96,6 +96,19 @@ def test_train_under_mirrored_strategy_with_two_cpu_replicas(tmp_path):
     assert metrics["replicas"] == 2
 
 
+def test_train_help_shows_the_defaults_train_uses(capsys):
+    from keras_seq import training
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"--batch-size BATCH_SIZE default: {training.default_for('batch_size')}" in help_text
+    assert (f"default: {training.default_for('epochs')} (rnn gru), "
+            f"{training.default_for('epochs', 'transformer')} (other cells and transformer)"
+            in help_text)
+    assert f"(default: {training.TrainingConfig().out})" in help_text
+
+
 def test_bad_flags_exit_with_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--epochs", "0"])

@@ -2,6 +2,8 @@
 
 import itertools
 import math
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -219,11 +221,11 @@ def test_decoders_run_from_a_saved_model(seq2seq_models, tmp_path):
 def test_bad_arguments_raise_value_error(seq2seq_models):
     model = seq2seq_models["rnn"]
     source = _sources()
-    with pytest.raises(ValueError, match="greedy_decode: `max_length`"):
+    with pytest.raises(ValueError, match="greedy_decode: invalid value for argument `max_length`"):
         decoding.greedy_decode(model, source, 0)
-    with pytest.raises(ValueError, match="beam_search: `beam_width`"):
+    with pytest.raises(ValueError, match="beam_search: invalid value for argument `beam_width`"):
         decoding.beam_search(model, source, L, beam_width=0)
-    with pytest.raises(ValueError, match="greedy_decode: `encoder_inputs`"):
+    with pytest.raises(TypeError, match="greedy_decode: invalid type for argument `encoder_inputs`"):
         decoding.greedy_decode(model, source.astype("float32"), L)
     classifier = models.sequence_classifier(V, 2, units=4)
     with pytest.raises(ValueError, match="was not built by"):
@@ -247,3 +249,21 @@ def test_attention_weights_of_a_model_without_attention_raise(seq2seq_models):
         decoding.attention_weights(
             seq2seq_models["rnn_plain_lstm"], _sources(), np.full((4, 2), START_ID, "int32")
         )
+
+
+def test_importing_decoding_does_not_import_tensorflow_text():
+    script = (
+        "import sys, keras_seq.decoding\n"
+        "assert keras_seq.decoding.PAD_ID == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tensorflow_text')))\n"
+    )
+    import os
+
+    import keras_seq
+
+    # The keras_seq under test, whatever sys.path the subprocess would have.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(keras_seq.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, timeout=300, env=env)
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -142,10 +142,10 @@ def test_tflite_decoder_step_logits_match_keras_step(seq2seq, rng):
 
 def test_seq2seq_converters_reject_other_models():
     classifier = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    with pytest.raises(ValueError, match="convert_seq2seq_to_tflite: `model` must be a translation"):
+    with pytest.raises(ValueError, match="convert_seq2seq_to_tflite: invalid value for argument `model`: expected a translation"):
         convert_seq2seq_to_tflite(classifier)
     model = models.rnn_seq2seq(5, 5, units=2, embedding_dim=2)
-    with pytest.raises(ValueError, match="`target_length` must be a positive int"):
+    with pytest.raises(ValueError, match="invalid value for argument `target_length`: expected a positive integer"):
         convert_decoder_steps_to_tflite(model, 0)
 
 
@@ -177,15 +177,17 @@ def test_batch_size_fixes_the_batch_dimension(dense_flatbuffer):
 
 def test_converters_reject_bad_quantize_and_batch_size(dense_flatbuffer):
     model, _ = dense_flatbuffer
-    with pytest.raises(ValueError, match=r"convert_to_tflite: `quantize` .*received quantize='int4'"):
+    with pytest.raises(ValueError, match=r"convert_to_tflite: invalid value for argument `quantize`: .*received 'int4'"):
         convert_to_tflite(model, quantize="int4")
-    for bad in (0, True, 1.5):
-        with pytest.raises(ValueError, match=r"convert_to_tflite: `batch_size` must be a positive"):
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match=r"convert_to_tflite: invalid value for argument `batch_size`"):
             convert_to_tflite(model, batch_size=bad)
+    with pytest.raises(TypeError, match=r"convert_to_tflite: invalid type for argument `batch_size`"):
+        convert_to_tflite(model, batch_size=True)
     with pytest.raises(ValueError, match="convert_to_tflite: `batch_size` sets the batch"):
         convert_to_tflite(model, [tf.TensorSpec([None, None, 3])], batch_size=1)
     seq2seq = models.rnn_seq2seq(5, 5, units=2, embedding_dim=2)
-    with pytest.raises(ValueError, match=r"convert_seq2seq_to_tflite: `quantize`"):
+    with pytest.raises(ValueError, match=r"convert_seq2seq_to_tflite: invalid value for argument `quantize`"):
         convert_seq2seq_to_tflite(seq2seq, quantize="int8")
-    with pytest.raises(ValueError, match=r"convert_decoder_steps_to_tflite: `quantize`"):
+    with pytest.raises(ValueError, match=r"convert_decoder_steps_to_tflite: invalid value for argument `quantize`"):
         convert_decoder_steps_to_tflite(seq2seq, 4, quantize=True)

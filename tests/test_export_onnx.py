@@ -95,7 +95,7 @@ def test_transformer_encoder_with_padding_mask_matches_keras(tmp_path, rng):
 def test_convert_to_onnx_rejects_bad_opset(tmp_path):
     inputs = keras.Input((None, 3))
     model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
-    with pytest.raises(ValueError, match="convert_to_onnx: `opset` must be a positive int"):
+    with pytest.raises(ValueError, match="convert_to_onnx: invalid value for argument `opset`: expected a positive integer"):
         convert_to_onnx(model, tmp_path / "x.onnx", opset=0)
 
 

@@ -221,9 +221,9 @@ def test_wordpiece_beam_savedmodel_equals_in_process_beam_search(exported):
 
 def test_export_saved_model_rejects_bad_arguments(exported):
     model, tokenizer = exported["rnn"]
-    with pytest.raises(ValueError, match="export_saved_model: `target_length` must be a positive"):
+    with pytest.raises(ValueError, match="export_saved_model: invalid value for argument `target_length`: expected a positive"):
         export_saved_model(model, tokenizer, tokenizer, "unused", 8, 0)
-    with pytest.raises(TypeError, match="export_saved_model: `source_tokenizer` must be"):
+    with pytest.raises(TypeError, match="export_saved_model: invalid type for argument `source_tokenizer`"):
         export_saved_model(model, "vocab.txt", tokenizer, "unused", 8, 8)
     small = text.CharTokenizer.from_corpus(["ab"])
     with pytest.raises(ValueError, match="predicts only 7"):
@@ -231,7 +231,7 @@ def test_export_saved_model_rejects_bad_arguments(exported):
             models.rnn_seq2seq(7, 7, units=4, embedding_dim=2), tokenizer, tokenizer, "x", 8, 8
         )
     classifier = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    with pytest.raises(ValueError, match="must be a translation model"):
+    with pytest.raises(ValueError, match="expected a translation model"):
         export_saved_model(classifier, small, small, "unused", 8, 8)
 
 
@@ -332,14 +332,14 @@ def test_export_run_writes_every_format_and_they_agree(run_exports, exported):
 
 
 def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"export_run: `formats` must be .*'coreml'"):
+    with pytest.raises(ValueError, match=r"export_run: invalid value for argument `formats`: .*received 'coreml'"):
         export_run(run_dir, tmp_path, formats=("coreml",))
     with pytest.raises(FileNotFoundError, match="export_run: .*metrics.json does not exist"):
         export_run(tmp_path, tmp_path / "out")
-    with pytest.raises(ValueError, match=r"export_run: `quantize` must be a selection of "
-                       r"\['dynamic', 'float16'\]; received quantize=\['int8'\]"):
+    with pytest.raises(ValueError, match=r"export_run: invalid value for argument `quantize`: expected one of "
+                       r"'dynamic', 'float16', received 'int8'"):
         export_run(run_dir, tmp_path, quantize=("int8",))
-    with pytest.raises(ValueError, match="export_run: `examples` must be a positive int"):
+    with pytest.raises(ValueError, match="export_run: invalid value for argument `examples`: expected a positive"):
         export_run(run_dir, tmp_path, examples=0)
 
 

@@ -359,8 +359,10 @@ def test_vocab_file_escapes_whitespace_backslash_and_control_characters(tmp_path
 def test_bad_arguments_raise_clear_errors(tmp_path, char_tokenizer):
     with pytest.raises(ValueError, match="max_length"):
         char_tokenizer.encode(["a"], 1, add_start=True, add_end=True)
-    with pytest.raises(TypeError, match="max_length"):
+    with pytest.raises(ValueError, match="CharTokenizer.encode: invalid value for argument `max_length`"):
         char_tokenizer.encode(["a"], 3.0)
+    with pytest.raises(TypeError, match="CharTokenizer.encode: invalid type for argument `max_length`"):
+        char_tokenizer.encode(["a"], True)
     with pytest.raises(ValueError, match=r"CharTokenizer.tokenize.*shape \(B,\)"):
         char_tokenizer.tokenize("a single string")
     with pytest.raises(ValueError, match=r"shape \(B,\)"):
@@ -395,3 +397,29 @@ def test_numpy_integers_are_accepted_as_lengths(char_tokenizer):
             _reference_char_ids("21 Nov 2026", char_tokenizer.vocabulary), 4, False, True
         )
     ]
+
+
+def test_a_tokenizer_missing_an_abstract_method_cannot_be_instantiated():
+    class NoSurface(text._Tokenizer):
+        def _tokenize(self, strings):
+            return tf.ragged.constant([[]], tf.int32)
+
+    with pytest.raises(TypeError, match="abstract"):
+        NoSurface(RESERVED)
+
+    class Complete(NoSurface):
+        def _surface(self, token_id, token):
+            return token
+
+    assert Complete(RESERVED).vocabulary_size == len(RESERVED)
+
+
+def test_load_tokenizer_fills_options_missing_from_the_file_with_the_defaults(tmp_path):
+    tokenizer = text.WordPieceTokenizer(RESERVED + ["a", "##b"], lower_case=True,
+                                        max_bytes_per_word=7)
+    tokenizer.save(tmp_path)
+    loaded = text.load_tokenizer(tmp_path)
+    assert (loaded.lower_case, loaded.max_bytes_per_word) == (True, 7)
+    (tmp_path / "tokenizer.json").write_text('{"type": "wordpiece", "format_version": 1}')
+    loaded = text.load_tokenizer(tmp_path)
+    assert (loaded.lower_case, loaded.max_bytes_per_word) == (False, 100)

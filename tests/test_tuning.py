@@ -67,11 +67,11 @@ def test_classifier_search_records_scores_that_the_best_model_reproduces(tmp_pat
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"cells": ("gru", "rnn")}, "Seq2SeqHyperModel: `cells` may only contain"),
-        ({"units": (0,)}, "Seq2SeqHyperModel: `units` must hold positive ints"),
-        ({"attention": ()}, "Seq2SeqHyperModel: `attention` must list at least one choice"),
-        ({"max_dropout": 1.0}, r"Seq2SeqHyperModel: `max_dropout` must be in \[0, 1\)"),
-        ({"learning_rate": (1e-2, 1e-3)}, "Seq2SeqHyperModel: `learning_rate` must be"),
+        ({"cells": ("gru", "rnn")}, "Seq2SeqHyperModel: invalid value for argument `cells`"),
+        ({"units": (0,)}, "Seq2SeqHyperModel: invalid value for argument `units`"),
+        ({"attention": ()}, "Seq2SeqHyperModel: invalid value for argument `attention`: expected at least one"),
+        ({"max_dropout": 1.0}, r"Seq2SeqHyperModel: invalid value for argument `max_dropout`: expected a number in \[0.0, 1.0\)"),
+        ({"learning_rate": (1e-2, 1e-3)}, "Seq2SeqHyperModel: invalid value for argument `learning_rate`"),
     ],
 )
 def test_seq2seq_hypermodel_rejects_bad_search_spaces(kwargs, message):
@@ -79,6 +79,15 @@ def test_seq2seq_hypermodel_rejects_bad_search_spaces(kwargs, message):
         Seq2SeqHyperModel(10, 10, **kwargs)
 
 
+def test_hypermodels_accept_numpy_integers_and_reject_bools():
+    hypermodel = Seq2SeqHyperModel(np.int64(12), 9, units=(np.int32(8),), embedding_dims=(4,))
+    assert hypermodel.units == [8] and type(hypermodel.units[0]) is int
+    with pytest.raises(TypeError, match="Seq2SeqHyperModel: invalid type for argument `units`"):
+        Seq2SeqHyperModel(12, 9, units=(True,))
+    with pytest.raises(TypeError, match="ClassifierHyperModel: invalid type for argument `max_layers`"):
+        ClassifierHyperModel(10, 2, max_layers=False)
+
+
 def test_classifier_hypermodel_rejects_widths_that_heads_do_not_divide():
-    with pytest.raises(ValueError, match="ClassifierHyperModel: every `units` choice"):
+    with pytest.raises(ValueError, match="ClassifierHyperModel: invalid value for argument `units`: expected widths divisible"):
         ClassifierHyperModel(10, 2, kinds=("transformer",), units=(30,), num_heads=4)

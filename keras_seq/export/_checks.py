@@ -1,4 +1,4 @@
-"""Argument checks shared by the export modules: one rule, one wording.
+"""Argument checks shared by the export modules, on `keras_seq._validation`.
 
 Messages name the function, the argument and the value received; a bad value
 is a `ValueError`, a bad type a `TypeError`.
@@ -6,47 +6,51 @@ is a `ValueError`, a bad type a `TypeError`.
 
 from __future__ import annotations
 
-import numbers
+from keras_seq._validation import check_choice, invalid_type, invalid_value
+from keras_seq._validation import check_positive_int as _check_positive_int
 
 QUANTIZATIONS = ("dynamic", "float16")
 
 
 def check_positive_int(where: str, **values) -> None:
-    """NumPy integers are accepted, bools are not."""
-    for arg, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-            raise ValueError(f"{where}: `{arg}` must be a positive int; received {arg}={value!r}.")
+    """Each keyword a positive integer (NumPy integers yes, bools no).
+
+    The keyword form `export.lstm_fusion` calls; new code calls
+    `keras_seq._validation.check_positive_int` directly.
+    """
+    for argument, value in values.items():
+        _check_positive_int(where, argument, value)
 
 
 def check_quantize(where: str, quantize) -> str | None:
     """`None`, ``"dynamic"`` or ``"float16"``."""
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ValueError(
-            f"{where}: `quantize` must be None, 'dynamic' or 'float16'; "
-            f"received quantize={quantize!r}."
-        )
-    return quantize
+    return check_choice(where, "quantize", quantize, (None, *QUANTIZATIONS))
 
 
-def check_seq2seq(where: str, model) -> None:
+def check_seq2seq(where: str, model) -> str:
+    """The `keras_seq.models.seq2seq_kind` of ``model``; an error if it has none."""
     import keras
 
+    from keras_seq.models import seq2seq_kind
+
     if not isinstance(model, keras.Model):
-        raise TypeError(f"{where}: `model` must be a keras.Model; received {type(model).__name__}.")
-    names = {t.name for t in model.inputs} if getattr(model, "inputs", None) else set()
-    if not {"encoder_inputs", "decoder_inputs"} <= names:
-        raise ValueError(
-            f"{where}: `model` must be a translation model built by "
-            "keras_seq.models.rnn_seq2seq or transformer_seq2seq, with inputs "
-            f"'encoder_inputs' and 'decoder_inputs'; received inputs {sorted(names)}."
+        raise invalid_type(where, "model", "a keras.Model", model)
+    kind = seq2seq_kind(model)
+    if kind is None:
+        raise invalid_value(
+            where,
+            "model",
+            "a translation model built by keras_seq.models.rnn_seq2seq or "
+            "transformer_seq2seq",
+            model,
         )
+    return kind
 
 
 def check_tokenizer(where: str, arg: str, tokenizer) -> None:
     from keras_seq.text import CharTokenizer, WordPieceTokenizer
 
     if not isinstance(tokenizer, CharTokenizer | WordPieceTokenizer):
-        raise TypeError(
-            f"{where}: `{arg}` must be a keras_seq.text CharTokenizer or WordPieceTokenizer; "
-            f"received {type(tokenizer).__name__}."
+        raise invalid_type(
+            where, arg, "a keras_seq.text CharTokenizer or WordPieceTokenizer", tokenizer
         )

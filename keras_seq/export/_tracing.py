@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_seq.export._checks import check_positive_int, check_seq2seq
+from keras_seq._validation import check_positive_int
+from keras_seq.export._checks import check_seq2seq
 
 
 def default_signature(model, batch_size: int | None = None) -> list[tf.TensorSpec]:
@@ -61,9 +62,8 @@ def decoder_step_functions(where: str, model, target_length: int):
     from keras_seq import decoding
 
     check_seq2seq(where, model)
-    check_positive_int(where, target_length=target_length)
+    target_length = check_positive_int(where, "target_length", target_length)
     steps = decoding.decoder_steps(model)
-    target_length = int(target_length)
     source_spec = tf.TensorSpec([None, None], tf.int32, name="encoder_inputs")
 
     def encode(encoder_inputs):

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_seq.export._checks import check_positive_int, check_seq2seq
+from keras_seq._validation import check_positive_int
+from keras_seq.export._checks import check_seq2seq
 from keras_seq.export._tracing import (
     decoder_step_functions,
     seq2seq_forward,
@@ -52,7 +53,7 @@ def convert_to_onnx(
     """
     import tf2onnx
 
-    check_positive_int("convert_to_onnx", opset=opset)
+    opset = check_positive_int("convert_to_onnx", "opset", opset)
     call, specs = traceable(model, input_signature)
     path = os.fspath(path)
     model_proto, _ = tf2onnx.convert.from_function(

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from keras_seq.export._checks import QUANTIZATIONS, check_positive_int
+from keras_seq._validation import check_choice, check_positive_int, invalid_value
+from keras_seq.export._checks import QUANTIZATIONS
 from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
 from keras_seq.export.tflite import convert_decoder_steps_to_tflite, convert_seq2seq_to_tflite
+from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 FORMATS = ("savedmodel", "tflite", "onnx")
 MANIFEST_FILE = "manifest.json"
@@ -82,83 +83,114 @@ def export_run(
         ``"reference"`` (when there are examples) and ``"manifest"``.
     """
     where = "export_run"
-    formats = _check_choices(where, "formats", formats, FORMATS, allow_empty=False)
-    quantize = _check_choices(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True)
-    check_positive_int(where, beam_width=beam_width, examples=examples)
+    formats = _check_selection(where, "formats", formats, FORMATS, allow_empty=False)
+    quantize = _check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True)
+    beam_width = check_positive_int(where, "beam_width", beam_width)
+    examples = check_positive_int(where, "examples", examples)
     run = _load_run(where, os.fspath(run_dir))
     out = os.fspath(out)
     os.makedirs(out, exist_ok=True)
 
-    written, artifacts = {}, []
-    model, tokenizer = run["model"], run["tokenizer"]
+    steps = []  # (paths written, manifest entry) of each artifact
     if "savedmodel" in formats:
-        written["savedmodel"] = export_saved_model(
-            model,
-            tokenizer,
-            tokenizer,
-            os.path.join(out, _SERVING_MODEL_NAME, "1"),
-            run["source_length"],
-            run["target_length"],
-            beam_width=beam_width,
-        )
-        artifacts.append(_artifact(out, written["savedmodel"], "savedmodel", None))
-        artifacts[-1]["beam_width"] = int(beam_width)
-    for mode in ([None] if "tflite" in formats else []) + list(quantize):
-        name = "tflite" if mode is None else f"tflite_{mode}"
-        folder = _host_folder(out, name, run, mode)
-        encoder, decoder_step = convert_decoder_steps_to_tflite(
-            model, run["target_length"], quantize=mode
-        )
-        files = [("encoder", encoder), ("decoder_step", decoder_step)]
-        if mode is None:
-            files.insert(0, ("", convert_seq2seq_to_tflite(model)))
-        for key, flatbuffer in files:
-            path = os.path.join(folder, f"{key or 'seq2seq'}.tflite")
-            with open(path, "wb") as f:
-                f.write(flatbuffer)
-            written[f"{name}_{key}" if key else name] = path
-        artifacts.append(_artifact(out, folder, "tflite", mode))
+        steps.append(_export_saved_model(run, out, beam_width))
+    tflite_modes = ([None] if "tflite" in formats else []) + list(quantize)
+    steps.extend(_export_tflite(run, out, mode) for mode in tflite_modes)
     if "onnx" in formats:
-        folder = _host_folder(out, "onnx", run, None)
-        written["onnx"] = convert_seq2seq_to_onnx(model, os.path.join(folder, "seq2seq.onnx"))
-        written["onnx_encoder"], written["onnx_decoder_step"] = convert_decoder_steps_to_onnx(
-            model,
-            os.path.join(folder, "encoder.onnx"),
-            os.path.join(folder, "decoder_step.onnx"),
-            run["target_length"],
-        )
-        artifacts.append(_artifact(out, folder, "onnx", None))
+        steps.append(_export_onnx(run, out))
+    written = {}
+    for paths, _ in steps:
+        written.update(paths)
+    written.update(_export_reference(run, out, examples, beam_width))
+    written["manifest"] = _write_manifest(run, out, [entry for _, entry in steps], written)
+    return written
 
+
+def _check_selection(where, argument, values, allowed, allow_empty):
+    """``values`` (one string or several) as a tuple of choices from ``allowed``."""
+    values = (values,) if isinstance(values, str) else tuple(values)
+    if not (values or allow_empty):
+        raise invalid_value(where, argument, f"at least one of {list(allowed)}", values)
+    for value in values:
+        check_choice(where, argument, value, allowed)
+    return values
+
+
+def _export_saved_model(run, out, beam_width):
+    """``translator/1/``: strings in, strings out, for TF Serving."""
+    path = export_saved_model(
+        run["model"],
+        run["tokenizer"],
+        run["tokenizer"],
+        os.path.join(out, _SERVING_MODEL_NAME, "1"),
+        run["source_length"],
+        run["target_length"],
+        beam_width=beam_width,
+    )
+    entry = _artifact(out, path, "savedmodel", None)
+    entry["beam_width"] = int(beam_width)
+    return {"savedmodel": path}, entry
+
+
+def _export_tflite(run, out, mode):
+    """``tflite/`` (mode None: forward pass, encoder, decoder step) or ``tflite_<mode>/``."""
+    name = "tflite" if mode is None else f"tflite_{mode}"
+    folder = _host_folder(out, name, run, mode)
+    encoder, decoder_step = convert_decoder_steps_to_tflite(
+        run["model"], run["target_length"], quantize=mode
+    )
+    files = [("encoder", encoder), ("decoder_step", decoder_step)]
+    if mode is None:
+        files.insert(0, ("", convert_seq2seq_to_tflite(run["model"])))
+    paths = {}
+    for key, flatbuffer in files:
+        path = os.path.join(folder, f"{key or 'seq2seq'}.tflite")
+        with open(path, "wb") as f:
+            f.write(flatbuffer)
+        paths[f"{name}_{key}" if key else name] = path
+    return paths, _artifact(out, folder, "tflite", mode)
+
+
+def _export_onnx(run, out):
+    """``onnx/``: forward pass, encoder and decoder step."""
+    folder = _host_folder(out, "onnx", run, None)
+    paths = {"onnx": convert_seq2seq_to_onnx(run["model"], os.path.join(folder, "seq2seq.onnx"))}
+    paths["onnx_encoder"], paths["onnx_decoder_step"] = convert_decoder_steps_to_onnx(
+        run["model"],
+        os.path.join(folder, "encoder.onnx"),
+        os.path.join(folder, "decoder_step.onnx"),
+        run["target_length"],
+    )
+    return paths, _artifact(out, folder, "onnx", None)
+
+
+def _export_reference(run, out, examples, beam_width):
+    """``reference.npz`` with Keras' outputs, when the run has held-out examples."""
     pairs = held_out_pairs(run["run_dir"], run["metrics"], examples)
-    if pairs:
-        written["reference"] = os.path.join(out, REFERENCE_FILE)
-        write_reference(
-            written["reference"], model, tokenizer, pairs,
-            run["source_length"], run["target_length"], beam_width,
-        )
-    written["manifest"] = os.path.join(out, MANIFEST_FILE)
+    if not pairs:
+        return {}
+    path = os.path.join(out, REFERENCE_FILE)
+    write_reference(
+        path, run["model"], run["tokenizer"], pairs,
+        run["source_length"], run["target_length"], beam_width,
+    )
+    return {"reference": path}
+
+
+def _write_manifest(run, out, artifacts, written):
+    """``manifest.json``: what `keras_seq.export.verify` checks."""
+    path = os.path.join(out, MANIFEST_FILE)
     _write_json(
-        written["manifest"],
+        path,
         {
             "run_dir": os.path.basename(os.path.normpath(run["run_dir"])),
-            "reference": REFERENCE_FILE if pairs else None,
+            "reference": REFERENCE_FILE if "reference" in written else None,
             "artifacts": artifacts,
             "source_length": run["source_length"],
             "target_length": run["target_length"],
         },
     )
-    return written
-
-
-def _check_choices(where, arg, values, allowed, allow_empty):
-    values = (values,) if isinstance(values, str) else tuple(values)
-    unknown = [v for v in values if v not in allowed]
-    if unknown or not (values or allow_empty):
-        raise ValueError(
-            f"{where}: `{arg}` must be a{'' if allow_empty else ' non-empty'} selection of "
-            f"{list(allowed)}; received {arg}={list(values)}."
-        )
-    return values
+    return path
 
 
 def _load_run(where, run_dir):
@@ -191,15 +223,13 @@ def _load_run(where, run_dir):
 
 
 def _host_config(run, quantize):
-    from keras_seq import text
-
     return {
         "source_length": run["source_length"],
         "target_length": run["target_length"],
-        "pad_id": text.PAD_ID,
-        "unk_id": text.UNK_ID,
-        "start_id": text.START_ID,
-        "end_id": text.END_ID,
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "start_id": START_ID,
+        "end_id": END_ID,
         "quantize": quantize,
     }
 
@@ -245,10 +275,13 @@ def held_out_pairs(run_dir: str, metrics: dict, examples: int) -> list[tuple[str
     path = config.get("data")
     if path and config.get("task") in (None, "translate") and os.path.isfile(path):
         # The split of `keras-seq train --data FILE.tsv`.
-        pairs = data.load_tsv(path)
-        random.Random(config.get("seed", 0)).shuffle(pairs)
-        n_test = min(config.get("test_size", 10_000), max(1, len(pairs) // 10))
-        return [tuple(p) for p in pairs[:n_test][:examples]]
+        split = data.split_pairs(
+            data.load_tsv(path),
+            validation_size=config.get("validation_size", 2_000),
+            test_size=config.get("test_size", 10_000),
+            seed=config.get("seed", 0),
+        )
+        return [tuple(p) for p in split["test"][:examples]]
     if not path and config.get("task", "dates") == "dates" and "test_size" in config:
         task = data.date_task(
             train_size=0, validation_size=0, test_size=config["test_size"],
@@ -273,21 +306,21 @@ def write_reference(
     beam_width: int = 1,
 ) -> None:
     """Writes Keras' decoding and teacher-forced logits of ``pairs`` to ``path`` (.npz)."""
-    from keras_seq import decoding, text
+    from keras_seq import decoding
 
     sources = [s for s, _ in pairs]
     source_ids = tokenizer.encode(sources, source_length).numpy()
     greedy = tf.function(lambda ids: decoding.greedy_decode(model, ids, target_length))
     keras_ids = greedy(source_ids).numpy()
     decoder_inputs = np.concatenate(
-        [np.full((len(pairs), 1), text.START_ID, np.int32), keras_ids[:, :-1]], axis=1
+        [np.full((len(pairs), 1), START_ID, np.int32), keras_ids[:, :-1]], axis=1
     )
     logits = np.asarray(
         model({"encoder_inputs": source_ids, "decoder_inputs": decoder_inputs}, training=False),
         np.float32,
     )
     # Steps up to and including [END]: after it, decoding only pads.
-    live = np.cumsum(keras_ids == text.END_ID, axis=1) - (keras_ids == text.END_ID) == 0
+    live = np.cumsum(keras_ids == END_ID, axis=1) - (keras_ids == END_ID) == 0
     rows, steps = np.nonzero(live)
     keep = np.arange(len(rows)) < _MAX_REFERENCE_LOGITS // max(1, logits.shape[-1])
     arrays = {

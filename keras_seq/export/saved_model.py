@@ -6,7 +6,8 @@ import os
 
 import tensorflow as tf
 
-from keras_seq.export._checks import check_positive_int, check_seq2seq, check_tokenizer
+from keras_seq._validation import check_float, check_positive_int
+from keras_seq.export._checks import check_seq2seq, check_tokenizer
 
 
 class _Translator(tf.Module):
@@ -106,11 +107,10 @@ def export_saved_model(
     check_seq2seq(where, model)
     check_tokenizer(where, "source_tokenizer", source_tokenizer)
     check_tokenizer(where, "target_tokenizer", target_tokenizer)
-    check_positive_int(
-        where, source_length=source_length, target_length=target_length, beam_width=beam_width
-    )
-    if not float(length_penalty) >= 0.0:
-        raise ValueError(f"{where}: `length_penalty` must be >= 0; received {length_penalty!r}.")
+    source_length = check_positive_int(where, "source_length", source_length)
+    target_length = check_positive_int(where, "target_length", target_length)
+    beam_width = check_positive_int(where, "beam_width", beam_width)
+    length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     logits_size = model.output.shape[-1]
     if target_tokenizer.vocabulary_size > logits_size:
         raise ValueError(

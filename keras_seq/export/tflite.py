@@ -11,11 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_seq.export._checks import (
-    check_positive_int,
-    check_quantize,
-    check_seq2seq,
-)
+from keras_seq._validation import check_bool, check_positive_int
+from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._tracing import (
     decoder_step_functions,
     seq2seq_forward,
@@ -71,11 +68,8 @@ def convert_to_tflite(
     """
     where = "convert_to_tflite"
     check_quantize(where, quantize)
-    if not isinstance(fuse_lstm, bool):
-        raise TypeError(f"{where}: `fuse_lstm` must be a bool; received fuse_lstm={fuse_lstm!r}.")
-    if batch_size is not None:
-        check_positive_int(where, batch_size=batch_size)
-        batch_size = int(batch_size)
+    fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
+    batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
     if fuse_lstm:
         from keras_seq.export.lstm_fusion import convert_fused_lstm
 
@@ -262,9 +256,9 @@ def tflite_greedy_decode(
     Returns:
         ``(B, max_length)`` int32 ids.
     """
-    from keras_seq.text import END_ID, PAD_ID, START_ID
+    from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID
 
-    check_positive_int("tflite_greedy_decode", max_length=max_length)
+    max_length = check_positive_int("tflite_greedy_decode", "max_length", max_length)
     start_id = START_ID if start_id is None else start_id
     end_id = END_ID if end_id is None else end_id
     encoder_inputs = np.asarray(encoder_inputs, np.int32)

@@ -3,7 +3,7 @@
 from keras_seq.models.embedding import PaddingMask, TokenEmbedding
 from keras_seq.models.language_model import language_model, sequence_classifier
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
-from keras_seq.models.seq2seq import rnn_seq2seq, transformer_seq2seq
+from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
 
 __all__ = [
     "PaddingMask",
@@ -11,6 +11,7 @@ __all__ = [
     "TokenEmbedding",
     "language_model",
     "rnn_seq2seq",
+    "seq2seq_kind",
     "sequence_classifier",
     "transformer_seq2seq",
 ]

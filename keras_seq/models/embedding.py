@@ -6,6 +6,8 @@ import math
 
 import keras
 
+from keras_seq._validation import check_positive_int, invalid_value
+
 
 @keras.saving.register_keras_serializable(package="keras_seq")
 class TokenEmbedding(keras.layers.Layer):
@@ -48,17 +50,14 @@ class TokenEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for arg, value in (("vocabulary_size", vocabulary_size), ("output_dim", output_dim)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(
-                    f"TokenEmbedding: `{arg}` must be a positive int; received {arg}={value!r}."
-                )
-        self.vocabulary_size = vocabulary_size
-        self.output_dim = output_dim
+        self.vocabulary_size = check_positive_int(self, "vocabulary_size", vocabulary_size)
+        self.output_dim = check_positive_int(self, "output_dim", output_dim)
         self.scale = bool(scale)
         self.mask_zero = bool(mask_zero)
         if embeddings_initializer is None:
-            embeddings_initializer = keras.initializers.RandomNormal(stddev=output_dim**-0.5)
+            embeddings_initializer = keras.initializers.RandomNormal(
+                stddev=self.output_dim**-0.5
+            )
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
 
@@ -135,3 +134,30 @@ class PaddingMask(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
+
+
+def embed_positions(ids, vocabulary_size: int, model_dim: int, dropout: float, prefix: str):
+    """The input stage of the Transformer builders: dropout(√d · E[ids] + P).
+
+    Creates the layers ``{prefix}_embedding`` (a `TokenEmbedding`, returned so
+    that the output projection can be tied to it), ``{prefix}_position`` and
+    ``{prefix}_dropout``.
+
+    Returns:
+        ``(x, embedding)``: the ``(B, T, model_dim)`` tensor and the embedding layer.
+    """
+    from keras_seq.layers import SinusoidalPositionalEncoding
+
+    embedding = TokenEmbedding(vocabulary_size, model_dim, name=f"{prefix}_embedding")
+    x = SinusoidalPositionalEncoding(name=f"{prefix}_position")(embedding(ids))
+    return keras.layers.Dropout(dropout, name=f"{prefix}_dropout")(x), embedding
+
+
+def check_num_heads(owner, width_argument: str, width: int, num_heads) -> int:
+    """``num_heads`` as an int if it is positive and divides the model width."""
+    num_heads = check_positive_int(owner, "num_heads", num_heads)
+    if width % num_heads:
+        raise invalid_value(
+            owner, "num_heads", f"a number that divides `{width_argument}` ({width})", num_heads
+        )
+    return num_heads

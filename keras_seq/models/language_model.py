@@ -4,23 +4,11 @@ from __future__ import annotations
 
 import keras
 
+from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
 from keras_seq.models import _cells
-from keras_seq.models.embedding import PaddingMask
-from keras_seq.models.seq2seq import _check_positive_int, _check_rate, _transformer_embed
+from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
 
-
-def _check_kind(where: str, kind: str) -> None:
-    if kind not in ("transformer", "rnn"):
-        raise ValueError(f"{where}: `kind` must be 'transformer' or 'rnn'; received kind={kind!r}.")
-
-
-def _check_transformer(where: str, units: int, num_heads: int, intermediate_dim: int) -> None:
-    _check_positive_int(where, num_heads=num_heads, intermediate_dim=intermediate_dim)
-    if units % num_heads:
-        raise ValueError(
-            f"{where}: `num_heads` must divide `units`; received units={units}, "
-            f"num_heads={num_heads}."
-        )
+_KINDS = ("transformer", "rnn")
 
 
 def language_model(
@@ -72,14 +60,16 @@ def language_model(
         Mikolov et al. Recurrent neural network based language model. 2010.
     """
     where = "language_model"
-    _check_positive_int(
-        where, vocabulary_size=vocabulary_size, num_layers=num_layers, units=units
-    )
-    _check_rate(where, dropout=dropout)
-    _check_kind(where, kind)
+    vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
+    num_layers = check_positive_int(where, "num_layers", num_layers)
+    units = check_positive_int(where, "units", units)
+    dropout = check_rate(where, "dropout", dropout)
+    check_choice(where, "kind", kind, _KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
-        layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
+        layer_class, _ = _cells.recurrent_classes(
+            check_choice(where, "cell", cell, _cells.CELL_NAMES)
+        )
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids
         )
@@ -92,9 +82,11 @@ def language_model(
 
     from keras_seq.layers import TransformerDecoder
 
-    _check_transformer(where, units, num_heads, intermediate_dim)
+    num_heads = check_num_heads(where, "units", units, num_heads)
+    intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
+    tie_embeddings = check_bool(where, "tie_embeddings", tie_embeddings)
     mask = PaddingMask(name="padding_mask")(token_ids)
-    x, embedding = _transformer_embed(token_ids, vocabulary_size, units, dropout, "token")
+    x, embedding = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
     for i in range(num_layers):
         x = TransformerDecoder(
             intermediate_dim, num_heads, dropout=dropout, name=f"decoder_layer_{i}"
@@ -149,18 +141,17 @@ def sequence_classifier(
     (2, 3)
     """
     where = "sequence_classifier"
-    _check_positive_int(
-        where,
-        vocabulary_size=vocabulary_size,
-        num_classes=num_classes,
-        units=units,
-        num_layers=num_layers,
-    )
-    _check_rate(where, dropout=dropout)
-    _check_kind(where, kind)
+    vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
+    num_classes = check_positive_int(where, "num_classes", num_classes)
+    units = check_positive_int(where, "units", units)
+    num_layers = check_positive_int(where, "num_layers", num_layers)
+    dropout = check_rate(where, "dropout", dropout)
+    check_choice(where, "kind", kind, _KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
-        layer_class, _ = _cells.recurrent_classes(_cells.check_cell(cell, where))
+        layer_class, _ = _cells.recurrent_classes(
+            check_choice(where, "cell", cell, _cells.CELL_NAMES)
+        )
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids
         )
@@ -171,9 +162,10 @@ def sequence_classifier(
     else:
         from keras_seq.layers import TransformerEncoder
 
-        _check_transformer(where, units, num_heads, intermediate_dim)
+        num_heads = check_num_heads(where, "units", units, num_heads)
+        intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
         mask = PaddingMask(name="padding_mask")(token_ids)
-        x, _ = _transformer_embed(token_ids, vocabulary_size, units, dropout, "token")
+        x, _ = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
         for i in range(num_layers):
             x = TransformerEncoder(
                 intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"

@@ -11,27 +11,56 @@ decoder one step at a time without a second model:
 - ``"target_embedding"``, then the decoder (``"decoder"`` for the recurrent
   model, ``"decoder_layer_{i}"`` for the Transformer), then ``"logits"`` (or
   the tied ``"target_embedding"`` called with ``reverse=True``).
+
+`seq2seq_kind` is the one function that reads these names to tell which
+builder made a model.
 """
 
 from __future__ import annotations
 
 import keras
 
+from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
 from keras_seq.models import _cells
-from keras_seq.models.embedding import PaddingMask, TokenEmbedding
+from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 
 
-def _check_positive_int(where: str, **values) -> None:
-    for arg, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{where}: `{arg}` must be a positive int; received {arg}={value!r}.")
+def seq2seq_kind(model) -> str | None:
+    """Which builder made a translation model: ``"rnn"``, ``"transformer"`` or None.
 
+    Decoding, export and the command line read the models' parts by layer
+    name (see the module docstring); this is the one place that knows which
+    names each builder gives. A model loaded from a ``.keras`` file keeps them.
 
-def _check_rate(where: str, **values) -> None:
-    for arg, value in values.items():
-        if not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"{where}: `{arg}` must be in [0, 1); received {arg}={value!r}.")
+    Args:
+        model: any object; only a `keras.Model` with the builders' inputs and
+            named parts gets a kind.
+
+    Returns:
+        ``"rnn"`` for `rnn_seq2seq`, ``"transformer"`` for
+        `transformer_seq2seq`, None for anything else.
+
+    Example:
+
+    >>> seq2seq_kind(rnn_seq2seq(20, 15, units=8, embedding_dim=4))
+    'rnn'
+    >>> seq2seq_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
+    True
+    """
+    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+        return None
+    inputs = {t.name for t in model.inputs}
+    if not {"encoder_inputs", "decoder_inputs"} <= inputs:
+        return None
+    names = {layer.name for layer in model.layers}
+    if not {"encoder", "target_embedding", "logits"} <= names:
+        return None
+    if "decoder" in names:
+        return "rnn"
+    if {"target_position", "decoder_layer_0"} <= names:
+        return "transformer"
+    return None
 
 
 def rnn_seq2seq(
@@ -89,22 +118,20 @@ def rnn_seq2seq(
         for Statistical Machine Translation. EMNLP 2014.
     """
     where = "rnn_seq2seq"
-    _check_positive_int(
-        where,
-        source_vocabulary_size=source_vocabulary_size,
-        target_vocabulary_size=target_vocabulary_size,
-        units=units,
-        embedding_dim=embedding_dim,
+    source_vocabulary_size = check_positive_int(
+        where, "source_vocabulary_size", source_vocabulary_size
     )
-    _cells.check_cell(cell, where)
-    if attention not in ("bahdanau", None):
-        raise ValueError(
-            f"{where}: `attention` must be 'bahdanau' or None; received attention={attention!r}."
-        )
+    target_vocabulary_size = check_positive_int(
+        where, "target_vocabulary_size", target_vocabulary_size
+    )
+    units = check_positive_int(where, "units", units)
+    embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim)
+    check_choice(where, "cell", cell, _cells.CELL_NAMES)
+    check_choice(where, "attention", attention, ("bahdanau", None))
     if attention_units is None:
         attention_units = units
-    _check_positive_int(where, attention_units=attention_units)
-    _check_rate(where, dropout=dropout)
+    attention_units = check_positive_int(where, "attention_units", attention_units)
+    dropout = check_rate(where, "dropout", dropout)
     layer_class, _ = _cells.recurrent_classes(cell)
 
     # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
@@ -155,16 +182,6 @@ def rnn_seq2seq(
     # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
     # model with a flat list, can convert it.
     return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
-
-
-def _transformer_embed(ids, vocabulary_size, model_dim, dropout, prefix, embedding=None):
-    from keras_seq.layers import SinusoidalPositionalEncoding
-
-    if embedding is None:
-        embedding = TokenEmbedding(vocabulary_size, model_dim, name=f"{prefix}_embedding")
-    x = embedding(ids)
-    x = SinusoidalPositionalEncoding(name=f"{prefix}_position")(x)
-    return keras.layers.Dropout(dropout, name=f"{prefix}_dropout")(x), embedding
 
 
 def transformer_seq2seq(
@@ -221,25 +238,23 @@ def transformer_seq2seq(
     from keras_seq.layers import TransformerDecoder, TransformerEncoder
 
     where = "transformer_seq2seq"
-    _check_positive_int(
-        where,
-        source_vocabulary_size=source_vocabulary_size,
-        target_vocabulary_size=target_vocabulary_size,
-        num_layers=num_layers,
-        model_dim=model_dim,
-        num_heads=num_heads,
-        intermediate_dim=intermediate_dim,
+    source_vocabulary_size = check_positive_int(
+        where, "source_vocabulary_size", source_vocabulary_size
     )
-    if model_dim % num_heads:
-        raise ValueError(
-            f"{where}: `num_heads` must divide `model_dim`; received model_dim={model_dim}, "
-            f"num_heads={num_heads}."
-        )
-    _check_rate(where, dropout=dropout)
+    target_vocabulary_size = check_positive_int(
+        where, "target_vocabulary_size", target_vocabulary_size
+    )
+    num_layers = check_positive_int(where, "num_layers", num_layers)
+    model_dim = check_positive_int(where, "model_dim", model_dim)
+    num_heads = check_num_heads(where, "model_dim", model_dim, num_heads)
+    intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
+    dropout = check_rate(where, "dropout", dropout)
+    tie_embeddings = check_bool(where, "tie_embeddings", tie_embeddings)
+    normalize_first = check_bool(where, "normalize_first", normalize_first)
 
     source = keras.Input((None,), dtype="int32", name="source_ids")
     source_mask = PaddingMask(name="source_padding_mask")(source)
-    x, _ = _transformer_embed(source, source_vocabulary_size, model_dim, dropout, "source")
+    x, _ = embed_positions(source, source_vocabulary_size, model_dim, dropout, "source")
     for i in range(num_layers):
         x = TransformerEncoder(
             intermediate_dim,
@@ -257,7 +272,7 @@ def transformer_seq2seq(
     encoder_mask = PaddingMask(name="encoder_padding_mask")(encoder_inputs)
     decoder_mask = PaddingMask(name="decoder_padding_mask")(decoder_inputs)
     h = encoder(encoder_inputs)
-    y, target_embedding = _transformer_embed(
+    y, target_embedding = embed_positions(
         decoder_inputs, target_vocabulary_size, model_dim, dropout, "target"
     )
     for i in range(num_layers):

@@ -87,10 +87,10 @@ def test_keras_file_round_trip_reproduces_outputs(build, rng, tmp_path):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: models.language_model(10, kind="cnn"), "language_model: `kind`"),
+        (lambda: models.language_model(10, kind="cnn"), "language_model: invalid value for argument `kind`"),
         (lambda: models.language_model(10, units=10, num_heads=3), "divide"),
-        (lambda: models.sequence_classifier(10, 0), "sequence_classifier: `num_classes`"),
-        (lambda: models.sequence_classifier(10, 2, cell="rnn"), "sequence_classifier: `cell`"),
+        (lambda: models.sequence_classifier(10, 0), "sequence_classifier: invalid value for argument `num_classes`"),
+        (lambda: models.sequence_classifier(10, 2, cell="rnn"), "sequence_classifier: invalid value for argument `cell`"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call, message):

@@ -165,13 +165,13 @@ def test_mixed_precision_keeps_float32_logits():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: models.rnn_seq2seq(10, 10, cell="lstmx"), "rnn_seq2seq: `cell`"),
+        (lambda: models.rnn_seq2seq(10, 10, cell="lstmx"), "rnn_seq2seq: invalid value for argument `cell`"),
         (lambda: models.rnn_seq2seq(10, 10, attention="luong"), "`attention`"),
         (lambda: models.rnn_seq2seq(0, 10), "source_vocabulary_size"),
         (lambda: models.rnn_seq2seq(10, 10, dropout=1.5), "`dropout`"),
         (lambda: models.transformer_seq2seq(10, 10, model_dim=10, num_heads=4), "divide"),
-        (lambda: models.RecurrentDecoder(-1), "RecurrentDecoder: `units`"),
-        (lambda: models.TokenEmbedding(5, 0), "TokenEmbedding: `output_dim`"),
+        (lambda: models.RecurrentDecoder(-1), "RecurrentDecoder.*`units`"),
+        (lambda: models.TokenEmbedding(5, 0), "TokenEmbedding.*invalid value for argument `output_dim`"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call, message):
@@ -182,3 +182,32 @@ def test_bad_arguments_raise_value_error_naming_them(call, message):
 def test_attentive_decoder_without_encoder_outputs_is_rejected():
     with pytest.raises(ValueError, match="RecurrentDecoder: with attention"):
         models.RecurrentDecoder(4, attention_units=4)(np.zeros((1, 2, 3), "float32"))
+
+
+def test_builders_accept_numpy_integers_and_reject_bools():
+    model = models.rnn_seq2seq(np.int64(10), np.int32(9), units=np.int64(4), embedding_dim=2)
+    assert model.output.shape[-1] == 9
+    assert model.get_layer("decoder").units == 4
+    with pytest.raises(TypeError, match="rnn_seq2seq: invalid type for argument `units`"):
+        models.rnn_seq2seq(10, 10, units=True)
+    with pytest.raises(
+        TypeError, match="transformer_seq2seq: invalid type for argument `num_heads`"
+    ):
+        models.transformer_seq2seq(10, 10, model_dim=8, num_heads=True)
+    with pytest.raises(ValueError, match="transformer_seq2seq: invalid value for argument `dropout`"):
+        models.transformer_seq2seq(10, 10, model_dim=8, num_heads=2, dropout=1.0)
+
+
+def test_seq2seq_kind_names_the_builder_and_survives_saving(tmp_path):
+    rnn = models.rnn_seq2seq(10, 10, units=4, embedding_dim=2, attention=None)
+    transformer = models.transformer_seq2seq(
+        10, 10, num_layers=1, model_dim=4, num_heads=2, intermediate_dim=8
+    )
+    assert models.seq2seq_kind(rnn) == "rnn"
+    assert models.seq2seq_kind(transformer) == "transformer"
+    transformer.save(tmp_path / "t.keras")
+    restored = keras.saving.load_model(tmp_path / "t.keras", safe_mode=True)
+    assert models.seq2seq_kind(restored) == "transformer"
+    assert models.seq2seq_kind(models.language_model(10, units=4, num_heads=2)) is None
+    assert models.seq2seq_kind(models.sequence_classifier(10, 2, units=4)) is None
+    assert models.seq2seq_kind("model.keras") is None
