@@ -28,6 +28,8 @@ PAGES = {
     "keras_seq.export": "export",
     "keras_seq.tuning": "tuning",
     "keras_seq.distribute": "distribute",
+    "keras_seq.training": "training",
+    "keras_seq.reserved_tokens": "reserved_tokens",
 }
 
 
