@@ -434,11 +434,19 @@ class RecurrentLayer(keras.layers.RNN):
         # API.md does), not `sequences` as keras.layers.RNN.
         return super().compute_output_shape(inputs_shape, initial_state_shape)
 
-    def call(self, inputs, initial_state=None, mask=None, training=None):
+    def _check_call(self, inputs, initial_state, mask) -> None:
         shape = tuple(inputs.shape)
         self._check_inputs_shape(shape)
         self._check_mask(shape, mask)
         self._check_initial_state(shape, initial_state)
+
+    def compute_output_spec(self, inputs, *args, **kwargs):
+        # Symbolic calls (functional models) do not run `call`: check here too.
+        self._check_call(inputs, kwargs.get("initial_state"), kwargs.get("mask"))
+        return super().compute_output_spec(inputs, *args, **kwargs)
+
+    def call(self, inputs, initial_state=None, mask=None, training=None):
+        self._check_call(inputs, initial_state, mask)
         return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
