@@ -45,8 +45,6 @@ StepFn = Callable[[tf.Tensor, list], tuple]
 # body(xs_t, carry) -> (outputs_t, carry), all lists.
 BodyFn = Callable[[list, list], tuple]
 
-LOOPS = ("unrolled", "tensor_array", "convertible", "bptt")
-
 
 def choose_loop(training, unroll: bool = False, bptt: bool = False) -> str:
     """The loop form of one call: the one place that weighs the call's options.

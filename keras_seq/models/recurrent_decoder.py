@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 
 from keras_seq.layers._recurrent_loops import choose_loop, scan
-from keras_seq.models import _cells
+from keras_seq.models._cells import check_cell, recurrent_classes
+from keras_seq.models._cells import num_states as cell_num_states
 
 # Longer statically known target lengths run in a loop instead of unrolled.
 _MAX_UNROLL = 32
@@ -88,14 +89,14 @@ class RecurrentDecoder(keras.layers.Layer):
                 f"received attention_units={attention_units!r}."
             )
         self.units = units
-        self.cell_name = _cells.check_cell(cell, "RecurrentDecoder")
+        self.cell_name = check_cell(cell, "RecurrentDecoder")
         self.attention_units = attention_units
         self.attention_normalize = bool(attention_normalize)
         self.supports_masking = True
 
     @property
     def num_states(self) -> int:
-        return _cells.num_states(self.cell_name)
+        return cell_num_states(self.cell_name)
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         if self.attention_units is not None and encoder_outputs_shape is None:
@@ -118,7 +119,7 @@ class RecurrentDecoder(keras.layers.Layer):
             input_dim += value_dim
         else:
             self.attention = None
-        _, cell_class = _cells.recurrent_classes(self.cell_name)
+        _, cell_class = recurrent_classes(self.cell_name)
         self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
         self.cell.build((None, input_dim))
         self.built = True
