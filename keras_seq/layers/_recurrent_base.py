@@ -1,121 +1,122 @@
-"""Plumbing shared by the recurrent cells and layers (arguments, config, driver).
+"""The recurrent cell protocol (`RecurrentCell`) and the layer that drives it.
 
 A cell splits its step into ``_project_inputs`` (``x @ W``, no recurrence)
-and ``_recurrent_step`` (everything that depends on the previous state). The
-cell's own ``call`` runs both for one step, so ``keras.layers.RNN(cell)`` works;
-the layer projects the whole sequence in one matmul and hands only
-``_recurrent_step`` to the shared sequence driver.
+and ``_recurrent_step`` (everything that depends on the previous state); the
+full list of hooks is `RecurrentCell`'s docstring. The cell's own ``call``
+runs both for one step, so ``keras.layers.RNN(cell)`` works; `RecurrentLayer`
+projects the whole sequence in one matmul and hands only the recurrent part
+to the loop that `choose_loop` picks (`keras_seq.layers._recurrent_loops`,
+or `keras_seq.layers._bptt` for training with a hand-written gradient).
 """
 
 from __future__ import annotations
 
-import numbers
+from collections.abc import Sequence
 
 import keras
-import tensorflow as tf
 from keras import activations, constraints, initializers, ops, regularizers
 
 # keras.layers.RNN pre-creates and resets per-batch dropout masks only for cells
 # that derive from this mixin, so our cells use it too.
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
-from keras_seq.layers._recurrent_driver import (
+from keras_seq._validation import (
+    check_activation,
+    check_bool,
+    check_positive_int,
+    check_rate,
+    invalid_value,
+    shape_error,
+)
+from keras_seq.layers._bptt import run_bptt_recurrence
+from keras_seq.layers._recurrent_loops import (
+    choose_loop,
     project,
     recurrent_matmul,
-    run_fused_recurrence,
     run_recurrence,
 )
 
-# Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
-# tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
-# float32 tanh in Eigen, which TensorFlow's CPU kernels use. Max error
-# against tf.tanh: 4e-7 over [-20, 20].
-_TANH_CLAMP = 7.90531110763549805
-_TANH_P = (
-    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-    5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-    4.89352455891786e-03,
-)
-_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-           4.89352518554385e-03)
 
+def validate_recurrent_args(owner: str, units, activation, recurrent_activation, dropout,
+                            recurrent_dropout, **flags) -> None:
+    """Raises a clear error for bad constructor arguments (before anything is built).
 
-def fast_tanh(x):
-    """tanh from multiplies, adds and one division (float64: exact ``tf.tanh``).
-
-    Inside the XLA-compiled training loops XLA's own tanh and sigmoid cost
-    ~3x the rest of a step's elementwise work on CPU; this fuses with it.
-    Low-precision inputs are evaluated in float32.
+    ``flags`` are boolean arguments (``use_bias=...``), checked with `check_bool`.
     """
-    if x.dtype == tf.float64:
-        return tf.tanh(x)
-    y = tf.clip_by_value(tf.cast(x, tf.float32), -_TANH_CLAMP, _TANH_CLAMP)
-    y2 = y * y
-    p = _TANH_P[0]
-    for coefficient in _TANH_P[1:]:
-        p = p * y2 + coefficient
-    q = _TANH_Q[0]
-    for coefficient in _TANH_Q[1:]:
-        q = q * y2 + coefficient
-    return tf.cast(y * p / q, x.dtype)
+    check_positive_int(owner, "units", units)
+    check_activation(owner, "activation", activation)
+    check_activation(owner, "recurrent_activation", recurrent_activation)
+    check_rate(owner, "dropout", dropout)
+    check_rate(owner, "recurrent_dropout", recurrent_dropout)
+    for name, value in flags.items():
+        check_bool(owner, name, value)
 
 
-def fast_sigmoid(x):
-    """σ(x) = (1 + tanh(x / 2)) / 2 with `fast_tanh`."""
-    return 0.5 + 0.5 * fast_tanh(0.5 * x)
+class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
+    """Base class of the recurrent cells, and the protocol the loops drive.
 
+    Arguments, validation, config, dropout masks and the one-step ``call``
+    are here; a cell fills in the hooks below. Checklist for a new cell:
 
-def sigmoid_grad(y, dy):
-    """``dy ⊙ y ⊙ (1 − y)`` for ``y = σ(x)``, in one op."""
-    return tf.raw_ops.SigmoidGrad(y=y, dy=dy)
+    1. ``__init__(units, <own arguments>, **kwargs)``: validate its own
+       arguments with `keras_seq._validation`, call ``super().__init__(units,
+       **kwargs)`` and set ``state_size`` (an int, or a list with h first).
+    2. ``build(input_shape)``: ``input_dim = self._check_input_shape(...)``;
+       ``self._add_kernels(input_dim, gates)`` creates ``kernel (in, P)`` and
+       ``recurrent_kernel (units, P)``; then the cell's own weights (in
+       ``get_weights()`` order); ``self.built = True``.
+    3. ``_project_inputs(x, bias=True) -> xw``: ``x @ W`` of a ``(..., in)``
+       input (all steps at once, outside the loop). ``bias=True`` adds the
+       whole bias (the ``"bptt"`` loop's convention); ``bias=False`` only the
+       part that ``_recurrent_step`` does not add itself.
+    4. ``_recurrent_weights(batch_size=None, bptt=False) -> list``: the one
+       read of the weights the loop needs, once, before the loop (in the
+       compute dtype, `_read`). With ``bptt=False``, what
+       ``_recurrent_step`` unpacks; a ``batch_size`` asks for per-example
+       ``(batch_size, units)`` copies of the elementwise weights (see
+       `_read_per_example`: that is what makes their gradient cheap in the
+       loops), ``None`` for them as stored (one step, through ``call``).
+       With ``bptt=True``, ``[U, *params]`` for `run_bptt_recurrence`: the
+       ``(units, P)`` recurrent kernel, then the weights ``_bptt_forward``
+       and ``_bptt_backward`` read, as stored (their gradients are summed
+       by the loop).
+    5. ``_recurrent_step(xw_t, states, weights, recurrent_mask=None) ->
+       (output, new_states)``: one step from ``xw_t`` (a row of
+       ``_project_inputs(x, bias=False)``), the list ``states`` and the
+       ``weights`` of hook 4; ``recurrent_mask`` (recurrent dropout)
+       multiplies h before ``U``. The output must be ``new_states[0]`` (h).
+    6. ``get_config()``: the cell's own arguments on top of ``super()``'s.
 
+    Optional, for training with a hand-written gradient (backpropagation
+    through time, `keras_seq.layers._bptt`); without them the layer trains
+    through autodiff of the ``"tensor_array"`` loop:
 
-def tanh_grad(y, dy):
-    """``dy ⊙ (1 − y²)`` for ``y = tanh(x)``, in one op."""
-    return tf.raw_ops.TanhGrad(y=y, dy=dy)
+    7. ``_bptt_supported() -> bool``: whether the derivative below is right
+       for this configuration (e.g. only with tanh/sigmoid: see
+       `_standard_activations`). Default False.
+    8. ``_bptt_saved_widths``: the width of each ``(B, width)`` tensor that
+       ``_bptt_forward`` keeps per step.
+    9. ``_bptt_d_r_is_d_xw``: True when the gradients of ``xw_t`` and of
+       ``r_t = h @ U`` are the same tensor (the loop then keeps one).
+    10. ``_bptt_forward(xw_t, r_t, states, params) -> (new_states, saved)``:
+        the step with ``xw_t`` from ``_project_inputs(x, bias=True)`` and
+        ``r_t = h_in @ U`` computed by the loop; h must be ``new_states[0]``;
+        ``saved`` is what ``_bptt_backward`` needs (a list of
+        ``_bptt_saved_widths``). Write it with `fast_sigmoid`/`fast_tanh`.
+    11. ``_bptt_backward(saved, states_prev, states, d_states, params) ->
+        (d_xw_t, d_r_t, d_states_prev, d_params_t)``: from the gradients of
+        the step's new states; ``d_r_t`` may be ``d_xw_t`` itself (hook 9),
+        an entry of ``d_states_prev`` may be None (no direct path);
+        ``d_params_t`` are this step's per-example ``(B, ...)`` contributions
+        to the gradients of ``params``.
 
-
-def _check_units(owner: str, units) -> int:
-    if isinstance(units, bool) or not isinstance(units, numbers.Integral) or units <= 0:
-        raise ValueError(f"{owner}: argument `units` must be a positive integer, got {units!r}.")
-    return int(units)
-
-
-def _check_rate(owner: str, name: str, rate) -> float:
-    if not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
-        raise ValueError(f"{owner}: argument `{name}` must be a float in [0, 1), got {rate!r}.")
-    return float(rate)
-
-
-def _get_activation(owner: str, name: str, identifier):
-    try:
-        return activations.get(identifier)
-    except (ValueError, TypeError) as error:
-        raise ValueError(
-            f"{owner}: argument `{name}` must be a Keras activation name or callable, "
-            f"got {identifier!r}."
-        ) from error
-
-
-def _validate_recurrent_args(owner: str, units, activation, recurrent_activation, dropout,
-                             recurrent_dropout) -> None:
-    """Raises a clear error for bad constructor arguments (before anything is built)."""
-    _check_units(owner, units)
-    _get_activation(owner, "activation", activation)
-    _get_activation(owner, "recurrent_activation", recurrent_activation)
-    _check_rate(owner, "dropout", dropout)
-    _check_rate(owner, "recurrent_dropout", recurrent_dropout)
-
-
-class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
-    """Arguments, validation and config common to the recurrent cells.
-
-    Subclasses implement ``build``, ``_project_inputs(x, bias=True)`` (``x @
-    W``, plus the bias with ``bias=True``; with ``bias=False`` only the part of
-    the bias that ``_recurrent_step`` does not add itself),
-    ``_recurrent_params(batch_size)`` (weights the loop needs, read once before
-    it) and ``_recurrent_step(xw_t, states, params, recurrent_mask)``, which
-    takes ``xw_t`` from ``_project_inputs(x, bias=False)``.
+    Then a layer: a `RecurrentLayer` subclass whose ``__init__`` validates
+    with `validate_recurrent_args`, builds the cell and passes the layer
+    arguments on (`delegate_to_cell` for the cell's own attributes);
+    registered with ``keras.saving.register_keras_serializable``; exported in
+    ``keras_seq/layers/__init__.py``; tests that the layer's loops, the
+    cell's ``call`` in ``keras.layers.RNN`` and (with hooks 7-11) the
+    hand-written gradient agree.
     """
 
     def __init__(
@@ -139,15 +140,15 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         **kwargs,
     ):
         owner = type(self).__name__
-        _validate_recurrent_args(owner, units, activation, recurrent_activation, dropout,
-                                 recurrent_dropout)
+        validate_recurrent_args(owner, units, activation, recurrent_activation, dropout,
+                                recurrent_dropout, use_bias=use_bias)
+        # Accepted and ignored, as Keras' LSTM and GRU cells do (old configs pass it).
+        kwargs.pop("implementation", None)
         super().__init__(**kwargs)
-        self.units = _check_units(owner, units)
-        self.activation = _get_activation(owner, "activation", activation)
-        self.recurrent_activation = _get_activation(
-            owner, "recurrent_activation", recurrent_activation
-        )
-        self.use_bias = use_bias
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.recurrent_initializer = initializers.get(recurrent_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
@@ -163,13 +164,30 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         self.seed_generator = keras.random.SeedGenerator(seed=seed)
         self.output_size = self.units
 
-    def _fused_supported(self) -> bool:
-        """Whether the layer may train with the cell's hand-written gradient.
+    # --- hooks (see the class docstring) ---
 
-        Cells that implement the `FusedCell` methods return True for the
-        activations their derivative is written for (tanh and sigmoid).
-        """
+    def _project_inputs(self, x, bias=True):
+        raise NotImplementedError(f"{type(self).__name__} must implement `_project_inputs`.")
+
+    def _recurrent_weights(self, batch_size=None, bptt=False) -> list:
+        raise NotImplementedError(f"{type(self).__name__} must implement `_recurrent_weights`.")
+
+    def _recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
+        raise NotImplementedError(f"{type(self).__name__} must implement `_recurrent_step`.")
+
+    def _bptt_supported(self) -> bool:
         return False
+
+    _bptt_saved_widths: Sequence[int] = ()
+    _bptt_d_r_is_d_xw: bool = False
+
+    def _bptt_forward(self, xw_t, r_t, states, params):
+        raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
+
+    def _bptt_backward(self, saved, states_prev, states, d_states, params):
+        raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
+
+    # --- helpers for the hooks ---
 
     def _standard_activations(self) -> bool:
         return (
@@ -179,10 +197,8 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     def _check_input_shape(self, input_shape) -> int:
         if len(input_shape) < 2 or input_shape[-1] is None:
-            raise ValueError(
-                f"{type(self).__name__} '{self.name}': the input must be (batch, features) "
-                f"with a known feature size, got shape {tuple(input_shape)}."
-            )
+            raise shape_error(self, "inputs", "(batch, features) with a known feature size",
+                              input_shape)
         return int(input_shape[-1])
 
     def _add_kernels(self, input_dim: int, gates: int) -> None:
@@ -226,7 +242,7 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         if training and self.recurrent_dropout > 0.0:
             recurrent_mask = self.get_recurrent_dropout_mask(states[0])
         output, new_states = self._recurrent_step(
-            self._project_inputs(inputs, bias=False), states, self._recurrent_params(None),
+            self._project_inputs(inputs, bias=False), states, self._recurrent_weights(None),
             recurrent_mask,
         )
         if not nested and len(new_states) == 1:
@@ -259,7 +275,7 @@ class _RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         return {**super().get_config(), **config}
 
 
-class _LSTMCellBase(_RecurrentCell):
+class LSTMCellBase(RecurrentCell):
     """Adds what the LSTM variants share: (h, c) state, forget bias, peepholes."""
 
     def __init__(
@@ -271,12 +287,13 @@ class _LSTMCellBase(_RecurrentCell):
         peephole_constraint=None,
         **kwargs,
     ):
+        check_bool(type(self).__name__, "unit_forget_bias", unit_forget_bias)
         super().__init__(units, **kwargs)
-        self.unit_forget_bias = unit_forget_bias
+        self.unit_forget_bias = bool(unit_forget_bias)
         self.peephole_initializer = initializers.get(peephole_initializer)
         self.peephole_regularizer = regularizers.get(peephole_regularizer)
         self.peephole_constraint = constraints.get(peephole_constraint)
-        self.state_size = [units, units]
+        self.state_size = [self.units, self.units]
 
     def _add_bias(self, gates: int, forget_gate: int) -> None:
         """Bias of ``gates * units``; the forget gate's part starts at 1 (Jozefowicz et al.)."""
@@ -332,50 +349,104 @@ class _LSTMCellBase(_RecurrentCell):
         return {**super().get_config(), **config}
 
 
-class _RecurrentLayer(keras.layers.RNN):
-    """A ``keras.layers.RNN`` whose time loop is the shared sequence driver.
+class RecurrentLayer(keras.layers.RNN):
+    """A ``keras.layers.RNN`` whose time loop is this package's driver.
 
     ``keras.layers.RNN`` supplies the Keras conventions (``initial_state``,
     ``stateful``, ``return_state`` ordering, mask propagation, ``Bidirectional``
-    support); ``inner_loop`` hoists the input projection out of the loop.
+    support); ``inner_loop`` hoists the input projection out of the loop and
+    runs the loop `choose_loop` picks. ``call`` checks the inputs, the mask
+    and the initial state against the cell before any computation.
     """
 
-    def __init__(self, cell, return_sequences=False, return_state=False, go_backwards=False,
-                 stateful=False, unroll=False, **kwargs):
-        super().__init__(
-            cell,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            stateful=stateful,
-            unroll=unroll,
-            **kwargs,
-        )
+    def __init__(self, cell, **kwargs):
+        # Accepted and ignored, as keras.layers.LSTM and GRU do (old configs
+        # pass it; like Keras, get_config does not return it).
+        kwargs.pop("implementation", None)
+        super().__init__(cell, **kwargs)
 
     def _check_inputs_shape(self, shape) -> None:
-        owner = f"{type(self).__name__} '{self.name}'"
+        shape = tuple(shape)
         if len(shape) != 3:
-            raise ValueError(
-                f"{owner}: `inputs` must have rank 3 (batch, time, features), "
-                f"got shape {tuple(shape)}."
-            )
+            raise shape_error(self, "inputs", "rank 3 (batch, time, features)", shape)
         if shape[-1] is None:
-            raise ValueError(f"{owner}: the feature size of `inputs` must be known, got {tuple(shape)}.")
+            raise shape_error(self, "inputs", "a known feature size (last axis)", shape)
         if self.cell.built and shape[-1] != self.cell.kernel.shape[0]:
-            raise ValueError(
-                f"{owner}: `inputs` has {shape[-1]} features but the layer was built for "
-                f"{self.cell.kernel.shape[0]}."
+            raise shape_error(
+                self, "inputs",
+                f"{self.cell.kernel.shape[0]} features, as the layer was built for "
+                f"(received {shape[-1]} features)",
+                shape,
             )
+        if self.stateful and shape[0] is None:
+            raise shape_error(
+                self, "inputs",
+                "a static batch size with `stateful=True` (e.g. keras.Input(batch_size=...))",
+                shape,
+            )
+
+    def _check_mask(self, inputs_shape, mask) -> None:
+        """The mask must be ``(batch, time)`` like the inputs (static dimensions)."""
+        if mask is None or isinstance(mask, (list, tuple)):
+            return  # a Keras-propagated mask (lists come from Bidirectional)
+        shape = tuple(mask.shape)
+        if len(shape) != 2 or any(
+            m is not None and i is not None and m != i for m, i in zip(shape, inputs_shape[:2])
+        ):
+            batch, time = ("?" if d is None else d for d in inputs_shape[:2])
+            raise shape_error(
+                self, "mask", f"(batch, time) = ({batch}, {time}), as `inputs` has", shape
+            )
+
+    def _check_initial_state(self, inputs_shape, initial_state) -> None:
+        """One ``(batch, size)`` tensor per state, of the cell's state sizes."""
+        if initial_state is None:
+            return
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [
+            initial_state
+        ]
+        sizes = list(self.state_size)
+        if len(states) != len(sizes):
+            raise invalid_value(
+                self, "initial_state",
+                f"{len(sizes)} tensor(s) (one per state, sizes {sizes})",
+                f"{len(states)} tensor(s)",
+            )
+        batch = inputs_shape[0]
+        for i, (state, size) in enumerate(zip(states, sizes)):
+            shape = tuple(getattr(state, "shape", ()))
+            if (
+                len(shape) != 2
+                or (shape[-1] is not None and shape[-1] != size)
+                or (shape[0] is not None and batch is not None and shape[0] != batch)
+            ):
+                rows = "batch" if batch is None else str(batch)
+                raise shape_error(self, "initial_state", f"state {i} of shape ({rows}, {size})",
+                                  shape)
 
     def build(self, inputs_shape, initial_state_shape=None):
         self._check_inputs_shape(inputs_shape)
         super().build(inputs_shape, initial_state_shape)
 
     def compute_output_shape(self, inputs_shape, initial_state_shape=None):
+        # Not a pass-through: Keras matches the `*_shape` argument names to
+        # `call`'s arguments, and `call` names its first one `inputs` (as
+        # API.md does), not `sequences` as keras.layers.RNN.
         return super().compute_output_shape(inputs_shape, initial_state_shape)
 
+    def _check_call(self, inputs, initial_state, mask) -> None:
+        shape = tuple(inputs.shape)
+        self._check_inputs_shape(shape)
+        self._check_mask(shape, mask)
+        self._check_initial_state(shape, initial_state)
+
+    def compute_output_spec(self, inputs, *args, **kwargs):
+        # Symbolic calls (functional models) do not run `call`: check here too.
+        self._check_call(inputs, kwargs.get("initial_state"), kwargs.get("mask"))
+        return super().compute_output_spec(inputs, *args, **kwargs)
+
     def call(self, inputs, initial_state=None, mask=None, training=None):
-        self._check_inputs_shape(tuple(inputs.shape))
+        self._check_call(inputs, initial_state, mask)
         return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
@@ -388,15 +459,15 @@ class _RecurrentLayer(keras.layers.RNN):
         recurrent_mask = None
         if training and cell.recurrent_dropout > 0.0:
             recurrent_mask = cell.get_recurrent_dropout_mask(initial_state[0])
-        fused = training is True and not self.unroll and cell._fused_supported()
+        loop = choose_loop(training, self.unroll, cell._bptt_supported())
+        bptt = loop == "bptt"
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         # (T, B, gates * units); the step adds (part of) the bias itself, the
         # hand-written training loop expects it in the projection.
-        xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=fused)
-        if fused:
-            # Training: the same recurrence with the cell's hand-written gradient.
-            kernel, params = cell._fused_params()
-            return run_fused_recurrence(
+        xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=bptt)
+        if bptt:
+            kernel, *params = cell._recurrent_weights(bptt=True)
+            return run_bptt_recurrence(
                 cell,
                 xw,
                 list(initial_state),
@@ -408,10 +479,10 @@ class _RecurrentLayer(keras.layers.RNN):
                 return_sequences=self.return_sequences,
                 zero_output_for_mask=self.zero_output_for_mask,
             )
-        params = cell._recurrent_params(ops.shape(sequences)[0])
+        weights = cell._recurrent_weights(ops.shape(sequences)[0])
 
         def step(xw_t, states):
-            return cell._recurrent_step(xw_t, states, params, recurrent_mask)
+            return cell._recurrent_step(xw_t, states, weights, recurrent_mask)
 
         return run_recurrence(
             step,
@@ -419,10 +490,9 @@ class _RecurrentLayer(keras.layers.RNN):
             list(initial_state),
             mask=mask,
             go_backwards=self.go_backwards,
-            unroll=self.unroll,
+            loop=loop,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
-            training=training is True,
         )
 
     def get_config(self):
@@ -438,7 +508,8 @@ class _RecurrentLayer(keras.layers.RNN):
         return cls(**config)
 
 
-def _delegate_to_cell(name: str) -> property:
+def delegate_to_cell(name: str) -> property:
+    """A layer property that reads the cell's attribute ``name``."""
     return property(lambda self: getattr(self.cell, name), doc=f"The cell's `{name}`.")
 
 
@@ -448,5 +519,5 @@ for _name in (
     "bias_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",
     "dropout", "recurrent_dropout", "seed",
 ):
-    setattr(_RecurrentLayer, _name, _delegate_to_cell(_name))
+    setattr(RecurrentLayer, _name, delegate_to_cell(_name))
 del _name

@@ -6,20 +6,18 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_seq._validation import check_bool
+from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
 from keras_seq.layers._recurrent_base import (
-    _delegate_to_cell,
-    _LSTMCellBase,
-    _RecurrentLayer,
-    _validate_recurrent_args,
-    fast_sigmoid,
-    fast_tanh,
-    sigmoid_grad,
-    tanh_grad,
+    LSTMCellBase,
+    RecurrentLayer,
+    delegate_to_cell,
+    validate_recurrent_args,
 )
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class CoupledGateLSTMCell(_LSTMCellBase):
+class CoupledGateLSTMCell(LSTMCellBase):
     """One step of an LSTM whose input gate is tied to the forget gate (i = 1 − f).
 
     ```
@@ -57,7 +55,7 @@ class CoupledGateLSTMCell(_LSTMCellBase):
 
     def __init__(self, units: int, use_peepholes: bool = False, **kwargs):
         super().__init__(units, **kwargs)
-        self.use_peepholes = bool(use_peepholes)
+        self.use_peepholes = check_bool(type(self).__name__, "use_peepholes", use_peepholes)
 
     def build(self, input_shape):
         input_dim = self._check_input_shape(input_shape)
@@ -68,31 +66,25 @@ class CoupledGateLSTMCell(_LSTMCellBase):
             self.output_peephole = self._add_peephole("output_peephole")
         self.built = True
 
-    def _recurrent_params(self, batch_size=None):
-        recurrent = (self._read(self.recurrent_kernel), self._recurrent_bias())
-        if not self.use_peepholes:
-            return recurrent
-        return (
-            *recurrent,
-            self._read_per_example(self.forget_peephole, batch_size),
-            self._read_per_example(self.output_peephole, batch_size),
-        )
+    def _recurrent_weights(self, batch_size=None, bptt=False):
+        peepholes = (self.forget_peephole, self.output_peephole) if self.use_peepholes else ()
+        U = self._read(self.recurrent_kernel)
+        if bptt:  # the bias is in the projection
+            return [U, *(self._read(p) for p in peepholes)]
+        return [U, self._recurrent_bias(),
+                *(self._read_per_example(p, batch_size) for p in peepholes)]
 
-    # Hand-written gradient for training (see _recurrent_driver.FusedCell).
-    _fused_d_r_is_d_xw = True
+    # Hand-written gradient for training (the _bptt_* hooks of RecurrentCell).
+    _bptt_d_r_is_d_xw = True
 
     @property
-    def _fused_saved_widths(self):
+    def _bptt_saved_widths(self):
         return [self.units] * 3  # f, g = tanh(z_c), o (tanh(c) is recomputed)
 
-    def _fused_supported(self):
+    def _bptt_supported(self):
         return self._standard_activations()
 
-    def _fused_params(self):
-        peepholes = (self.forget_peephole, self.output_peephole) if self.use_peepholes else ()
-        return self._read(self.recurrent_kernel), [self._read(p) for p in peepholes]
-
-    def _fused_forward(self, xw_t, r_t, states, params):
+    def _bptt_forward(self, xw_t, r_t, states, params):
         c_prev = states[1]
         z_f, z_c, z_o = tf.split(xw_t + r_t, 3, axis=-1)
         if params:
@@ -106,7 +98,7 @@ class CoupledGateLSTMCell(_LSTMCellBase):
         tanh_c = fast_tanh(c)
         return [o * tanh_c, c], [f, g, o]
 
-    def _fused_backward(self, saved, states_prev, states, d_states, params):
+    def _bptt_backward(self, saved, states_prev, states, d_states, params):
         f, g, o = saved
         c_prev = states_prev[1]
         tanh_c = fast_tanh(states[1])  # cheaper to recompute than to store and read back
@@ -147,7 +139,7 @@ class CoupledGateLSTMCell(_LSTMCellBase):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class CoupledGateLSTM(_RecurrentLayer):
+class CoupledGateLSTM(RecurrentLayer):
     """CIFG LSTM layer: three gates, the input gate is 1 − forget gate.
 
     Runs `CoupledGateLSTMCell` over time (see its equations) with the input
@@ -206,8 +198,13 @@ class CoupledGateLSTM(_RecurrentLayer):
         unroll: bool = False,
         **kwargs,
     ):
-        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
-                                 dropout, recurrent_dropout)
+        validate_recurrent_args(
+            type(self).__name__, units, activation, recurrent_activation, dropout,
+            recurrent_dropout, use_bias=use_bias, use_peepholes=use_peepholes,
+            unit_forget_bias=unit_forget_bias,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+        )
         cell = CoupledGateLSTMCell(
             units,
             use_peepholes=use_peepholes,
@@ -248,5 +245,5 @@ class CoupledGateLSTM(_RecurrentLayer):
 
 for _name in ("use_peepholes", "unit_forget_bias", "peephole_initializer",
               "peephole_regularizer", "peephole_constraint"):
-    setattr(CoupledGateLSTM, _name, _delegate_to_cell(_name))
+    setattr(CoupledGateLSTM, _name, delegate_to_cell(_name))
 del _name

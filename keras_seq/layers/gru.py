@@ -6,21 +6,19 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_seq._validation import check_bool
+from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
 from keras_seq.layers._recurrent_base import (
-    _delegate_to_cell,
-    _RecurrentCell,
-    _RecurrentLayer,
-    _validate_recurrent_args,
-    fast_sigmoid,
-    fast_tanh,
-    sigmoid_grad,
-    tanh_grad,
+    RecurrentCell,
+    RecurrentLayer,
+    delegate_to_cell,
+    validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_driver import project, recurrent_matmul
+from keras_seq.layers._recurrent_loops import project, recurrent_matmul
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class GRUCell(_RecurrentCell):
+class GRUCell(RecurrentCell):
     """One step of a gated recurrent unit.
 
     ```
@@ -60,8 +58,8 @@ class GRUCell(_RecurrentCell):
 
     def __init__(self, units: int, reset_after: bool = True, **kwargs):
         super().__init__(units, **kwargs)
-        self.reset_after = bool(reset_after)
-        self.state_size = units
+        self.reset_after = check_bool(type(self).__name__, "reset_after", reset_after)
+        self.state_size = self.units
 
     def build(self, input_shape):
         input_dim = self._check_input_shape(input_shape)
@@ -91,35 +89,33 @@ class GRUCell(_RecurrentCell):
         zeros = ops.zeros((u,), dtype=bias.dtype)
         return project(x, kernel, bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
 
-    def _recurrent_params(self, batch_size=None):
+    def _recurrent_weights(self, batch_size=None, bptt=False):
         U = self._read(self.recurrent_kernel)
         u = self.units
+        if bptt:  # reset_after only: [U, recurrent b_h], or [U] without a bias
+            return [U, self._read(self.bias[1, 2 * u :])] if self.use_bias else [U]
         if self.use_bias:
             bias = self._read(self.bias)
         else:
             bias = ops.zeros((2, 3 * u) if self.reset_after else (3 * u,), self.compute_dtype)
         if not self.reset_after:
             # Sliced once here, not at every step: U_zr acts on h, U_h on r ⊙ h.
-            return U[:, : 2 * u], U[:, 2 * u :], bias[: 2 * u], bias[2 * u :]
+            return [U[:, : 2 * u], U[:, 2 * u :], bias[: 2 * u], bias[2 * u :]]
         # b_h only: the recurrent biases of z and r are in the input projection.
-        return U, ops.concatenate([ops.zeros((2 * u,), dtype=bias.dtype), bias[1, 2 * u :]])
+        return [U, ops.concatenate([ops.zeros((2 * u,), dtype=bias.dtype), bias[1, 2 * u :]])]
 
-    # Hand-written gradient for training, reset_after=True only (see
-    # _recurrent_driver.FusedCell); reset_after=False trains with autodiff.
-    _fused_d_r_is_d_xw = False
+    # Hand-written gradient for training, reset_after=True only (the
+    # _bptt_* hooks of RecurrentCell); reset_after=False trains with autodiff.
+    _bptt_d_r_is_d_xw = False
 
     @property
-    def _fused_saved_widths(self):
+    def _bptt_saved_widths(self):
         return [2 * self.units, self.units, self.units]  # [z, r], h̃, U_h h + b_h
 
-    def _fused_supported(self):
+    def _bptt_supported(self):
         return self.reset_after and self._standard_activations()
 
-    def _fused_params(self):
-        params = [self._read(self.bias[1, 2 * self.units :])] if self.use_bias else []
-        return self._read(self.recurrent_kernel), params
-
-    def _fused_forward(self, xw_t, r_t, states, params):
+    def _bptt_forward(self, xw_t, r_t, states, params):
         h_prev = states[0]
         u = self.units
         x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
@@ -131,7 +127,7 @@ class GRUCell(_RecurrentCell):
         h_tilde = fast_tanh(x_h + r * r_h)
         return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
 
-    def _fused_backward(self, saved, states_prev, states, d_states, params):
+    def _bptt_backward(self, saved, states_prev, states, d_states, params):
         zr, h_tilde, r_h = saved
         d_h = d_states[0]
         z, r = tf.split(zr, 2, axis=-1)
@@ -171,7 +167,7 @@ class GRUCell(_RecurrentCell):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class GRU(_RecurrentLayer):
+class GRU(RecurrentLayer):
     """GRU layer; same weights and results as `keras.layers.GRU`.
 
     Runs `GRUCell` over time (see its equations) with the input projection of
@@ -227,8 +223,12 @@ class GRU(_RecurrentLayer):
         reset_after: bool = True,
         **kwargs,
     ):
-        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
-                                 dropout, recurrent_dropout)
+        validate_recurrent_args(
+            type(self).__name__, units, activation, recurrent_activation, dropout,
+            recurrent_dropout, use_bias=use_bias, reset_after=reset_after,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+        )
         cell = GRUCell(
             units,
             reset_after=reset_after,
@@ -263,4 +263,4 @@ class GRU(_RecurrentLayer):
         )
 
 
-GRU.reset_after = _delegate_to_cell("reset_after")
+GRU.reset_after = delegate_to_cell("reset_after")

@@ -6,20 +6,17 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
 from keras_seq.layers._recurrent_base import (
-    _delegate_to_cell,
-    _LSTMCellBase,
-    _RecurrentLayer,
-    _validate_recurrent_args,
-    fast_sigmoid,
-    fast_tanh,
-    sigmoid_grad,
-    tanh_grad,
+    LSTMCellBase,
+    RecurrentLayer,
+    delegate_to_cell,
+    validate_recurrent_args,
 )
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class PeepholeLSTMCell(_LSTMCellBase):
+class PeepholeLSTMCell(LSTMCellBase):
     """One step of an LSTM whose gates also look at the cell state.
 
     ```
@@ -78,30 +75,25 @@ class PeepholeLSTMCell(_LSTMCellBase):
         self.output_peephole = self._add_peephole("output_peephole")
         self.built = True
 
-    def _recurrent_params(self, batch_size=None):
-        return (
-            self._read(self.recurrent_kernel),
-            self._recurrent_bias(),
-            self._read_per_example(self.input_peephole, batch_size),
-            self._read_per_example(self.forget_peephole, batch_size),
-            self._read_per_example(self.output_peephole, batch_size),
-        )
+    def _recurrent_weights(self, batch_size=None, bptt=False):
+        peepholes = (self.input_peephole, self.forget_peephole, self.output_peephole)
+        U = self._read(self.recurrent_kernel)
+        if bptt:  # the bias is in the projection
+            return [U, *(self._read(p) for p in peepholes)]
+        return [U, self._recurrent_bias(),
+                *(self._read_per_example(p, batch_size) for p in peepholes)]
 
-    # Hand-written gradient for training (see _recurrent_driver.FusedCell).
-    _fused_d_r_is_d_xw = True
+    # Hand-written gradient for training (the _bptt_* hooks of RecurrentCell).
+    _bptt_d_r_is_d_xw = True
 
     @property
-    def _fused_saved_widths(self):
+    def _bptt_saved_widths(self):
         return [self.units] * 4  # i, f, g = tanh(z_c), o (tanh(c) is recomputed)
 
-    def _fused_supported(self):
+    def _bptt_supported(self):
         return self._standard_activations()
 
-    def _fused_params(self):
-        peepholes = (self.input_peephole, self.forget_peephole, self.output_peephole)
-        return self._read(self.recurrent_kernel), [self._read(p) for p in peepholes]
-
-    def _fused_forward(self, xw_t, r_t, states, params):
+    def _bptt_forward(self, xw_t, r_t, states, params):
         c_prev = states[1]
         p_i, p_f, p_o = params
         z_i, z_f, z_c, z_o = tf.split(xw_t + r_t, 4, axis=-1)
@@ -113,7 +105,7 @@ class PeepholeLSTMCell(_LSTMCellBase):
         tanh_c = fast_tanh(c)
         return [o * tanh_c, c], [i, f, g, o]
 
-    def _fused_backward(self, saved, states_prev, states, d_states, params):
+    def _bptt_backward(self, saved, states_prev, states, d_states, params):
         i, f, g, o = saved
         c_prev, c = states_prev[1], states[1]
         tanh_c = fast_tanh(c)  # cheaper to recompute than to store and read back
@@ -143,7 +135,7 @@ class PeepholeLSTMCell(_LSTMCellBase):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class PeepholeLSTM(_RecurrentLayer):
+class PeepholeLSTM(RecurrentLayer):
     """LSTM layer with peephole connections; a drop-in for `keras.layers.LSTM`.
 
     Runs `PeepholeLSTMCell` over time (see its equations). The input
@@ -209,8 +201,12 @@ class PeepholeLSTM(_RecurrentLayer):
         unroll: bool = False,
         **kwargs,
     ):
-        _validate_recurrent_args(type(self).__name__, units, activation, recurrent_activation,
-                                 dropout, recurrent_dropout)
+        validate_recurrent_args(
+            type(self).__name__, units, activation, recurrent_activation, dropout,
+            recurrent_dropout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+        )
         cell = PeepholeLSTMCell(
             units,
             activation=activation,
@@ -250,5 +246,5 @@ class PeepholeLSTM(_RecurrentLayer):
 
 for _name in ("unit_forget_bias", "peephole_initializer", "peephole_regularizer",
               "peephole_constraint"):
-    setattr(PeepholeLSTM, _name, _delegate_to_cell(_name))
+    setattr(PeepholeLSTM, _name, delegate_to_cell(_name))
 del _name

@@ -5,7 +5,13 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_seq.layers._recurrent_driver import project, recurrent_matmul, run_recurrence
+from keras_seq import layers
+from keras_seq.layers._recurrent_loops import (
+    choose_loop,
+    project,
+    recurrent_matmul,
+    run_recurrence,
+)
 
 CELL_NAMES = ("gru", "lstm", "peephole", "coupled")
 
@@ -24,10 +30,6 @@ def recurrent_classes(cell: str):
     ``"lstm"`` is Keras' own LSTM cell, driven by `ConvertibleLSTM`; the others
     are this package's layers.
     """
-    # Imported here: the layer modules import the whole recurrent family, which
-    # `keras_seq.models` should not pay for at import time.
-    from keras_seq import layers
-
     if cell == "gru":
         return layers.GRU, layers.GRUCell
     if cell == "peephole":
@@ -52,11 +54,14 @@ class ConvertibleLSTM(keras.layers.LSTM):
     driver: the input projection hoisted out of the loop and the loop form
     that ``model.export(format="litert"|"onnx")`` converts. Keras' own loop
     uses TensorArrays, which need the Flex delegate in TFLite when the batch
-    or length is dynamic and which tf2onnx cannot convert.
+    or length is dynamic and which tf2onnx cannot convert. Where the shared
+    `choose_loop` picks any other form (training, ``unroll=True``), Keras'
+    own loop runs.
     """
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
-        if training is True or self.unroll:
+        loop = choose_loop(training, self.unroll)
+        if loop != "convertible":
             return super().inner_loop(sequences, initial_state, mask, training=training)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
@@ -85,6 +90,7 @@ class ConvertibleLSTM(keras.layers.LSTM):
             list(initial_state),
             mask=mask,
             go_backwards=self.go_backwards,
+            loop=loop,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
         )

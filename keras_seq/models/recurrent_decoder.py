@@ -5,8 +5,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_seq.layers._recurrent_driver import scan_convertible
-from keras_seq.models import _cells
+from keras_seq.layers._recurrent_loops import choose_loop, scan
+from keras_seq.models._cells import check_cell, recurrent_classes
+from keras_seq.models._cells import num_states as cell_num_states
 
 # Longer statically known target lengths run in a loop instead of unrolled.
 _MAX_UNROLL = 32
@@ -88,14 +89,14 @@ class RecurrentDecoder(keras.layers.Layer):
                 f"received attention_units={attention_units!r}."
             )
         self.units = units
-        self.cell_name = _cells.check_cell(cell, "RecurrentDecoder")
+        self.cell_name = check_cell(cell, "RecurrentDecoder")
         self.attention_units = attention_units
         self.attention_normalize = bool(attention_normalize)
         self.supports_masking = True
 
     @property
     def num_states(self) -> int:
-        return _cells.num_states(self.cell_name)
+        return cell_num_states(self.cell_name)
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         if self.attention_units is not None and encoder_outputs_shape is None:
@@ -118,7 +119,7 @@ class RecurrentDecoder(keras.layers.Layer):
             input_dim += value_dim
         else:
             self.attention = None
-        _, cell_class = _cells.recurrent_classes(self.cell_name)
+        _, cell_class = recurrent_classes(self.cell_name)
         self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
         self.cell.build((None, input_dim))
         self.built = True
@@ -172,7 +173,6 @@ class RecurrentDecoder(keras.layers.Layer):
         inputs,
         encoder_outputs=None,
         initial_state=None,
-        mask=None,
         encoder_outputs_mask=None,
         return_attention_scores=False,
         training=None,
@@ -193,25 +193,12 @@ class RecurrentDecoder(keras.layers.Layer):
         if self.attention is not None and encoder_outputs_mask is not None:
             encoder_outputs_mask = keras.ops.cast(encoder_outputs_mask, "bool")
 
+        # A known, short length (as in training batches) runs unrolled: that
+        # lets TensorFlow schedule the steps' independent ops together and
+        # avoids the while-loop's per-iteration overhead in the gradient.
         steps = inputs.shape[1]
-        if steps is not None and steps <= _MAX_UNROLL:
-            # A known, short length (as in training batches): unrolling lets
-            # TensorFlow schedule the steps' independent ops together and
-            # avoids the while-loop's per-iteration overhead in the gradient.
-            o_seq, alpha_seq = [], []
-            for i in range(steps):
-                o, states, alpha = self.step(
-                    inputs[:, i], states, encoder_outputs, processed_key,
-                    encoder_outputs_mask, training,
-                )
-                o_seq.append(o)
-                alpha_seq.append(alpha)
-            outputs = keras.ops.stack(o_seq, axis=1)  # (B, T, o_dim)
-            if return_attention_scores:
-                return outputs, keras.ops.stack(alpha_seq, axis=1)  # (B, T, S)
-            return outputs
-
-        y_seq = tf.transpose(inputs, [1, 0, 2])  # (T, B, E): scan runs over the first axis
+        loop = choose_loop(training, unroll=steps is not None and steps <= _MAX_UNROLL)
+        y_seq = tf.transpose(inputs, [1, 0, 2])  # (T, B, E): the loops run over the first axis
         o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
         o0 = tf.zeros([batch_size, o_dim], dtype=self.compute_dtype)
         alpha0 = (
@@ -219,33 +206,23 @@ class RecurrentDecoder(keras.layers.Layer):
             if self.attention is not None
             else tf.zeros([batch_size, 0], dtype=self.compute_dtype)
         )
+        templates = [o0, alpha0] if return_attention_scores else [o0]
 
-        def step(y, states):
+        def body(y_t, carry):
             o, new_states, alpha = self.step(
-                y, states, encoder_outputs, processed_key, encoder_outputs_mask, training
+                y_t[0], carry, encoder_outputs, processed_key, encoder_outputs_mask, training
             )
-            return o, new_states, alpha0 if alpha is None else tf.cast(alpha, self.compute_dtype)
+            if not return_attention_scores:
+                return [o], list(new_states)
+            return [o, alpha0 if alpha is None else tf.cast(alpha, self.compute_dtype)], list(
+                new_states
+            )
 
-        if training is True:
-            # TensorArrays: the cheapest autodiff gradient.
-            def body(carry, y):
-                o, new_states, alpha = step(y, carry[0])
-                return [new_states, o, alpha]
-
-            _, o_seq, alpha_seq = tf.scan(body, y_seq, initializer=[states, o0, alpha0])
-        else:
-            # Inference: the loop form TFLite and ONNX convert to builtins.
-            def body(y_t, carry):
-                o, new_states, alpha = step(y_t[0], carry)
-                return [o, alpha], list(new_states)
-
-            (outputs, alpha_seq), _ = scan_convertible(body, [y_seq], states, [o0, alpha0])
-            # (B, T, o_dim) and (B, T, S)
-            return (outputs, alpha_seq) if return_attention_scores else outputs
-        outputs = tf.transpose(o_seq, [1, 0, 2])  # (B, T, o_dim)
-        if return_attention_scores:
-            return outputs, tf.transpose(alpha_seq, [1, 0, 2])  # (B, T, S)
-        return outputs
+        # Training (TensorArray form) runs one step per loop iteration, as the
+        # decoder's tf.scan did; more per iteration were not measured here.
+        outputs, _ = scan(loop, body, [y_seq], states, templates, steps_per_iteration=1)
+        # (B, T, o_dim) and (B, T, S)
+        return tuple(outputs) if return_attention_scores else outputs[0]
 
     def compute_output_shape(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         o_dim = self.units

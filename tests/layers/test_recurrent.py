@@ -395,11 +395,11 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
     initial states, with sequence and final-state losses."""
     from keras_seq.layers import _recurrent_base
 
-    fused_calls = []
-    real = _recurrent_base.run_fused_recurrence
+    bptt_calls = []
+    real = _recurrent_base.run_bptt_recurrence
     monkeypatch.setattr(
-        _recurrent_base, "run_fused_recurrence",
-        lambda *a, **k: fused_calls.append(1) or real(*a, **k),
+        _recurrent_base, "run_bptt_recurrence",
+        lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
     )
     cls, extra, step, n_states = CASES[case]
     masked = variant != "plain"
@@ -428,7 +428,7 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
         outputs = layer(x_t, mask=mask, initial_state=initial, training=True)
         loss = sum(tf.reduce_sum(o * p) for o, p in zip(outputs, probes))
     got = tape.gradient(loss, [x_t, *layer.trainable_weights, *(initial or [])])
-    assert fused_calls, "training=True did not take the hand-written gradient"
+    assert bptt_calls, "training=True did not take the hand-written gradient"
     np.testing.assert_allclose(float(loss), numpy_loss(), rtol=1e-10)
     for g, e in zip(got, expected[: len(got)]):
         np.testing.assert_allclose(g, e, atol=1e-6)
@@ -441,7 +441,8 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
 ):
     """With a recurrent dropout mask (and padding), the driver's hand-written
     gradient equals TensorFlow's autodiff through the per-step cell."""
-    from keras_seq.layers._recurrent_driver import run_fused_recurrence, run_recurrence
+    from keras_seq.layers._bptt import run_bptt_recurrence
+    from keras_seq.layers._recurrent_loops import run_recurrence
 
     layer, _, _, n_states = _make(case, rng)
     cell = layer.cell
@@ -461,24 +462,24 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
         return tape.gradient(loss, [xw, *states, *cell.trainable_weights])
 
     def autodiff():
-        params = cell._recurrent_params(B)
+        weights = cell._recurrent_weights(B)
         return run_recurrence(
-            lambda xw_t, s: cell._recurrent_step(xw_t, s, params, keep),
+            lambda xw_t, s: cell._recurrent_step(xw_t, s, weights, keep),
             xw, states, mask=mask, return_sequences=True,
-            zero_output_for_mask=zero_output_for_mask, training=True,
+            zero_output_for_mask=zero_output_for_mask, loop="tensor_array",
         )
 
-    def fused():
-        kernel, params = cell._fused_params()
+    def bptt():
+        kernel, *params = cell._recurrent_weights(bptt=True)
         # The hand-written loop takes the whole bias in the projection; the
         # LSTM steps add theirs after h @ U (GRU's xw is the same for both).
         in_step = 0.0 if case == "gru" else cell.bias
-        return run_fused_recurrence(
+        return run_bptt_recurrence(
             cell, xw + in_step, states, kernel, params, mask=mask, recurrent_mask=keep,
             return_sequences=True, zero_output_for_mask=zero_output_for_mask,
         )
 
-    got, expected = loss_of(fused), loss_of(autodiff)
+    got, expected = loss_of(bptt), loss_of(autodiff)
     names = ["xw", *(f"state{i}" for i in range(n_states)), *(w.name for w in cell.trainable_weights)]
     compared = []
     for name, g, e in zip(names, got, expected):
@@ -512,7 +513,7 @@ def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case,
 
 @pytest.mark.parametrize("dtype, atol", [("float32", 1e-6), ("float16", 1e-3), ("float64", 1e-15)])
 def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
-    from keras_seq.layers._recurrent_base import fast_sigmoid, fast_tanh
+    from keras_seq.layers._bptt import fast_sigmoid, fast_tanh
 
     x = np.concatenate([np.linspace(-30.0, 30.0, 20001), [0.0, 1e-8, -1e-8, 7.9, -7.9]])
     got_tanh = np.asarray(fast_tanh(tf.constant(x, dtype)), "float64")

@@ -1,0 +1,324 @@
+"""Training with a hand-written gradient: backpropagation through time (BPTT) under XLA.
+
+`run_bptt_recurrence` is the ``"bptt"`` loop form (see `choose_loop`): the
+training form for cells that supply their derivative (the ``_bptt_*`` hooks
+of `keras_seq.layers._recurrent_base.RecurrentCell`). The forward loop keeps
+what the backward loop needs, the backward loop does one matmul per step
+(``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one large matmul over
+all steps after the loop instead of one small matmul and an accumulation per
+step. Both loops are compiled with XLA, which fuses a step's elementwise work.
+
+The cells' derivatives use the activations here: `fast_tanh` and
+`fast_sigmoid` (rational approximations that XLA fuses with the rest of a
+step) and `sigmoid_grad` / `tanh_grad`. The measurements behind these choices
+are in ``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+from keras_seq.layers._recurrent_loops import (
+    mask_step,
+    mask_step_backward,
+    num_steps,
+    processing_order,
+)
+
+if TYPE_CHECKING:
+    from keras_seq.layers._recurrent_base import RecurrentCell
+
+# Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
+# tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
+# float32 tanh in Eigen, which TensorFlow's CPU kernels use. Max error
+# against tf.tanh: 4e-7 over [-20, 20].
+_TANH_CLAMP = 7.90531110763549805
+_TANH_P = (
+    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+    5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+    4.89352455891786e-03,
+)
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+           4.89352518554385e-03)
+
+
+def fast_tanh(x):
+    """tanh from multiplies, adds and one division (float64: exact ``tf.tanh``).
+
+    Inside the XLA-compiled training loops XLA's own tanh and sigmoid cost
+    several times the rest of a step's elementwise work on CPU (see
+    benchmarks/RESULTS.md); this fuses with it. Low-precision inputs are
+    evaluated in float32.
+    """
+    if x.dtype == tf.float64:
+        return tf.tanh(x)
+    y = tf.clip_by_value(tf.cast(x, tf.float32), -_TANH_CLAMP, _TANH_CLAMP)
+    y2 = y * y
+    p = _TANH_P[0]
+    for coefficient in _TANH_P[1:]:
+        p = p * y2 + coefficient
+    q = _TANH_Q[0]
+    for coefficient in _TANH_Q[1:]:
+        q = q * y2 + coefficient
+    return tf.cast(y * p / q, x.dtype)
+
+
+def fast_sigmoid(x):
+    """σ(x) = (1 + tanh(x / 2)) / 2 with `fast_tanh`."""
+    return 0.5 + 0.5 * fast_tanh(0.5 * x)
+
+
+def sigmoid_grad(y, dy):
+    """``dy ⊙ y ⊙ (1 − y)`` for ``y = σ(x)``, in one op."""
+    return tf.raw_ops.SigmoidGrad(y=y, dy=dy)
+
+
+def tanh_grad(y, dy):
+    """``dy ⊙ (1 − y²)`` for ``y = tanh(x)``, in one op."""
+    return tf.raw_ops.TanhGrad(y=y, dy=dy)
+
+
+def run_bptt_recurrence(
+    cell: RecurrentCell,
+    xw: tf.Tensor,
+    initial_states: Sequence[tf.Tensor],
+    kernel: tf.Tensor,
+    params: Sequence[tf.Tensor],
+    mask: tf.Tensor | None = None,
+    recurrent_mask: tf.Tensor | None = None,
+    go_backwards: bool = False,
+    return_sequences: bool = False,
+    zero_output_for_mask: bool = False,
+) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+    """`run_recurrence` (training form) with the cell's hand-written gradient.
+
+    The forward loop keeps the states before and after every step and what
+    the cell saves, stacked over time; the backward loop reads them back,
+    does one matmul per step and sums the per-step gradients of the cell's
+    other weights. Both loops are compiled with XLA (see `_bptt_loops`). The
+    recurrent kernel's gradient is one ``(units, T·B) @ (T·B, P)`` matmul
+    after the loop.
+
+    Args:
+        cell: a cell with the ``_bptt_*`` hooks (see `RecurrentCell`).
+        xw: ``(T, B, P)`` input projection for every step, with the whole
+            bias (``cell._project_inputs(x, bias=True)``), time-major.
+        initial_states: list of ``(B, units)`` tensors, h first.
+        kernel, params: ``cell._recurrent_weights(bptt=True)``: the
+            ``(units, P)`` recurrent kernel U and the cell's other recurrent
+            weights.
+        mask, go_backwards, return_sequences, zero_output_for_mask: as in
+            `run_recurrence`.
+        recurrent_mask: optional ``(B, units)`` recurrent dropout mask that
+            multiplies h before U.
+
+    Returns:
+        ``(last_output, outputs, final_states)`` as `run_recurrence`.
+    """
+    xw, mask = processing_order(xw, mask, go_backwards)
+    n_states = len(initial_states)
+    forward_loop, backward_loop = _bptt_loops(cell, return_sequences, zero_output_for_mask)
+
+    @tf.custom_gradient
+    def bptt(xw, kernel, *args):
+        states0, weights = list(args[:n_states]), list(args[n_states:])
+        # The gradient is the backward loop below: keep tapes off the forward loop.
+        inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
+        last_output, final_states, outputs, saved, history = forward_loop(
+            *inputs, mask, recurrent_mask
+        )
+
+        def grad(*upstream):
+            d_last, d_states = upstream[0], list(upstream[1 : 1 + n_states])
+            d_outputs = upstream[1 + n_states] if return_sequences else None
+            d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
+            if d_last is None:
+                d_last = tf.zeros_like(states0[0])
+            d_xw, d_r, d_states0, d_params = backward_loop(
+                xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                d_last, d_states, d_outputs,
+            )
+            # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
+            # large matmul runs faster in TensorFlow's own kernel than in XLA's.
+            h_in = history[0][:-1]
+            if recurrent_mask is not None:
+                h_in = h_in * recurrent_mask
+            units, width = tf.shape(kernel)[0], tf.shape(kernel)[1]
+            d_kernel = tf.matmul(
+                tf.reshape(h_in, [-1, units]), tf.reshape(d_r, [-1, width]), transpose_a=True
+            )
+            return [d_xw, d_kernel, *d_states0, *d_params]
+
+        results = [last_output, *final_states]
+        if return_sequences:
+            results.append(outputs)
+        return results, grad
+
+    results = bptt(xw, kernel, *initial_states, *params)
+    last_output, states = results[0], list(results[1 : 1 + n_states])
+    if return_sequences:
+        outputs = tf.transpose(results[1 + n_states], [1, 0, 2])  # (B, T, units)
+    else:
+        outputs = last_output[:, None]
+    return last_output, outputs, states
+
+
+def _bptt_loops(cell, return_sequences, zero_output_for_mask):
+    """The forward and backward loops of ``cell``, each compiled with XLA.
+
+    Fusing the elementwise work of a step into a few kernels is what makes
+    the hand-written gradient pay off on CPU: run op by op, a step's ~30
+    small ops cost more than its matmul. XLA compiles once per input shape.
+    """
+    key = (return_sequences, zero_output_for_mask)
+    # Kept on the cell (outside Keras' attribute tracking) so that eager calls
+    # reuse the compiled loops; they go away with the cell.
+    per_cell = cell.__dict__.get("_bptt_loops_cache")
+    if per_cell is None:
+        per_cell = {}
+        object.__setattr__(cell, "_bptt_loops_cache", per_cell)
+    if key not in per_cell:
+
+        def forward_loop(*args):
+            return _forward_loop(
+                cell, *args, zero_output_for_mask=zero_output_for_mask,
+                return_sequences=return_sequences,
+            )
+
+        def backward_loop(*args):
+            return _backward_loop(cell, *args, zero_output_for_mask=zero_output_for_mask)
+
+        per_cell[key] = (
+            tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
+            tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
+        )
+    return per_cell[key]
+
+
+def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
+                  zero_output_for_mask, return_sequences):
+    """Forward loop; also returns what the backward loop needs, stacked over time."""
+    steps = num_steps(xw)
+    n_states = len(states0)
+    batch = states0[0].shape[0]
+
+    def array(shape, size=steps):
+        return tf.TensorArray(xw.dtype, size=size, element_shape=shape)
+
+    saved_tas = [array((batch, width)) for width in cell._bptt_saved_widths]
+    # states[t] are the states before step t; states[t + 1] those after it.
+    state_tas = [array(s.shape, steps + 1).write(0, s) for s in states0]
+    collect_outputs = mask is not None and return_sequences
+    out_ta = array(states0[0].shape, steps if collect_outputs else 0)
+    carry = list(states0)
+    if mask is not None:
+        zero_output = tf.zeros_like(states0[0])
+        carry.append(zero_output)  # the previous output
+
+    def body(t, saved_tas, state_tas, out_ta, *carry):
+        states = list(carry[:n_states])
+        h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
+        new_states, saved = cell._bptt_forward(
+            tf.gather(xw, t), tf.matmul(h_in, kernel), states, params
+        )
+        output = new_states[0]
+        if mask is not None:
+            output, new_states = mask_step(
+                tf.gather(mask, t), output, new_states, states, carry[-1],
+                zero_output if zero_output_for_mask else None,
+            )
+            if collect_outputs:
+                out_ta = out_ta.write(t, output)
+        saved_tas = [ta.write(t, s) for ta, s in zip(saved_tas, saved)]
+        state_tas = [ta.write(t + 1, s) for ta, s in zip(state_tas, new_states)]
+        new_carry = list(new_states)
+        if mask is not None:
+            new_carry.append(output)
+        return (t + 1, saved_tas, state_tas, out_ta, *new_carry)
+
+    result = tf.while_loop(
+        lambda t, *_: t < steps,
+        body,
+        (tf.constant(0), saved_tas, state_tas, out_ta, *carry),
+        maximum_iterations=steps,
+        parallel_iterations=32,
+    )
+    saved = [ta.stack() for ta in result[1]]
+    history = [ta.stack() for ta in result[2]]  # (T + 1, B, units) each
+    final = list(result[4:])
+    final_states = final[:n_states]
+    last_output = final[-1] if mask is not None else final_states[0]
+    outputs = None
+    if return_sequences:
+        outputs = result[3].stack() if collect_outputs else history[0][1:]
+    return last_output, final_states, outputs, saved, history
+
+
+def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, saved,
+                   history, d_last, d_states, d_outputs, zero_output_for_mask):
+    """Backward loop: gradients of xw and r (stacked), the initial states and params."""
+    steps = num_steps(xw)
+    n_states = len(states0)
+    d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
+    d_r_ta = tf.TensorArray(
+        xw.dtype, size=0 if cell._bptt_d_r_is_d_xw else steps, element_shape=xw.shape[1:]
+    )
+    carry = list(d_states)
+    if mask is None:
+        carry[0] = carry[0] + d_last  # the last output is the final h
+    else:
+        carry.append(d_last)  # gradient of the carried previous output
+
+    def body(t, d_xw_ta, d_r_ta, d_params, *carry):
+        d_new = list(carry[:n_states])
+        if mask is None:
+            if d_outputs is not None:
+                d_new[0] = d_new[0] + tf.gather(d_outputs, t)
+            through = None
+        else:
+            d_output = carry[-1]
+            if d_outputs is not None:
+                d_output = d_output + tf.gather(d_outputs, t)
+            # Masked steps pass the state gradients straight to the previous step.
+            d_new, through, d_prev_output = mask_step_backward(
+                tf.gather(mask, t), d_new, d_output, zero_output_for_mask
+            )
+        d_xw_t, d_r_t, d_prev, d_params_t = cell._bptt_backward(
+            [tf.gather(s, t) for s in saved],
+            [tf.gather(h, t) for h in history],
+            [tf.gather(h, t + 1) for h in history],
+            d_new,
+            params,
+        )
+        d_h_in = tf.matmul(d_r_t, kernel, transpose_b=True)
+        if recurrent_mask is not None:
+            d_h_in = d_h_in * recurrent_mask
+        d_prev = list(d_prev)
+        d_prev[0] = d_h_in if d_prev[0] is None else d_prev[0] + d_h_in
+        if through is not None:
+            d_prev = [d + p for d, p in zip(d_prev, through)]
+            d_prev.append(d_prev_output)
+        d_xw_ta = d_xw_ta.write(t, d_xw_t)
+        if not cell._bptt_d_r_is_d_xw:
+            d_r_ta = d_r_ta.write(t, d_r_t)
+        d_params = [a + g for a, g in zip(d_params, d_params_t)]
+        return (t - 1, d_xw_ta, d_r_ta, d_params, *d_prev)
+
+    # Per-example running sums of the other weights' gradients.
+    batch_shape = tf.shape(states0[0])[:1]
+    d_params0 = [tf.zeros(tf.concat([batch_shape, tf.shape(p)], 0), p.dtype) for p in params]
+    result = tf.while_loop(
+        lambda t, *_: t >= 0,
+        body,
+        (steps - 1, d_xw_ta, d_r_ta, d_params0, *carry),
+        maximum_iterations=steps,
+        parallel_iterations=32,
+    )
+    d_xw = result[1].stack()
+    d_r = d_xw if cell._bptt_d_r_is_d_xw else result[2].stack()
+    d_params = [tf.reduce_sum(g, 0) for g in result[3]]
+    d_states0 = list(result[4 : 4 + n_states])
+    return d_xw, d_r, d_states0, d_params
