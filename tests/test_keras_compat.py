@@ -21,8 +21,6 @@ from pathlib import Path
 import keras
 import pytest
 
-from keras_seq import layers
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SUBSTITUTE_CONFTEST = Path(__file__).resolve().parent / "keras_compat" / "substitute_layers.py"
 
@@ -42,24 +40,7 @@ MIN_PASSED = {
 }
 EXPECTED_XFAIL = {"lstm_test.py::LSTMTest::test_basics"}
 
-# Tests that need the legacy `implementation=` argument of keras.layers.GRU/LSTM
-# (accepted and ignored). They may fail only while our layers reject it; once
-# they accept it (branch `rec`), the allowance lapses and they must pass.
-NEEDS_IMPLEMENTATION_ARGUMENT = {
-    "gru_test.py::GRUTest::test_legacy_implementation_argument": layers.GRU,
-    "lstm_test.py::LSTMTest::test_correctness0": layers.PeepholeLSTM,
-    "lstm_test.py::LSTMTest::test_correctness1": layers.PeepholeLSTM,
-}
-
 TIMEOUT_S = 900
-
-
-def _accepts_implementation(cls) -> bool:
-    try:
-        cls(2, implementation=2)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _outcomes(junit_xml: Path) -> dict[str, tuple[str, str]]:
@@ -107,15 +88,10 @@ def test_keras_own_test_files_pass_against_keras_seq_layers(tmp_path):
     )
     outcomes = _outcomes(report)
 
-    pending = {
-        node_id
-        for node_id, cls in NEEDS_IMPLEMENTATION_ARGUMENT.items()
-        if not _accepts_implementation(cls)
-    }
     failed = {
         node_id: message
         for node_id, (outcome, message) in outcomes.items()
-        if outcome == "failed" and not (node_id in pending and "implementation" in message)
+        if outcome == "failed"
     }
     assert not failed, "Keras' tests failed against keras_seq's layers:\n" + "\n".join(
         f"  {node_id}: {message[:300]}" for node_id, message in sorted(failed.items())
@@ -129,8 +105,7 @@ def test_keras_own_test_files_pass_against_keras_seq_layers(tmp_path):
             for node_id, (outcome, _) in outcomes.items()
             if outcome == "passed" and node_id.startswith(file_name + "::")
         )
-        allowed = len({node_id for node_id in pending if node_id.startswith(file_name)})
-        assert len(passed) >= minimum - allowed, (
+        assert len(passed) >= minimum, (
             f"only {len(passed)} of Keras' tests in {file_name} passed (expected at least "
-            f"{minimum - allowed}): did a Keras upgrade change them? Passed: {passed}"
+            f"{minimum}): did a Keras upgrade change them? Passed: {passed}"
         )

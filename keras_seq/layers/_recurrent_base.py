@@ -378,7 +378,9 @@ class RecurrentLayer(keras.layers.RNN):
                 f"(received {shape[-1]} features)",
                 shape,
             )
-        if self.stateful and shape[0] is None:
+        # The state variables are created for the first batch size; later
+        # calls (e.g. a tf.function over a dynamic batch) may leave it open.
+        if self.stateful and shape[0] is None and getattr(self, "states", None) is None:
             raise shape_error(
                 self, "inputs",
                 "a static batch size with `stateful=True` (e.g. keras.Input(batch_size=...))",
