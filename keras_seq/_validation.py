@@ -23,7 +23,7 @@ runtime error.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import keras
@@ -37,6 +37,7 @@ __all__ = [
     "check_int",
     "check_positive_int",
     "check_rate",
+    "check_selection",
     "invalid_type",
     "invalid_value",
     "owner_name",
@@ -185,6 +186,34 @@ def check_choice(owner: Any, argument: str, value: Any, choices: Iterable) -> An
         expected = "one of " + ", ".join(repr(c) for c in choices)
         raise invalid_value(owner, argument, expected, value)
     return value
+
+
+def check_selection(
+    owner: Any,
+    argument: str,
+    values: Any,
+    choices: Iterable,
+    allow_empty: bool = False,
+    allow_single: bool = False,
+) -> list:
+    """``values`` as a list, each one of ``choices``.
+
+    A sequence is required (a single string only with ``allow_single``, as a
+    selection of one); an empty selection is a bad value unless ``allow_empty``.
+    """
+    choices = tuple(choices)
+    expected = "a sequence of choices from " + ", ".join(repr(c) for c in choices)
+    if isinstance(values, str) and allow_single:
+        values = [values]
+    elif isinstance(values, str) or not isinstance(values, Sequence):
+        raise invalid_type(owner, argument, expected, values)
+    values = list(values)
+    if not values and not allow_empty:
+        raise invalid_value(owner, argument, "at least one of " + ", ".join(map(repr, choices)),
+                            values)
+    for value in values:
+        check_choice(owner, argument, value, choices)
+    return values
 
 
 def check_activation(owner: Any, argument: str, identifier: Any):

@@ -24,40 +24,28 @@ import keras_tuner
 
 from keras_seq import models
 from keras_seq._validation import (
-    check_choice,
     check_float,
     check_positive_int,
     check_rate,
+    check_selection,
     invalid_type,
     invalid_value,
 )
-from keras_seq.models import _cells
+from keras_seq.models._cells import CELL_NAMES
 from keras_seq.reserved_tokens import PAD_ID
 
 __all__ = ["ClassifierHyperModel", "Seq2SeqHyperModel"]
 
-_ALL_CELLS = _cells.CELL_NAMES
-
-
-def _check_choices(where: str, name: str, values: Sequence, allowed: Sequence) -> list:
-    """A non-empty list of choices, each one of ``allowed``."""
-    values = _non_empty(where, name, values)
-    for value in values:
-        check_choice(where, name, value, allowed)
-    return values
+_ALL_CELLS = CELL_NAMES
 
 
 def _check_int_choices(where: str, name: str, values: Sequence[int]) -> list[int]:
     """A non-empty list of positive integers (NumPy integers accepted)."""
-    return [check_positive_int(where, name, v) for v in _non_empty(where, name, values)]
-
-
-def _non_empty(where: str, name: str, values: Sequence) -> list:
     if isinstance(values, str) or not isinstance(values, Sequence):
-        raise invalid_type(where, name, "a sequence of choices", values)
+        raise invalid_type(where, name, "a sequence of positive integers", values)
     if not values:
-        raise invalid_value(where, name, "at least one choice", values)
-    return list(values)
+        raise invalid_value(where, name, "at least one positive integer", values)
+    return [check_positive_int(where, name, v) for v in values]
 
 
 def _learning_rate(hp: keras_tuner.HyperParameters, bounds: tuple[float, float]) -> float:
@@ -114,10 +102,10 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         self.target_vocabulary_size = check_positive_int(
             where, "target_vocabulary_size", target_vocabulary_size
         )
-        self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
+        self.cells = check_selection(where, "cells", cells, _ALL_CELLS)
         self.units = _check_int_choices(where, "units", units)
         self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
-        self.attention = _check_choices(where, "attention", attention, ("bahdanau", "none"))
+        self.attention = check_selection(where, "attention", attention, ("bahdanau", "none"))
         self.max_dropout = check_rate(where, "max_dropout", max_dropout)
         self.learning_rate = _check_learning_rate(where, learning_rate)
 
@@ -182,8 +170,8 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         where = "ClassifierHyperModel"
         self.vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
         self.num_classes = check_positive_int(where, "num_classes", num_classes)
-        self.kinds = _check_choices(where, "kinds", kinds, ("rnn", "transformer"))
-        self.cells = _check_choices(where, "cells", cells, _ALL_CELLS)
+        self.kinds = check_selection(where, "kinds", kinds, ("rnn", "transformer"))
+        self.cells = check_selection(where, "cells", cells, _ALL_CELLS)
         self.units = _check_int_choices(where, "units", units)
         self.max_layers = check_positive_int(where, "max_layers", max_layers)
         self.num_heads = check_positive_int(where, "num_heads", num_heads)

@@ -84,3 +84,17 @@ def test_owner_name_of_a_layer_includes_its_name():
     error = v.shape_error(layer, "mask", "shape (batch, 5)", (2, np.int64(6)))
     assert str(error) == ("Dense 'proj': invalid shape for argument `mask`: expected shape "
                           "(batch, 5), received shape (2, 6).")
+
+
+def test_selection():
+    assert v.check_selection("f", "formats", ("tflite",), ("tflite", "onnx")) == ["tflite"]
+    assert v.check_selection("f", "formats", "onnx", ("tflite", "onnx"), allow_single=True) == [
+        "onnx"
+    ]
+    assert v.check_selection("f", "quantize", [], ("dynamic",), allow_empty=True) == []
+    with pytest.raises(TypeError, match="argument `formats`: expected a sequence of choices"):
+        v.check_selection("f", "formats", "onnx", ("tflite", "onnx"))
+    with pytest.raises(ValueError, match="argument `formats`: expected at least one of"):
+        v.check_selection("f", "formats", [], ("tflite", "onnx"))
+    with pytest.raises(ValueError, match=r"expected one of 'tflite', 'onnx', received 'tf'"):
+        v.check_selection("f", "formats", ["tflite", "tf"], ("tflite", "onnx"))

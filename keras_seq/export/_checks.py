@@ -7,19 +7,8 @@ is a `ValueError`, a bad type a `TypeError`.
 from __future__ import annotations
 
 from keras_seq._validation import check_choice, invalid_type, invalid_value
-from keras_seq._validation import check_positive_int as _check_positive_int
 
 QUANTIZATIONS = ("dynamic", "float16")
-
-
-def check_positive_int(where: str, **values) -> None:
-    """Each keyword a positive integer (NumPy integers yes, bools no).
-
-    The keyword form `export.lstm_fusion` calls; new code calls
-    `keras_seq._validation.check_positive_int` directly.
-    """
-    for argument, value in values.items():
-        _check_positive_int(where, argument, value)
 
 
 def check_quantize(where: str, quantize) -> str | None:

@@ -53,7 +53,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_seq.export._checks import check_positive_int, check_quantize
+from keras_seq._validation import check_positive_int
+from keras_seq.export._checks import check_quantize
 from keras_seq.export._tracing import traceable
 from keras_seq.export.tflite import configure_converter
 
@@ -119,7 +120,7 @@ def convert_fused_lstm(
     where = "convert_fused_lstm"
     check_quantize(where, quantize)
     if batch_size is not None:
-        check_positive_int(where, batch_size=batch_size)
+        check_positive_int(where, "batch_size", batch_size)
     flatbuffer, layers = _convert_with_lstm_functions(
         where, model, input_signature, quantize, batch_size
     )

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_seq._validation import check_choice, check_positive_int, invalid_value
+from keras_seq._validation import check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
 from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
@@ -83,8 +83,11 @@ def export_run(
         ``"reference"`` (when there are examples) and ``"manifest"``.
     """
     where = "export_run"
-    formats = _check_selection(where, "formats", formats, FORMATS, allow_empty=False)
-    quantize = _check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True)
+    formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
+    quantize = tuple(
+        check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True,
+                        allow_single=True)
+    )
     beam_width = check_positive_int(where, "beam_width", beam_width)
     examples = check_positive_int(where, "examples", examples)
     run = _load_run(where, os.fspath(run_dir))
@@ -104,16 +107,6 @@ def export_run(
     written.update(_export_reference(run, out, examples, beam_width))
     written["manifest"] = _write_manifest(run, out, [entry for _, entry in steps], written)
     return written
-
-
-def _check_selection(where, argument, values, allowed, allow_empty):
-    """``values`` (one string or several) as a tuple of choices from ``allowed``."""
-    values = (values,) if isinstance(values, str) else tuple(values)
-    if not (values or allow_empty):
-        raise invalid_value(where, argument, f"at least one of {list(allowed)}", values)
-    for value in values:
-        check_choice(where, argument, value, allowed)
-    return values
 
 
 def _export_saved_model(run, out, beam_width):

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_seq import layers
+from keras_seq._validation import check_choice
 from keras_seq.layers._recurrent_loops import (
     choose_loop,
     project,
@@ -17,11 +18,7 @@ CELL_NAMES = ("gru", "lstm", "peephole", "coupled")
 
 
 def check_cell(cell: str, where: str) -> str:
-    if cell not in CELL_NAMES:
-        raise ValueError(
-            f"{where}: `cell` must be one of {', '.join(map(repr, CELL_NAMES))}; received cell={cell!r}."
-        )
-    return cell
+    return check_choice(where, "cell", cell, CELL_NAMES)
 
 
 def recurrent_classes(cell: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_seq._validation import check_bool, check_positive_int, invalid_value
 from keras_seq.layers._recurrent_loops import choose_loop, scan
 from keras_seq.models._cells import check_cell, recurrent_classes
 from keras_seq.models._cells import num_states as cell_num_states
@@ -77,21 +78,14 @@ class RecurrentDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(units, int) or units <= 0:
-            raise ValueError(
-                f"RecurrentDecoder: `units` must be a positive int; received units={units!r}."
-            )
-        if attention_units is not None and (
-            not isinstance(attention_units, int) or attention_units <= 0
-        ):
-            raise ValueError(
-                "RecurrentDecoder: `attention_units` must be a positive int or None; "
-                f"received attention_units={attention_units!r}."
-            )
-        self.units = units
+        self.units = check_positive_int("RecurrentDecoder", "units", units)
+        self.attention_units = check_positive_int(
+            "RecurrentDecoder", "attention_units", attention_units, allow_none=True
+        )
         self.cell_name = check_cell(cell, "RecurrentDecoder")
-        self.attention_units = attention_units
-        self.attention_normalize = bool(attention_normalize)
+        self.attention_normalize = check_bool(
+            "RecurrentDecoder", "attention_normalize", attention_normalize
+        )
         self.supports_masking = True
 
     @property
@@ -185,9 +179,10 @@ class RecurrentDecoder(keras.layers.Layer):
                 initial_state
             ]
             if len(states) != self.num_states:
-                raise ValueError(
-                    f"RecurrentDecoder: cell {self.cell_name!r} takes {self.num_states} "
-                    f"initial state tensor(s); received {len(states)}."
+                raise invalid_value(
+                    self, "initial_state",
+                    f"{self.num_states} tensor(s) for cell {self.cell_name!r}",
+                    f"{len(states)} tensor(s)",
                 )
         processed_key = self.precompute_keys(encoder_outputs)
         if self.attention is not None and encoder_outputs_mask is not None:

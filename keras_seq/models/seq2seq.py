@@ -21,7 +21,7 @@ from __future__ import annotations
 import keras
 
 from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
-from keras_seq.models import _cells
+from keras_seq.models._cells import CELL_NAMES, num_states, recurrent_classes
 from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 
@@ -126,13 +126,13 @@ def rnn_seq2seq(
     )
     units = check_positive_int(where, "units", units)
     embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim)
-    check_choice(where, "cell", cell, _cells.CELL_NAMES)
+    check_choice(where, "cell", cell, CELL_NAMES)
     check_choice(where, "attention", attention, ("bahdanau", None))
     if attention_units is None:
         attention_units = units
     attention_units = check_positive_int(where, "attention_units", attention_units)
     dropout = check_rate(where, "dropout", dropout)
-    layer_class, _ = _cells.recurrent_classes(cell)
+    layer_class, _ = recurrent_classes(cell)
 
     # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
     source = keras.Input((None,), dtype="int32", name="source_ids")
@@ -145,7 +145,7 @@ def rnn_seq2seq(
         name="bidirectional_encoder",
     )(x)
     h, states = encoded[0], encoded[1:]
-    n = _cells.num_states(cell)
+    n = num_states(cell)
     forward, backward = states[:n], states[n:]
     initial_state = []
     for k in range(n):
