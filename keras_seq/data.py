@@ -144,7 +144,7 @@ def date_task(
     sizes = {name: check_int("date_task", f"{name}_size", n, minimum=0) for name, n in sizes.items()}
     if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
         raise ValueError(
-            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, got {sum(sizes.values())}."
+            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, received {sum(sizes.values())}."
         )
     seed = check_int("date_task", "seed", seed)
 
@@ -318,7 +318,7 @@ def make_dataset(
     for index, pair in enumerate(pairs):
         if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
             raise ValueError(
-                f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, got {pair!r}."
+                f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, received {pair!r}."
             )
     buckets = _check_buckets(bucket_lengths, source_length)
     sources = tf.constant([s for s, _ in pairs], dtype=tf.string)

@@ -148,13 +148,13 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
         for token in vocabulary:
             if not isinstance(token, str):
                 raise TypeError(
-                    f"{cls}: `vocabulary` must hold strings, got {token!r} "
+                    f"{cls}: `vocabulary` must hold strings, received {token!r} "
                     f"({type(token).__name__})."
                 )
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
                 f"{cls}: `vocabulary` must start with the reserved tokens "
-                f"{list(RESERVED_TOKENS)}, got {vocabulary[: len(RESERVED_TOKENS)]}."
+                f"{list(RESERVED_TOKENS)}, received {vocabulary[: len(RESERVED_TOKENS)]}."
             )
         if len(set(vocabulary)) != len(vocabulary):
             seen, duplicates = set(), []
@@ -266,10 +266,10 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
         elif not isinstance(ids, tf.RaggedTensor):
             ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
-            raise TypeError(f"{cls}.detokenize: `ids` must be integers, got dtype {ids.dtype}.")
+            raise TypeError(f"{cls}.detokenize: `ids` must be integers, received dtype {ids.dtype}.")
         if ids.shape.rank is not None and ids.shape.rank != 2:
             raise ValueError(
-                f"{cls}.detokenize: `ids` must have shape (batch, time), got shape {ids.shape}."
+                f"{cls}.detokenize: `ids` must have shape (batch, time), received shape {ids.shape}."
             )
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor(default_value=PAD_ID)
@@ -300,15 +300,15 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
         cls = type(self).__name__
         if isinstance(strings, str | bytes):
             raise ValueError(
-                f"{cls}.{method}: expected a batch of strings of shape (B,), got a single "
+                f"{cls}.{method}: expected a batch of strings of shape (B,), received a single "
                 f"string {strings!r}; wrap it in a list."
             )
         strings = tf.convert_to_tensor(strings, dtype_hint=tf.string)
         if strings.dtype != tf.string:
-            raise TypeError(f"{cls}.{method}: expected a string tensor, got dtype {strings.dtype}.")
+            raise TypeError(f"{cls}.{method}: expected a string tensor, received dtype {strings.dtype}.")
         if strings.shape.rank is not None and strings.shape.rank != 1:
             raise ValueError(
-                f"{cls}.{method}: expected strings of shape (B,), got shape {strings.shape}."
+                f"{cls}.{method}: expected strings of shape (B,), received shape {strings.shape}."
             )
         return strings
 
@@ -362,7 +362,7 @@ class CharTokenizer(_Tokenizer):
             return ""
         if len(token) != 1:
             raise ValueError(
-                f"CharTokenizer: every non-reserved token must be one character, got "
+                f"CharTokenizer: every non-reserved token must be one character, received "
                 f"{token!r} at id {token_id}."
             )
         return token
@@ -384,7 +384,7 @@ class CharTokenizer(_Tokenizer):
                 s = s.decode("utf-8", errors="replace")
             if not isinstance(s, str):
                 raise TypeError(
-                    f"CharTokenizer.from_corpus: `strings` must hold str or bytes, got "
+                    f"CharTokenizer.from_corpus: `strings` must hold str or bytes, received "
                     f"{type(s).__name__}."
                 )
             characters.update(s)

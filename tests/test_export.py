@@ -37,7 +37,7 @@ def test_converted_dense_model_matches_keras_with_frozen_weights(dense_flatbuffe
 
 def test_run_tflite_rejects_wrong_number_of_inputs(dense_flatbuffer):
     _, flatbuffer = dense_flatbuffer
-    with pytest.raises(ValueError, match="run_tflite: the model takes 1 inputs, got 2"):
+    with pytest.raises(ValueError, match="run_tflite: the model takes 1 inputs, received 2"):
         run_tflite(flatbuffer, np.zeros((1, 2, 3), "float32"), np.zeros((1,), "float32"))
 
 

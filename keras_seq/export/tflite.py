@@ -160,7 +160,7 @@ def run_tflite(tflite_model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
     runner = _Runner(tflite_model)
     if runner.num_inputs != len(inputs):
         raise ValueError(
-            f"run_tflite: the model takes {runner.num_inputs} inputs, got {len(inputs)}."
+            f"run_tflite: the model takes {runner.num_inputs} inputs, received {len(inputs)}."
         )
     return runner(*inputs)
 
