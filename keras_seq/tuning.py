@@ -32,7 +32,7 @@ from typing import Any
 import keras
 import keras_tuner
 
-from keras_seq import models
+from keras_seq import models, training
 from keras_seq._validation import (
     check_choice,
     check_float,
@@ -251,7 +251,8 @@ class SearchResult:
 
     Attributes:
         best_hyperparameters: the best trial's values (``cell``, ``units``,
-            ``embedding_dim``, ``attention``, ``dropout``, ``learning_rate``).
+            ``embedding_dim``, ``attention``, ``dropout``, ``learning_rate``;
+            Hyperband adds its ``tuner/epochs``, ``tuner/round``, ...).
         run_dir: the run folder written for the best model.
         metrics: the content of its ``metrics.json``.
         tuner: the `keras_tuner.Tuner` after the search (its trials, oracle,
@@ -269,7 +270,7 @@ class SearchResult:
 
 
 def search(
-    config=None,
+    config: training.TrainingConfig | None = None,
     trials: int = 10,
     tuner: str = "random",
     cells: Sequence[str] | None = None,
@@ -305,8 +306,11 @@ def search(
             (`keras_tuner.BayesianOptimization`) or ``"hyperband"``
             (`keras_tuner.Hyperband` with ``max_epochs=epochs``, stopped after
             ``trials`` trials).
-        cells, units, embedding_dims, attention: the choices of
-            `Seq2SeqHyperModel`; None keeps its default.
+        cells: cell types to search (`Seq2SeqHyperModel`'s ``cells``); None
+            keeps its default, and so for the next three.
+        units: recurrent widths to search.
+        embedding_dims: embedding widths to search.
+        attention: attention choices to search, ``"bahdanau"`` and/or ``"none"``.
         **options: `TrainingConfig` fields that replace those of ``config``.
 
     Returns:
@@ -319,7 +323,6 @@ def search(
     """
     import tensorflow as tf
 
-    from keras_seq import training
     from keras_seq.distribute import make_strategy
 
     t_start = time.perf_counter()
