@@ -47,6 +47,7 @@ from keras_seq.reserved_tokens import PAD_ID
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 
 TUNERS = ("random", "hyperband", "bayesian")
+"""The ``tuner`` names of `search` (``keras-seq tune --tuner``)."""
 
 _ALL_CELLS = _cells.CELL_NAMES
 
