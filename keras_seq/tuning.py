@@ -362,7 +362,7 @@ def search(
     os.makedirs(run_dir, exist_ok=True)
     t_data = time.perf_counter()
 
-    strategy = make_strategy("mirrored") if config.distribute == "mirrored" else None
+    strategy = None if config.distribute == "none" else make_strategy(config.distribute)
     common = dict(
         objective="val_loss",
         seed=config.seed,
