@@ -1,4 +1,4 @@
-"""The `keras-seq` command line: `train` a seq2seq model, `translate`, `export`, `verify`.
+"""The `keras-seq` command line: `train` a seq2seq model, `tune`, `translate`, `export`, `verify`.
 
 Each command parses its arguments, calls a library function and prints:
 
@@ -6,6 +6,8 @@ Each command parses its arguments, calls a library function and prints:
   default model, a bidirectional GRU encoder and a GRU decoder with Bahdanau
   attention, on the embedded date-normalisation task) and writes
   ``runs/<name>/`` (see `keras_seq.training`);
+- ``keras-seq tune --trials N`` runs `keras_seq.tuning.search`, prints
+  KerasTuner's results table and writes the best model as a run folder;
 - ``keras-seq translate RUN_DIR "text" ...`` prints one output per input
   (`keras_seq.training.translate_texts`);
 - ``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
@@ -106,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--verbose", type=int, default=config.verbose, help=hidden)
 
+    _add_tune_parser(commands, training, config)
+
     translate = commands.add_parser(
         "translate",
         help="print a trained model's outputs for the given texts",
@@ -165,6 +169,92 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_tune_parser(commands, training, config) -> None:
+    import inspect
+
+    from keras_seq import tuning
+
+    space = inspect.signature(tuning.Seq2SeqHyperModel).parameters
+
+    tune = commands.add_parser(
+        "tune",
+        help="search cell types and sizes with KerasTuner; save the best model as a run",
+        description="Search keras_seq.tuning.Seq2SeqHyperModel (cell, units, embedding width, "
+        "attention, dropout, learning rate) with KerasTuner on the data of `keras-seq train`, "
+        "print the results table and write the best model to OUT/NAME as a run folder that "
+        "`translate`, `export` and `verify` accept.",
+    )
+    tune.add_argument("--trials", type=int, default=10, help="most trials (models) to train "
+                      "(default: %(default)s)")
+    tune.add_argument("--tuner", choices=tuning.TUNERS, default="random",
+                      help="KerasTuner's RandomSearch, Hyperband (max_epochs=--epochs) or "
+                      "BayesianOptimization (default: %(default)s)")
+    tune.add_argument(
+        "--data", metavar="FILE.tsv", help="parallel corpus source<TAB>target (default: dates)"
+    )
+    # The search resolves the sizes of TrainingConfig's default cell (GRU).
+    tune.add_argument("--epochs", type=int,
+                      help=f"epochs per trial (default: {training.default_for('epochs')})")
+    tune.add_argument(
+        "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
+    )
+    tune.add_argument("--cells", nargs="+", choices=training.CELLS,
+                      help="cell types to search (default: all)")
+    tune.add_argument("--units", nargs="+", type=int, metavar="N",
+                      help="recurrent widths to search (default: "
+                      f"{' '.join(map(str, space['units'].default))})")
+    tune.add_argument("--embedding-dims", nargs="+", type=int, metavar="N",
+                      help="embedding widths to search (default: "
+                      f"{' '.join(map(str, space['embedding_dims'].default))})")
+    tune.add_argument("--attention", nargs="+", choices=training.ATTENTIONS,
+                      help="attention choices to search (default: both)")
+    tune.add_argument(
+        "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
+    )
+    tune.add_argument("--name", help="run name (default: tune-<tuner>-<time>)")
+    tune.add_argument("--seed", type=int, default=config.seed, help="default: %(default)s")
+    tune.add_argument(
+        "--distribute",
+        choices=training.DISTRIBUTIONS,
+        default=config.distribute,
+        help="'mirrored': every trial trains under MirroredStrategy; 'multi_worker' is "
+        "refused, KerasTuner does not support it (default: %(default)s)",
+    )
+    hidden = argparse.SUPPRESS
+    tune.add_argument("--train-size", type=int, default=config.train_size, help=hidden)
+    tune.add_argument("--validation-size", type=int, default=config.validation_size, help=hidden)
+    tune.add_argument("--test-size", type=int, default=config.test_size, help=hidden)
+    tune.add_argument(
+        "--max-source-length", type=int, default=config.max_source_length, help=hidden
+    )
+    tune.add_argument(
+        "--max-target-length", type=int, default=config.max_target_length, help=hidden
+    )
+    tune.add_argument("--verbose", type=int, default=config.verbose, help=hidden)
+
+
+def _tune(args) -> int:
+    from keras_seq import training, tuning
+
+    options = dict(vars(args))
+    search = {k: options.pop(k) for k in ("trials", "tuner", "cells", "units",
+                                          "embedding_dims", "attention")}
+    del options["command"]
+    try:
+        result = tuning.search(training.TrainingConfig(**options), **search)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
+        raise SystemExit(f"keras-seq tune: {error}") from None
+    result.tuner.results_summary()
+    metrics = result.metrics
+    print(
+        f"\nBest hyperparameters: {result.best_hyperparameters}\n"
+        f"Held-out exact match of the best model: {metrics['test_exact_match']:.4%} "
+        f"({metrics['test_correct']}/{metrics['test_examples']}), "
+        f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+    )
+    return 0
+
+
 def _check_positive(parser, args, *names):
     for name in names:
         value = getattr(args, name)
@@ -215,6 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "validation_size", "test_size", "learning_rate",
         )
         return _train(args)
+    if args.command == "tune":
+        _check_positive(
+            parser, args, "trials", "epochs", "batch_size", "train_size", "validation_size",
+            "test_size",
+        )
+        for name in ("units", "embedding_dims"):
+            if any(value <= 0 for value in getattr(args, name) or ()):
+                parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+        return _tune(args)
     if args.command == "export":
         _check_positive(parser, args, "beam", "examples")
         from keras_seq.export import export_run

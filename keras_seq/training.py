@@ -41,11 +41,14 @@ from keras_seq.reserved_tokens import PAD_ID, START_ID
 
 __all__ = [
     "MODEL_DEFAULTS",
+    "PreparedData",
     "TrainingConfig",
     "TrainingResult",
     "default_for",
+    "evaluate_and_save",
     "load_pairs",
     "make_decoder",
+    "prepare_data",
     "train",
     "translate_strings",
     "translate_texts",
@@ -190,25 +193,14 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
     t_start = time.perf_counter()
     import keras
 
-    from keras_seq import data, text
     from keras_seq.distribute import make_strategy
 
     config = dataclasses.replace(config or TrainingConfig(), **options).resolved()
     run_dir = _run_dir(config)
     keras.utils.set_random_seed(config.seed)
 
-    train_pairs, validation_pairs, test_pairs = load_pairs(config)
-    tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
-    source_length = _max_length(tokenizer, (s for s, _ in train_pairs), 0, config.max_source_length)
-    # +1 for [START]/[END]
-    target_length = _max_length(tokenizer, (t for _, t in train_pairs), 1, config.max_target_length)
-    train_data, validation_data = (
-        data.make_dataset(
-            pairs, tokenizer, tokenizer, config.batch_size, source_length, target_length,
-            shuffle_seed=config.seed if training else None,
-        )
-        for pairs, training in ((train_pairs, True), (validation_pairs, False))
-    )
+    prepared = prepare_data(config)
+    tokenizer, train_data = prepared.tokenizer, prepared.train_data
     t_data = time.perf_counter()
 
     strategy = make_strategy(config.distribute)
@@ -217,7 +209,7 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
         _compile(model, config, steps=config.epochs * len(train_data))
     model.fit(
         train_data,
-        validation_data=validation_data,
+        validation_data=prepared.validation_data,
         epochs=config.epochs,
         shuffle=False,  # the dataset reshuffles itself each epoch
         callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
@@ -225,48 +217,12 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
     )
     t_train = time.perf_counter()
 
-    decode = make_decoder(model, source_length, target_length)
-    sources = [s for s, _ in test_pairs]
-    outputs = translate_strings(decode, tokenizer, sources, source_length)
-    t_eval = time.perf_counter()
-
-    model.save(os.path.join(run_dir, "model.keras"))
-    tokenizer.save(run_dir)
-    if config.model == "transformer" or config.attention != "none":
-        _attention_figure(
-            model, tokenizer, sources[:3], outputs[:3], source_length, target_length,
-            os.path.join(run_dir, "attention.png"),
-        )
-    t_end = time.perf_counter()
-
-    correct = sum(o == t for o, (_, t) in zip(outputs, test_pairs))
-    rows = [{"source": s, "target": t, "output": o} for (s, t), o in zip(test_pairs, outputs)]
-    metrics = {
-        "test_exact_match": correct / len(test_pairs),
-        "replicas": strategy.num_replicas_in_sync,
-        "test_examples": len(test_pairs),
-        "test_correct": correct,
-        "train_examples": len(train_pairs),
-        "decoding": "greedy",
-        "seconds": {
-            "data": round(t_data - t_start, 2),
-            "train": round(t_train - t_data, 2),
-            "evaluate": round(t_eval - t_train, 2),
-            "total": round(t_end - t_start, 2),
-        },
-        "examples": rows[:5],
-        "errors": [row for row in rows if row["output"] != row["target"]][:50],
-        "config": {
-            **{k: v for k, v in dataclasses.asdict(config).items() if k != "verbose"},
-            "source_length": source_length,
-            "target_length": target_length,
-            "vocabulary_size": tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
-    }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    metrics = evaluate_and_save(
+        model, prepared, run_dir, dataclasses.asdict(config),
+        seconds={"data": t_data - t_start, "train": t_train - t_data}, started=t_start,
+        replicas=strategy.num_replicas_in_sync,
+        attention=config.model == "transformer" or config.attention != "none",
+    )
     return TrainingResult(run_dir, metrics, model, tokenizer)
 
 
@@ -289,6 +245,132 @@ def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
             seed=config.seed,
         )
     return task["train"], task["validation"], task["test"]
+
+
+@dataclasses.dataclass
+class PreparedData:
+    """What `prepare_data` returns: the splits, the tokenizer and the datasets.
+
+    Attributes:
+        train_pairs, validation_pairs, test_pairs: ``(source, target)`` strings.
+        tokenizer: the `keras_seq.text.CharTokenizer` of the training pairs
+            (sources and targets share it).
+        source_length, target_length: padded lengths of the model's inputs.
+        train_data, validation_data: `keras_seq.data.make_dataset` datasets;
+            the training one reshuffles each epoch with ``config.seed``.
+    """
+
+    train_pairs: list
+    validation_pairs: list
+    test_pairs: list
+    tokenizer: Any
+    source_length: int
+    target_length: int
+    train_data: Any
+    validation_data: Any
+
+
+def prepare_data(config: TrainingConfig) -> PreparedData:
+    """The pairs, tokenizer and datasets that `train` (and `tuning.search`) fit on.
+
+    Args:
+        config: a resolved `TrainingConfig` (`TrainingConfig.resolved`).
+    """
+    from keras_seq import data, text
+
+    train_pairs, validation_pairs, test_pairs = load_pairs(config)
+    tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
+    source_length = _max_length(tokenizer, (s for s, _ in train_pairs), 0, config.max_source_length)
+    # +1 for [START]/[END]
+    target_length = _max_length(tokenizer, (t for _, t in train_pairs), 1, config.max_target_length)
+    train_data, validation_data = (
+        data.make_dataset(
+            pairs, tokenizer, tokenizer, config.batch_size, source_length, target_length,
+            shuffle_seed=config.seed if training else None,
+        )
+        for pairs, training in ((train_pairs, True), (validation_pairs, False))
+    )
+    return PreparedData(
+        train_pairs, validation_pairs, test_pairs, tokenizer, source_length, target_length,
+        train_data, validation_data,
+    )
+
+
+def evaluate_and_save(
+    model,
+    prepared: PreparedData,
+    run_dir: str,
+    config: dict,
+    seconds: dict,
+    started: float,
+    replicas: int = 1,
+    attention: bool = True,
+    extra: dict | None = None,
+) -> dict:
+    """Decodes the test split greedily and writes the run folder's files; returns the metrics.
+
+    Writes ``model.keras``, the tokenizer files, ``attention.png`` (when
+    ``attention``) and ``metrics.json`` (see the module docstring) to ``run_dir``.
+
+    Args:
+        model: the trained seq2seq model.
+        prepared: the `prepare_data` it was trained on.
+        run_dir: an existing folder.
+        config: the run's options, recorded as ``metrics["config"]`` with
+            ``source_length``, ``target_length``, ``vocabulary_size`` and
+            ``parameters`` added (``verbose`` left out).
+        seconds: timings so far (``data``, ``train``); ``evaluate`` and
+            ``total`` (since ``started``, a `time.perf_counter` value) are added.
+        replicas: the strategy's replicas in sync.
+        attention: draw ``attention.png``.
+        extra: further top-level entries of ``metrics.json``.
+    """
+    t_decode = time.perf_counter()
+    tokenizer, test_pairs = prepared.tokenizer, prepared.test_pairs
+    source_length, target_length = prepared.source_length, prepared.target_length
+    decode = make_decoder(model, source_length, target_length)
+    sources = [s for s, _ in test_pairs]
+    outputs = translate_strings(decode, tokenizer, sources, source_length)
+    t_eval = time.perf_counter()
+
+    model.save(os.path.join(run_dir, "model.keras"))
+    tokenizer.save(run_dir)
+    if attention:
+        _attention_figure(
+            model, tokenizer, sources[:3], outputs[:3], source_length, target_length,
+            os.path.join(run_dir, "attention.png"),
+        )
+    t_end = time.perf_counter()
+
+    correct = sum(o == t for o, (_, t) in zip(outputs, test_pairs))
+    rows = [{"source": s, "target": t, "output": o} for (s, t), o in zip(test_pairs, outputs)]
+    metrics = {
+        "test_exact_match": correct / len(test_pairs),
+        "replicas": replicas,
+        "test_examples": len(test_pairs),
+        "test_correct": correct,
+        "train_examples": len(prepared.train_pairs),
+        "decoding": "greedy",
+        "seconds": {
+            **{k: round(v, 2) for k, v in seconds.items()},
+            "evaluate": round(t_eval - t_decode, 2),
+            "total": round(t_end - started, 2),
+        },
+        "examples": rows[:5],
+        "errors": [row for row in rows if row["output"] != row["target"]][:50],
+        "config": {
+            **{k: v for k, v in config.items() if k != "verbose"},
+            "source_length": source_length,
+            "target_length": target_length,
+            "vocabulary_size": tokenizer.vocabulary_size,
+            "parameters": model.count_params(),
+        },
+        **(extra or {}),
+    }
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return metrics
 
 
 def _run_dir(config: TrainingConfig) -> str:

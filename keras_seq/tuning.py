@@ -13,16 +13,26 @@ The hyperparameter names are stable (``cell``, ``units``, ``embedding_dim``,
 ``units``, ``num_layers``, ``dropout``, ``learning_rate`` for classifiers), so
 a search can be narrowed with `keras_tuner.HyperParameters.Fixed` before it
 starts.
+
+`search` is the whole job behind ``keras-seq tune``: the data and tokenizer
+of `keras_seq.training`, a KerasTuner search over `Seq2SeqHyperModel`, and the
+best model saved as a run folder that ``keras-seq translate``, ``export`` and
+``verify`` accept.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import time
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import keras_tuner
 
-from keras_seq import models
+from keras_seq import models, training
 from keras_seq._validation import (
     check_float,
     check_positive_int,
@@ -34,7 +44,10 @@ from keras_seq._validation import (
 from keras_seq.models._cells import CELL_NAMES
 from keras_seq.reserved_tokens import PAD_ID
 
-__all__ = ["ClassifierHyperModel", "Seq2SeqHyperModel"]
+__all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
+
+TUNERS = ("random", "hyperband", "bayesian")
+"""The ``tuner`` names of `search` (``keras-seq tune --tuner``)."""
 
 _ALL_CELLS = CELL_NAMES
 
@@ -215,3 +228,194 @@ def _check_learning_rate(where: str, bounds: tuple[float, float]) -> tuple[float
     if low > high:
         raise invalid_value(where, "learning_rate", expected, bounds)
     return low, high
+
+
+# ---------------------------------------------------------------------------
+# The search behind `keras-seq tune`
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """What `search` returns.
+
+    Attributes:
+        best_hyperparameters: the best trial's values (``cell``, ``units``,
+            ``embedding_dim``, ``attention``, ``dropout``, ``learning_rate``;
+            Hyperband adds its ``tuner/epochs``, ``tuner/round``, ...).
+        run_dir: the run folder written for the best model.
+        metrics: the content of its ``metrics.json``.
+        tuner: the `keras_tuner.Tuner` after the search (its trials, oracle,
+            ``results_summary()``).
+        model: the best trial's model.
+        tokenizer: the `keras_seq.text.CharTokenizer` of sources and targets.
+    """
+
+    best_hyperparameters: dict
+    run_dir: str
+    metrics: dict
+    tuner: Any
+    model: Any
+    tokenizer: Any
+
+
+def search(
+    config: training.TrainingConfig | None = None,
+    trials: int = 10,
+    tuner: str = "random",
+    cells: Sequence[str] | None = None,
+    units: Sequence[int] | None = None,
+    embedding_dims: Sequence[int] | None = None,
+    attention: Sequence[str] | None = None,
+    **options,
+) -> SearchResult:
+    """Searches `Seq2SeqHyperModel` on a translation task and saves the best model (``keras-seq tune``).
+
+    The data, tokenizer and datasets are `keras_seq.training.prepare_data`'s
+    (the date task by default, or ``data=FILE.tsv``); each trial trains for
+    ``epochs`` epochs with the hypermodel's Adam and is scored by its
+    ``val_loss``. The best trial's model is then decoded on the test split and
+    saved with `keras_seq.training.evaluate_and_save`: ``OUT/NAME/`` holds the
+    files of a ``keras-seq train`` run (``model.keras``, the tokenizer files,
+    ``logs/`` with one TensorBoard folder per trial, ``metrics.json``,
+    ``attention.png`` when the best model has attention) and ``search/``,
+    KerasTuner's trials. ``metrics.json``'s ``config`` records the best
+    hyperparameters as ``cell``, ``units``, ``attention``, ``learning_rate``,
+    ``embedding_dim`` and ``dropout``, and its ``search`` entry the tuner, the
+    trials run and the best score; ``config.search_space`` the choices given
+    and ``seconds.train`` the whole search.
+
+    Args:
+        config: a `keras_seq.training.TrainingConfig` for the data options
+            (``data``, sizes, lengths, ``epochs``, ``batch_size``, ``out``,
+            ``name``, ``seed``, ``distribute``, ``verbose``); its ``cell``,
+            ``units``, ``attention`` and ``learning_rate`` are searched
+            instead. Default ``TrainingConfig()``.
+        trials: int, the most trials (models) to train.
+        tuner: ``"random"`` (`keras_tuner.RandomSearch`), ``"bayesian"``
+            (`keras_tuner.BayesianOptimization`) or ``"hyperband"``
+            (`keras_tuner.Hyperband` with ``max_epochs=epochs``, stopped after
+            ``trials`` trials).
+        cells: cell types to search (`Seq2SeqHyperModel`'s ``cells``); None
+            keeps its default, and so for the next three.
+        units: recurrent widths to search.
+        embedding_dims: embedding widths to search.
+        attention: attention choices to search, ``"bahdanau"`` and/or ``"none"``.
+        **options: `TrainingConfig` fields that replace those of ``config``.
+
+    Returns:
+        A `SearchResult`.
+
+    Raises:
+        ValueError, TypeError: a bad option (naming it), ``model`` other than
+            ``"rnn"``, or ``distribute="multi_worker"``, which KerasTuner does
+            not support (keras-team/keras-tuner#910).
+    """
+    import tensorflow as tf
+
+    from keras_seq.distribute import make_strategy
+
+    t_start = time.perf_counter()
+    where = "search"
+    trials = check_positive_int(where, "trials", trials)
+    check_choice(where, "tuner", tuner, TUNERS)
+    config = dataclasses.replace(config or training.TrainingConfig(), **options).resolved()
+    if config.model != "rnn":
+        raise invalid_value(
+            where, "model", "'rnn' (the search space is Seq2SeqHyperModel's)", config.model
+        )
+    if config.distribute == "multi_worker":
+        raise invalid_value(
+            where,
+            "distribute",
+            "'none' or 'mirrored': KerasTuner does not support MultiWorkerMirroredStrategy "
+            "(keras-team/keras-tuner#910); run a search per machine instead",
+            config.distribute,
+        )
+    space = {
+        key: value
+        for key, value in (
+            ("cells", cells), ("units", units), ("embedding_dims", embedding_dims),
+            ("attention", attention),
+        )
+        if value is not None
+    }
+    Seq2SeqHyperModel(1, 1, **space)  # checks the choices before any work
+
+    name = config.name or f"tune-{tuner}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = os.path.join(config.out, name)
+    keras.utils.set_random_seed(config.seed)
+    prepared = training.prepare_data(config)
+    vocabulary_size = prepared.tokenizer.vocabulary_size
+    hypermodel = Seq2SeqHyperModel(vocabulary_size, vocabulary_size, **space)
+    os.makedirs(run_dir, exist_ok=True)
+    t_data = time.perf_counter()
+
+    strategy = None if config.distribute == "none" else make_strategy(config.distribute)
+    common = dict(
+        objective="val_loss",
+        seed=config.seed,
+        directory=run_dir,
+        project_name="search",
+        overwrite=True,  # like `train`, a run of the same name starts over
+        distribution_strategy=strategy,
+    )
+    if tuner == "hyperband":
+        search_tuner = keras_tuner.Hyperband(hypermodel, max_epochs=config.epochs, **common)
+        search_tuner.oracle.max_trials = trials  # Hyperband has no max_trials argument
+    elif tuner == "bayesian":
+        search_tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=trials, **common)
+    else:
+        search_tuner = keras_tuner.RandomSearch(hypermodel, max_trials=trials, **common)
+    search_tuner.search(
+        prepared.train_data,
+        validation_data=prepared.validation_data,
+        epochs=config.epochs,
+        shuffle=False,  # the dataset reshuffles itself each epoch
+        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
+        verbose=config.verbose,
+    )
+    t_search = time.perf_counter()
+
+    best_trial = search_tuner.oracle.get_best_trials(1)[0]
+    best = dict(best_trial.hyperparameters.values)
+    with warnings.catch_warnings():
+        # The tuner rebuilds the model with an unbuilt optimizer and loads the
+        # trial's weights into it; Keras warns that it skips the optimizer's.
+        warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+        model = search_tuner.get_best_models(1)[0]
+    with (strategy or tf.distribute.get_strategy()).scope():
+        # A fresh optimizer state, saved complete so that loading the run is silent.
+        model.optimizer.build(model.trainable_variables)
+    run_config = {
+        **dataclasses.asdict(config),
+        "cell": best["cell"],
+        "units": best["units"],
+        "attention": best["attention"],
+        "learning_rate": best["learning_rate"],
+        "embedding_dim": best["embedding_dim"],
+        "dropout": best["dropout"],
+        "trials": trials,
+        "tuner": tuner,
+        "search_space": {key: list(value) for key, value in space.items()},
+    }
+    metrics = training.evaluate_and_save(
+        model,
+        prepared,
+        run_dir,
+        run_config,
+        seconds={"data": t_data - t_start, "train": t_search - t_data},
+        started=t_start,
+        replicas=strategy.num_replicas_in_sync if strategy else 1,
+        attention=best["attention"] != "none",
+        extra={
+            "search": {
+                "tuner": tuner,
+                "objective": "val_loss",
+                "trials": len(search_tuner.oracle.trials),
+                "best_trial": best_trial.trial_id,
+                "best_score": float(best_trial.score),
+                "best_hyperparameters": best,
+            }
+        },
+    )
+    return SearchResult(best, run_dir, metrics, search_tuner, model, prepared.tokenizer)

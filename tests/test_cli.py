@@ -128,3 +128,19 @@ def test_bad_export_and_verify_arguments_exit_with_a_message(tmp_path, capsys):
     assert "invalid choice: 'int8'" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="keras-seq verify: .*manifest.json does not exist"):
         main(["verify", str(tmp_path)])
+
+
+def test_tune_refuses_multi_worker_and_unknown_tuners_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit, match=r"keras-seq tune: search: invalid value for argument "
+                       r"`distribute`.*keras-tuner#910"):
+        main(["tune", "--distribute", "multi_worker", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        main(["tune", "--tuner", "grid", "--out", str(tmp_path)])
+    assert "invalid choice: 'grid'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tune", "--trials", "0"])
+    assert "--trials must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tune", "--units", "8", "0"])
+    assert "--units must be positive" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
