@@ -346,13 +346,18 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         callbacks=callbacks,
         verbose=config.verbose,
     )
+    history = {}
     if step:  # the rest of an epoch cut short by the kill
-        model.fit(dataset(train_pairs, epoch, epoch + 1, skip=step), initial_epoch=epoch,
-                  epochs=epoch + 1, steps_per_epoch=steps_per_epoch - step, **fit)
+        history = model.fit(
+            dataset(train_pairs, epoch, epoch + 1, skip=step), initial_epoch=epoch,
+            epochs=epoch + 1, steps_per_epoch=steps_per_epoch - step, **fit
+        ).history
         epoch += 1
     if epoch < config.epochs:
-        model.fit(dataset(train_pairs, epoch, config.epochs), initial_epoch=epoch,
-                  epochs=config.epochs, steps_per_epoch=steps_per_epoch, **fit)
+        history = model.fit(
+            dataset(train_pairs, epoch, config.epochs), initial_epoch=epoch,
+            epochs=config.epochs, steps_per_epoch=steps_per_epoch, **fit
+        ).history
     t_train = time.perf_counter()
 
     decode = make_decoder(model, source_length, target_length)
@@ -378,6 +383,9 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         "resumed_from_epoch": None if state is None else state["epoch"] + 1,
         "test_examples": len(test_pairs),
         "test_correct": correct,
+        # Of the last epoch (None when it was trained before a resumption).
+        "loss": history["loss"][-1] if history else None,
+        "val_loss": history["val_loss"][-1] if history else None,
         "train_examples": len(train_pairs),
         "decoding": "greedy",
         "seconds": {
