@@ -20,6 +20,15 @@ Keras splits each global batch across the replicas and averages gradients.
   ``{"cluster": {"worker": ["host0:12345", "host1:12345"]},
   "task": {"type": "worker", "index": 0}}``. Every worker runs the same
   script; worker 0 is the chief and should be the one that writes files.
+
+Batches are global: each replica gets ``batch_size / replicas`` examples
+(`keras_seq.training.train` requires a multiple). Its datasets use the auto-shard
+policy ``tf.data.experimental.AutoShardPolicy.DATA``: the pipeline reads
+tensors held in memory, so there are no files to shard by (``FILE``, and so
+``AUTO``, would fall back to ``DATA`` with a warning), and with ``DATA`` each
+worker keeps its slice of every global batch, so the global batches, and the
+weights, are those of a one-device run, whatever the number of workers
+(``OFF`` would have every worker train on the same examples).
 """
 
 from __future__ import annotations
