@@ -20,9 +20,9 @@ import pytest
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import training
 
-# 38 steps an epoch (600 pairs, batches of 16), a backup every 10 steps.
+# 19 steps an epoch (600 pairs, batches of 32), a backup every 10 steps.
 _TINY = ["--train-size", "600", "--validation-size", "20", "--test-size", "20", "--units", "8",
-         "--batch-size", "16", "--epochs", "4", "--verbose", "2", "--backup-every-steps", "10",
+         "--batch-size", "32", "--epochs", "4", "--verbose", "2", "--backup-every-steps", "10",
          "--attention", "none"]
 _TIMEOUT = 300
 
@@ -32,30 +32,35 @@ def _command(out, name, *extra):
             *_TINY, *extra]
 
 
-def _start(command, env=None):
-    return subprocess.Popen(
-        command,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {})),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, killed as a whole
-    )
+def _start(command, log, env=None):
+    """Starts ``command`` in its own process group (killed as a whole), output to ``log``."""
+    with open(log, "w") as f:
+        process = subprocess.Popen(
+            command,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **(env or {})),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log = log
+    return process
 
 
 def _kill(processes):
     for p in processes:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+            p.wait()
 
 
 def _finish(processes):
     """Waits for every process; returns their outputs; kills them all on failure."""
     try:
-        outputs = [p.communicate(timeout=_TIMEOUT)[0] for p in processes]
+        for p in processes:
+            p.wait(timeout=_TIMEOUT)
     finally:
         _kill(processes)
+    outputs = [p.log.read_text() for p in processes]
     for p, output in zip(processes, outputs):
         assert p.returncode == 0, output[-3000:]
     return outputs
@@ -77,7 +82,8 @@ def _kill_when(processes, run_dir, ready):
             state = _state(run_dir)
             if state is not None and ready(state):
                 break
-            assert all(p.poll() is None for p in processes), "a worker ended before the kill"
+            ended = [p.log.read_text()[-2000:] for p in processes if p.poll() is not None]
+            assert not ended, f"a process ended before the kill: {ended}"
             assert time.monotonic() < deadline, "no backup to kill at"
             time.sleep(0.01)
         os.killpg(processes[0].pid, signal.SIGKILL)
@@ -114,7 +120,11 @@ def _in_epoch_3(state):  # two epochs finished, at least one step backup of the 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """An uninterrupted run, started with --fresh over a stale backup of other options."""
+    """An uninterrupted run, started with --fresh over a stale backup of other options.
+
+    It runs beside the first test that uses it; calling the fixture's value
+    waits for it and returns ``(run_dir, output)``.
+    """
     out = tmp_path_factory.mktemp("runs")
     stale = out / "ref" / training.BACKUP_DIR
     stale.mkdir(parents=True)
@@ -122,30 +132,40 @@ def reference(tmp_path_factory):
         {"epoch": 3, "step": 0, "weights": "ckpt-3-0.weights.h5", "seeds": "ckpt-3-0.seeds.npz",
          "config": {"units": 999}}
     ))
-    (output,) = _finish([_start(_command(out, "ref", "--fresh"))])
-    return out / "ref", output
+    process = _start(_command(out, "ref", "--fresh"), out / "ref.log")
+    done = []
 
+    def wait():
+        if not done:
+            done.extend(_finish([process]))
+        return out / "ref", done[0]
 
-@pytest.mark.slow
-def test_fresh_discards_the_backup_and_a_finished_run_removes_its_own(reference):
-    run_dir, output = reference
-    assert "Resuming" not in output and "Epoch 1/4" in output
-    assert not (run_dir / training.BACKUP_DIR).exists()
-    assert json.loads((run_dir / "metrics.json").read_text())["resumed_from_epoch"] is None
+    try:
+        yield wait
+    finally:
+        _kill([process])
 
 
 @pytest.mark.slow
 def test_run_killed_in_epoch_3_resumes_to_the_uninterrupted_weights(reference, tmp_path):
     command = _command(tmp_path, "killed")
-    state = _kill_when([_start(command)], tmp_path / "killed", _in_epoch_3)
+    state = _kill_when([_start(command, tmp_path / "1.log")], tmp_path / "killed", _in_epoch_3)
     assert state["epoch"] == 2, state  # killed during epoch 3 of 4
-    (output,) = _finish([_start(command)])
-    assert "Resuming from epoch 3" in output
+    (output,) = _finish([_start(command, tmp_path / "2.log")])
+    assert "Resuming from epoch 3, step 10" in output
     assert "Epoch 1/" not in output and "Epoch 2/" not in output
     assert not (tmp_path / "killed" / training.BACKUP_DIR).exists()
     metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
     assert metrics["resumed_from_epoch"] == 3
-    _assert_same_weights(_weights(tmp_path / "killed"), _weights(reference[0]))
+    _assert_same_weights(_weights(tmp_path / "killed"), _weights(reference()[0]))
+
+
+@pytest.mark.slow
+def test_fresh_discards_the_backup_and_a_finished_run_removes_its_own(reference):
+    run_dir, output = reference()
+    assert "Resuming" not in output and "Epoch 1/4" in output
+    assert not (run_dir / training.BACKUP_DIR).exists()
+    assert json.loads((run_dir / "metrics.json").read_text())["resumed_from_epoch"] is None
 
 
 @pytest.mark.slow
@@ -158,15 +178,17 @@ def test_two_workers_killed_and_restarted_end_with_the_one_process_weights(refer
     ]
     command = _command(tmp_path, "mw")
     # Kill the non-chief worker; the chief is then stuck in a collective and killed too.
-    processes = [_start(command, env) for env in envs]
+    processes = [_start(command, tmp_path / f"w{i}.log", env) for i, env in enumerate(envs)]
     state = _kill_when(processes[::-1], tmp_path / "mw", _in_epoch_3)
     assert state["epoch"] == 2, state
-    outputs = _finish([_start(command, env) for env in envs])
+    outputs = _finish(
+        [_start(command, tmp_path / f"w{i}-2.log", env) for i, env in enumerate(envs)]
+    )
     for output in outputs:
         assert "Strategy: multi_worker" in output and "2 replica(s)" in output
         assert "Resuming from epoch 3" in output
     assert not (tmp_path / "mw" / training.BACKUP_DIR).exists()
-    _assert_same_weights(_weights(tmp_path / "mw"), _weights(reference[0]))
+    _assert_same_weights(_weights(tmp_path / "mw"), _weights(reference()[0]))
 
 
 def test_a_finished_run_is_not_trained_again_without_fresh(tmp_path):
