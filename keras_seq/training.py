@@ -42,7 +42,10 @@ TensorBoard logs and starts over. A finished run deletes its backup after
 writing ``metrics.json``. Under ``MultiWorkerMirroredStrategy`` only the chief
 writes the backup (the other workers write theirs to a temporary folder that
 they delete) and every worker restores from the chief's, so the run folder
-must be on storage that every worker sees.
+must be on storage that every worker sees. The tests check the equality on
+CPU, where TensorFlow's kernels are deterministic; on a GPU, call
+``tf.config.experimental.enable_op_determinism()`` first for the same
+guarantee (`train` does not, as some GPU kernels then refuse to run).
 
 `translate_texts` decodes strings with a run folder (``keras-seq translate``).
 """
