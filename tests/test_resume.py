@@ -227,3 +227,19 @@ def test_backup_restores_weights_optimizer_and_dropout_seeds(tmp_path):
     assert len(training._seed_states(model)) == 1
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_without_a_name_the_newest_unfinished_run_of_the_same_options_resumes(tmp_path):
+    config = training.TrainingConfig(out=str(tmp_path)).resolved()
+    fingerprint = {k: v for k, v in json.loads(json.dumps(
+        training.dataclasses.asdict(config))).items() if k not in training._NOT_IN_BACKUP}
+    for name, options in (("rnn-gru-20260101-000000", fingerprint),
+                          ("rnn-gru-20260102-000000", fingerprint),
+                          ("rnn-gru-20260103-000000", {**fingerprint, "seed": 1})):
+        (tmp_path / name / training.BACKUP_DIR).mkdir(parents=True)
+        (tmp_path / name / training.BACKUP_DIR / "state.json").write_text(
+            json.dumps({"epoch": 1, "step": 0, "config": options}))
+    assert training._run_name(config, fingerprint) == "rnn-gru-20260102-000000"
+    other = training.TrainingConfig(out=str(tmp_path), seed=2).resolved()
+    assert training._run_name(other, {**fingerprint, "seed": 2}).startswith("rnn-gru-2")
+    assert not (tmp_path / training._run_name(other, {**fingerprint, "seed": 2})).exists()
