@@ -29,6 +29,7 @@ def main() -> None:
             units=128,
             out=args.out,
             name="example-dates",
+            fresh=True,  # each run of the example starts over in the same folder
         )
     )
     metrics = result.metrics

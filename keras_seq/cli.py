@@ -102,9 +102,28 @@ def _parser() -> argparse.ArgumentParser:
         "--distribute",
         choices=training.DISTRIBUTIONS,
         default=config.distribute,
-        help="tf.distribute strategy: 'mirrored' uses every local GPU (or CPU device); "
-        "'multi_worker' one process per worker, the cluster given by TF_CONFIG "
-        "(default: %(default)s)",
+        help="tf.distribute strategy: 'auto' picks multi_worker when TF_CONFIG describes a "
+        "cluster, mirrored with several local GPUs, else none; 'mirrored' uses every local GPU "
+        "(or CPU device); 'multi_worker' one process per worker, the cluster given by "
+        "TF_CONFIG (default: %(default)s)",
+    )
+    train.add_argument(
+        "--precision",
+        choices=training.PRECISIONS,
+        default=config.precision,
+        help="Keras dtype policy of the run; logits and loss stay float32 (default: %(default)s)",
+    )
+    train.add_argument(
+        "--backup-every-steps",
+        type=int,
+        metavar="N",
+        help="also back up the training state every N steps (default: at the end of each epoch)",
+    )
+    train.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the run's backup and start over (also over a finished run); without it "
+        "a run started again with the same command resumes from its backup",
     )
     train.add_argument("--verbose", type=int, default=config.verbose, help=hidden)
 
@@ -268,7 +287,7 @@ def _train(args) -> int:
     options = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         result = training.train(training.TrainingConfig(**options))
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
         raise SystemExit(f"keras-seq train: {error}") from None
     metrics = result.metrics
     print(
@@ -302,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train":
         _check_positive(
             parser, args, "epochs", "batch_size", "units", "layers", "train_size",
-            "validation_size", "test_size", "learning_rate",
+            "validation_size", "test_size", "learning_rate", "backup_every_steps",
         )
         return _train(args)
     if args.command == "tune":

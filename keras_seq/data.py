@@ -264,6 +264,8 @@ def make_dataset(
     target_length: int,
     shuffle_seed: int | None = None,
     bucket_lengths: Sequence[int] | None = None,
+    epochs: int | None = None,
+    first_epoch: int = 0,
 ) -> tf.data.Dataset:
     """Builds the teacher-forcing `tf.data` pipeline; tokenization runs in the graph.
 
@@ -291,6 +293,14 @@ def make_dataset(
             length (`source_length` for the last), so short sources do not pay
             for the longest one. Batches come from a window of the (shuffled)
             stream per bucket; a bucket's last batch may be smaller.
+        epochs: with ``shuffle_seed``, the dataset holds epochs
+            ``first_epoch .. epochs - 1`` back to back (iterate it once, with
+            ``fit(steps_per_epoch=...)``), and the order of epoch ``e`` depends
+            only on ``(shuffle_seed, e)``: a run resumed at epoch ``e`` in a new
+            process sees the batches an uninterrupted run sees. None: one epoch
+            that ``shuffle`` reorders anew each time it is iterated (an order
+            that depends on how often the dataset was iterated in this process).
+        first_epoch: the first epoch the dataset holds (with ``epochs``).
 
     Returns:
         A dataset of `({"encoder_inputs": int32 (B, Ts), "decoder_inputs":
@@ -312,6 +322,12 @@ def make_dataset(
     # [START] or [END] and at least one token.
     target_length = check_int(where, "target_length", target_length, minimum=2)
     shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
+    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
+    first_epoch = check_int(
+        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
+    )
+    if epochs is not None and shuffle_seed is None:
+        raise ValueError("make_dataset: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
     pairs = list(pairs)
     if not pairs:
         raise ValueError("make_dataset: `pairs` is empty.")
@@ -343,23 +359,48 @@ def make_dataset(
     columns = (sources, targets)
     if buckets:
         columns += (tf.cast(source_tokenizer.tokenize(sources).row_lengths(), tf.int32),)
-    dataset = tf.data.Dataset.from_tensor_slices(columns)
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
-    # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
-    if buckets:
-        dataset = dataset.bucket_by_sequence_length(
+        # Every bucket ends with one partial batch at most: an epoch has this
+        # many batches (tf.data cannot tell, and len() and Keras' progress bar need it).
+        sizes = np.bincount(np.searchsorted(buckets, columns[2].numpy(), side="left"))
+        batches = int(sum(-(-int(n) // batch_size) for n in sizes))
+    else:
+        batches = -(-len(pairs) // batch_size)
+
+    def batch(dataset):
+        # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
+        if not buckets:
+            return dataset.batch(batch_size)
+        return dataset.bucket_by_sequence_length(
             lambda source, target, length: length,
             bucket_boundaries=[b + 1 for b in buckets],  # bucket i: length < buckets[i] + 1
             bucket_batch_sizes=[batch_size] * (len(buckets) + 1),
         )
-        # Every bucket ends with one partial batch at most: tell tf.data (and
-        # so len() and Keras' progress bar) how many batches an epoch has.
-        sizes = np.bincount(np.searchsorted(buckets, columns[2].numpy(), side="left"))
-        batches = int(sum(-(-int(n) // batch_size) for n in sizes))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+
+    if epochs is None:
+        dataset = tf.data.Dataset.from_tensor_slices(columns)
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
+        dataset = batch(dataset)
+        count = batches
     else:
-        dataset = dataset.batch(batch_size)
+        # One explicit permutation per epoch, drawn from (seed, epoch) alone.
+        orders = np.stack([
+            np.random.default_rng([shuffle_seed, epoch]).permutation(len(pairs))
+            for epoch in range(first_epoch, epochs)
+        ]).astype("int32")
+
+        def gather(i):
+            return tuple(tf.gather(column, i) for column in columns)
+
+        def one_epoch(order):
+            order = tf.data.Dataset.from_tensor_slices(order)
+            if buckets:
+                return batch(order.map(gather))
+            return order.batch(batch_size).map(gather)  # one gather per batch
+
+        dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
+        count = batches * (epochs - first_epoch)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -5,6 +5,10 @@
 and compile the model inside ``strategy.scope()`` and call ``fit`` as usual:
 Keras splits each global batch across the replicas and averages gradients.
 
+- ``"auto"`` (what ``keras-seq train`` uses unless told otherwise): the
+  strategy `choose_strategy` names for this process: ``"multi_worker"`` when
+  ``TF_CONFIG`` describes a cluster of more than one task, ``"mirrored"`` when
+  there are several local GPUs, ``"none"`` otherwise.
 - ``"none"``: the default strategy (one device).
 - ``"mirrored"``: synchronous data parallelism over every local GPU; on a
   machine without GPUs, over every logical CPU device (create them with
@@ -16,6 +20,15 @@ Keras splits each global batch across the replicas and averages gradients.
   ``{"cluster": {"worker": ["host0:12345", "host1:12345"]},
   "task": {"type": "worker", "index": 0}}``. Every worker runs the same
   script; worker 0 is the chief and should be the one that writes files.
+
+Batches are global: each replica gets ``batch_size / replicas`` examples
+(`keras_seq.training.train` requires a multiple). Its datasets use the auto-shard
+policy ``tf.data.experimental.AutoShardPolicy.DATA``: the pipeline reads
+tensors held in memory, so there are no files to shard by (``FILE``, and so
+``AUTO``, would fall back to ``DATA`` with a warning), and with ``DATA`` each
+worker keeps its slice of every global batch, so the global batches, and the
+weights, are those of a one-device run, whatever the number of workers
+(``OFF`` would have every worker train on the same examples).
 """
 
 from __future__ import annotations
@@ -25,16 +38,37 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["STRATEGIES", "is_chief", "make_strategy"]
+__all__ = ["STRATEGIES", "choose_strategy", "is_chief", "make_strategy"]
 
-STRATEGIES = ("none", "mirrored", "multi_worker")
+STRATEGIES = ("auto", "none", "mirrored", "multi_worker")
+
+
+def choose_strategy() -> str:
+    """The strategy name ``"auto"`` stands for in this process.
+
+    ``"multi_worker"`` when ``TF_CONFIG`` lists more than one task (all task
+    types together), else ``"mirrored"`` when TensorFlow sees more than one
+    GPU, else ``"none"``. Creates no strategy (creating a multi-worker one
+    waits for the other workers).
+
+    >>> import os
+    >>> "TF_CONFIG" in os.environ or choose_strategy() in ("none", "mirrored")
+    True
+    """
+    tasks = sum(len(addresses) for addresses in _tf_config().get("cluster", {}).values())
+    if tasks > 1:
+        return "multi_worker"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "none"
 
 
 def make_strategy(name: str = "none") -> tf.distribute.Strategy:
     """Returns the `tf.distribute.Strategy` called ``name`` (see module docstring).
 
     Args:
-        name: ``"none"``, ``"mirrored"`` or ``"multi_worker"``.
+        name: ``"auto"`` (`choose_strategy`), ``"none"``, ``"mirrored"`` or
+            ``"multi_worker"``.
 
     Raises:
         ValueError: for an unknown name, or ``"multi_worker"`` without a
@@ -44,6 +78,8 @@ def make_strategy(name: str = "none") -> tf.distribute.Strategy:
         raise ValueError(
             f"make_strategy: `name` must be one of {list(STRATEGIES)}; received {name!r}."
         )
+    if name == "auto":
+        name = choose_strategy()
     if name == "none":
         return tf.distribute.get_strategy()
     if name == "mirrored":

@@ -21,7 +21,31 @@ cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
 - ``metrics.json`` — held-out exact-match accuracy (greedy decoding),
   timings and the full configuration;
 - ``attention.png`` — attention heatmaps for a few test examples (models with
-  attention).
+  attention);
+- ``backup/`` — only while the run trains: the training state after the
+  last finished epoch (and every ``backup_every_steps`` steps).
+
+**Resuming.** A run killed at any moment (SIGKILL included) and started again
+with the same configuration resumes from its backup: it prints ``Resuming from
+epoch k``, does not redo finished epochs or steps, and ends with the weights of
+an uninterrupted run. The backup holds the weights, the optimizer's variables
+(its step counter drives the learning-rate schedule) and the dropout seed
+states; the data order of epoch ``e`` is a function of ``(seed, e)``
+(`keras_seq.data.make_dataset` with ``epochs=``). Each backup is written to new
+files and then published by an atomic rename of ``backup/state.json``, so a kill
+during a write leaves the previous backup intact. Without ``name``, the newest
+run folder of the same model family in ``out`` whose backup was written by the
+same configuration is resumed. A run folder that already holds a finished run
+(``metrics.json`` and no backup) is not trained again: `train` raises
+``FileExistsError`` unless ``fresh=True``, which deletes the backup and the
+TensorBoard logs and starts over. A finished run deletes its backup after
+writing ``metrics.json``. Under ``MultiWorkerMirroredStrategy`` only the chief
+writes the backup (the other workers write theirs to a temporary folder that
+they delete) and every worker restores from the chief's, so the run folder
+must be on storage that every worker sees. The tests check the equality on
+CPU, where TensorFlow's kernels are deterministic; on a GPU, call
+``tf.config.experimental.enable_op_determinism()`` first for the same
+guarantee (`train` does not, as some GPU kernels then refuse to run).
 
 `translate_texts` decodes strings with a run folder (``keras-seq translate``).
 """
@@ -29,13 +53,25 @@ cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from keras_seq._validation import check_choice, check_float, check_int, check_positive_int
+import keras
+
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_int,
+    invalid_value,
+)
 from keras_seq.models._cells import CELL_NAMES
 from keras_seq.reserved_tokens import PAD_ID, START_ID
 
@@ -70,7 +106,11 @@ _DECODE_BATCH = 1000
 MODELS = ("rnn", "transformer")
 CELLS = CELL_NAMES  # the `cell=` names of the model builders
 ATTENTIONS = ("bahdanau", "none")
-DISTRIBUTIONS = ("none", "mirrored", "multi_worker")
+DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")  # keras_seq.distribute.STRATEGIES
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+BACKUP_DIR = "backup"
+# Options that may change between a run and its resumption.
+_NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_steps")
 
 
 def default_for(key: str, model: str = "rnn", cell: str = "gru") -> Any:
@@ -107,9 +147,20 @@ class TrainingConfig:
             `keras_seq.data.split_pairs`).
         layers: Transformer blocks (encoder and decoder each).
         max_source_length, max_target_length: caps on the padded lengths.
-        distribute: ``"none"``, ``"mirrored"`` or ``"multi_worker"``
-            (`keras_seq.distribute.make_strategy`).
-        verbose: Keras' ``fit`` verbosity.
+        distribute: ``"auto"`` (`keras_seq.distribute.choose_strategy`:
+            multi-worker when ``TF_CONFIG`` describes a cluster, mirrored over
+            several local GPUs, else one device), ``"none"``, ``"mirrored"`` or
+            ``"multi_worker"`` (`keras_seq.distribute.make_strategy`).
+            ``batch_size`` is the global batch, a multiple of the replicas.
+        precision: ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``:
+            the Keras dtype policy of the run (the logits and the loss stay
+            float32; ``mixed_float16`` adds loss scaling).
+        backup_every_steps: also back up every N training steps (None: at
+            the end of each epoch only).
+        fresh: delete the run's backup (and logs) and start over, also over
+            a finished run.
+        verbose: Keras' ``fit`` verbosity; 0 also silences the strategy and
+            ``Resuming`` lines.
     """
 
     model: str = "rnn"
@@ -129,7 +180,10 @@ class TrainingConfig:
     learning_rate: float | None = None
     max_source_length: int = 64
     max_target_length: int = 64
-    distribute: str = "none"
+    distribute: str = "auto"
+    precision: str = "float32"
+    backup_every_steps: int | None = None
+    fresh: bool = False
     verbose: int = 1
 
     def resolved(self) -> TrainingConfig:
@@ -139,6 +193,8 @@ class TrainingConfig:
         check_choice(where, "cell", self.cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
+        check_choice(where, "precision", self.precision, PRECISIONS)
+        check_bool(where, "fresh", self.fresh)
         values = {
             key: default_for(key, self.model, self.cell) if getattr(self, key) is None
             else getattr(self, key)
@@ -153,6 +209,9 @@ class TrainingConfig:
                     "max_source_length", "max_target_length"):
             values[key] = check_positive_int(where, key, getattr(self, key))
         values["seed"] = check_int(where, "seed", self.seed)
+        values["backup_every_steps"] = check_positive_int(
+            where, "backup_every_steps", self.backup_every_steps, allow_none=True
+        )
         return dataclasses.replace(self, **values)
 
 
@@ -187,43 +246,126 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
         tokenizer.
 
     Raises:
-        ValueError, TypeError: a bad option (naming it), or a TSV file with
-            fewer than 3 pairs.
+        ValueError, TypeError: a bad option (naming it), a ``batch_size``
+            that is not a multiple of the replicas, a TSV file with fewer than
+            3 pairs, or a backup written by a different configuration.
+        FileExistsError: the run folder holds a finished run and ``fresh``
+            is False.
     """
     t_start = time.perf_counter()
-    import keras
-
-    from keras_seq.distribute import make_strategy
-
     config = dataclasses.replace(config or TrainingConfig(), **options).resolved()
-    run_dir = _run_dir(config)
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(config.precision)
+    try:
+        return _train(config, t_start)
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
+
+    from keras_seq.distribute import choose_strategy, is_chief, make_strategy
+
+    # First: a multi-worker strategy must exist before TensorFlow runs any op.
+    strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
+    strategy = make_strategy(strategy_name)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise invalid_value(
+            "TrainingConfig", "batch_size",
+            f"a multiple of the {replicas} replicas of the {strategy_name!r} strategy "
+            "(batch_size is the global batch)", config.batch_size,
+        )
+    _say(config, f"Strategy: {strategy_name} ({type(strategy).__name__}), {replicas} replica(s)")
+
+    fingerprint = {
+        k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_IN_BACKUP
+    }
+    chief = strategy_name != "multi_worker" or is_chief()
+    shared_dir = os.path.join(config.out, _run_name(config, fingerprint))
+    backup_dir = os.path.join(shared_dir, BACKUP_DIR)
+    state = None if config.fresh else _read_backup(backup_dir)
+    if state is None and not config.fresh and os.path.isfile(
+        os.path.join(shared_dir, "metrics.json")
+    ):
+        raise FileExistsError(
+            f"{shared_dir} already holds a finished run (metrics.json); pass fresh=True "
+            "(keras-seq train --fresh) to train it again from the start, or choose another name."
+        )
+    if state is not None and state["config"] != fingerprint:
+        changed = sorted(k for k in fingerprint if state["config"].get(k) != fingerprint[k])
+        raise ValueError(
+            f"train: the backup in {backup_dir} was written by a run with other options "
+            f"({', '.join(changed)}); run the same command to resume it, or pass fresh=True "
+            "(--fresh) to start over."
+        )
+    if config.fresh and chief:
+        for folder in (backup_dir, os.path.join(shared_dir, "logs")):
+            shutil.rmtree(folder, ignore_errors=True)
+    run_dir = shared_dir if chief else tempfile.mkdtemp(prefix="keras-seq-worker-")
+    os.makedirs(run_dir, exist_ok=True)
     keras.utils.set_random_seed(config.seed)
 
     prepared = prepare_data(config)
-    tokenizer, train_data = prepared.tokenizer, prepared.train_data
+    tokenizer, train_pairs = prepared.tokenizer, prepared.train_pairs
+    steps_per_epoch = -(-len(train_pairs) // config.batch_size)
     t_data = time.perf_counter()
 
-    strategy = make_strategy(config.distribute)
     with strategy.scope():
         model = _build_model(config, tokenizer.vocabulary_size)
-        _compile(model, config, steps=config.epochs * len(train_data))
-    model.fit(
-        train_data,
+        _compile(model, config, steps=config.epochs * steps_per_epoch)
+        epoch, step = 0, 0
+        if state is not None:
+            epoch, step = _restore_backup(model, backup_dir, state)
+            _say(config, f"Resuming from epoch {min(epoch, config.epochs - 1) + 1}"
+                 + (f", step {step}" if step else "")
+                 + (" (training had finished)" if epoch == config.epochs else ""))
+    backup = _RunBackup(
+        backup_dir if chief else tempfile.mkdtemp(prefix="keras-seq-backup-"),
+        fingerprint, steps_per_epoch, config.backup_every_steps, step,
+    )
+    callbacks = [keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), backup]
+    fit = dict(
         validation_data=prepared.validation_data,
-        epochs=config.epochs,
-        shuffle=False,  # the dataset reshuffles itself each epoch
-        callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
+        shuffle=False,  # each epoch's order is drawn from (seed, epoch)
+        callbacks=callbacks,
         verbose=config.verbose,
     )
+    history = {}
+    if step:  # the rest of an epoch cut short by the kill
+        history = model.fit(
+            prepared.epochs_data(epoch, epoch + 1, skip=step), initial_epoch=epoch,
+            epochs=epoch + 1, steps_per_epoch=steps_per_epoch - step, **fit
+        ).history
+        epoch += 1
+    if epoch < config.epochs:
+        history = model.fit(
+            prepared.epochs_data(epoch, config.epochs), initial_epoch=epoch,
+            epochs=config.epochs, steps_per_epoch=steps_per_epoch, **fit
+        ).history
     t_train = time.perf_counter()
 
     metrics = evaluate_and_save(
         model, prepared, run_dir, dataclasses.asdict(config),
         seconds={"data": t_data - t_start, "train": t_train - t_data}, started=t_start,
-        replicas=strategy.num_replicas_in_sync,
+        replicas=replicas,
         attention=config.model == "transformer" or config.attention != "none",
+        extra={
+            "strategy": strategy_name,
+            "resumed_from_epoch": None if state is None else state["epoch"] + 1,
+            # Of the last epoch (None when it was trained before a resumption).
+            "loss": history["loss"][-1] if history else None,
+            "val_loss": history["val_loss"][-1] if history else None,
+        },
     )
+    # The run folder is complete: the backup has done its job.
+    shutil.rmtree(backup.backup_dir, ignore_errors=True)
     return TrainingResult(run_dir, metrics, model, tokenizer)
+
+
+def _say(config: TrainingConfig, message: str) -> None:
+    if config.verbose:
+        print(message, flush=True)
 
 
 def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
@@ -257,7 +399,9 @@ class PreparedData:
             (sources and targets share it).
         source_length, target_length: padded lengths of the model's inputs.
         train_data, validation_data: `keras_seq.data.make_dataset` datasets;
-            the training one reshuffles each epoch with ``config.seed``.
+            the training one reshuffles each epoch with ``config.seed`` (for
+            `fit` over all epochs at once; `train` uses `epochs_data`).
+        batch_size, seed: the config's, for `epochs_data`.
     """
 
     train_pairs: list
@@ -268,6 +412,32 @@ class PreparedData:
     target_length: int
     train_data: Any
     validation_data: Any
+    batch_size: int
+    seed: int
+
+    def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
+        """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip`` batches
+        dropped: each epoch's order depends only on the seed and the epoch number,
+        so a resumed run sees the batches an uninterrupted one sees."""
+        from keras_seq import data
+
+        batches = data.make_dataset(
+            self.train_pairs, self.tokenizer, self.tokenizer, self.batch_size,
+            self.source_length, self.target_length, shuffle_seed=self.seed,
+            first_epoch=first_epoch, epochs=epochs,
+        )
+        return batches.skip(skip).with_options(_data_sharding())
+
+
+def _data_sharding():
+    """DATA auto-sharding: the pipeline reads in-memory tensors (nothing to
+    shard by file), and every worker keeps its slice of each global batch, so
+    the global batches, and the weights, are those of a one-device run."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options
 
 
 def prepare_data(config: TrainingConfig) -> PreparedData:
@@ -287,12 +457,12 @@ def prepare_data(config: TrainingConfig) -> PreparedData:
         data.make_dataset(
             pairs, tokenizer, tokenizer, config.batch_size, source_length, target_length,
             shuffle_seed=config.seed if training else None,
-        )
+        ).with_options(_data_sharding())
         for pairs, training in ((train_pairs, True), (validation_pairs, False))
     )
     return PreparedData(
         train_pairs, validation_pairs, test_pairs, tokenizer, source_length, target_length,
-        train_data, validation_data,
+        train_data, validation_data, config.batch_size, config.seed,
     )
 
 
@@ -373,24 +543,120 @@ def evaluate_and_save(
     return metrics
 
 
-def _run_dir(config: TrainingConfig) -> str:
-    """``out/name``, created; a temporary folder on a non-chief worker."""
-    name = config.name or "{}-{}-{}".format(
-        config.model,
-        config.cell if config.model == "rnn" else f"{config.layers}x{config.units}",
-        time.strftime("%Y%m%d-%H%M%S"),
+def _run_name(config: TrainingConfig, fingerprint: dict) -> str:
+    """``config.name``; without one, the newest resumable run of this
+    configuration in ``config.out``, or a new ``<model>-<cell or layers x units>-<time>``."""
+    prefix = "{}-{}-".format(
+        config.model, config.cell if config.model == "rnn" else f"{config.layers}x{config.units}"
     )
-    run_dir = os.path.join(config.out, name)
-    if config.distribute == "multi_worker":
-        from keras_seq.distribute import is_chief
+    if config.name:
+        return config.name
+    for state_path in sorted(
+        glob.glob(os.path.join(glob.escape(config.out), prefix + "*", BACKUP_DIR, "state.json")),
+        reverse=True,
+    ):
+        state = _read_backup(os.path.dirname(state_path))
+        if state is not None and state["config"] == fingerprint:
+            return os.path.basename(os.path.dirname(os.path.dirname(state_path)))
+    return prefix + time.strftime("%Y%m%d-%H%M%S")
 
-        if not is_chief():
-            # Every worker trains; only the chief's run directory is kept.
-            import tempfile
 
-            run_dir = tempfile.mkdtemp(prefix=f"{name}-worker-")
-    os.makedirs(run_dir, exist_ok=True)
-    return run_dir
+# ---------------------------------------------------------------------------
+# Backups
+#
+# backup/state.json names the files of the last complete backup:
+#   {"epoch": finished epochs, "step": steps done in the next epoch,
+#    "weights": "ckpt-E-S.weights.h5", "seeds": "ckpt-E-S.seeds.npz",
+#    "config": the options that must not change on resuming}
+# Each backup writes new files, then replaces state.json atomically, then
+# deletes the previous files: a kill at any point leaves one complete backup.
+
+
+def _read_backup(backup_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(backup_dir, "state.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _seed_states(model) -> list:
+    """The dropout `SeedGenerator` states: variables of the model that
+    ``save_weights`` does not save."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _restore_backup(model, backup_dir: str, state: dict) -> tuple[int, int]:
+    import numpy as np
+
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    model.load_weights(os.path.join(backup_dir, state["weights"]))
+    with np.load(os.path.join(backup_dir, state["seeds"])) as seeds:
+        for i, variable in enumerate(_seed_states(model)):
+            variable.assign(seeds[f"arr_{i}"])
+    return int(state["epoch"]), int(state["step"])
+
+
+def _write_backup(model, backup_dir: str, epoch: int, step: int, fingerprint: dict) -> None:
+    import numpy as np
+
+    os.makedirs(backup_dir, exist_ok=True)
+    base = f"ckpt-{epoch}-{step}"
+    model.save_weights(os.path.join(backup_dir, base + ".weights.h5"))
+    np.savez(os.path.join(backup_dir, base + ".seeds.npz"),
+             *[np.asarray(v.numpy()) for v in _seed_states(model)])
+    state = {"epoch": epoch, "step": step, "weights": base + ".weights.h5",
+             "seeds": base + ".seeds.npz", "config": fingerprint}
+    temporary = os.path.join(backup_dir, "state.json.tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, os.path.join(backup_dir, "state.json"))
+    for path in glob.glob(os.path.join(glob.escape(backup_dir), "ckpt-*")):
+        if not os.path.basename(path).startswith(base + "."):
+            os.remove(path)
+
+
+class _RunBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` with atomic backups, seed states and mid-epoch resumption.
+
+    Keras 3.15's callback restores only at epoch boundaries (a step
+    backup would make the run redo that epoch's first steps on other
+    weights), can leave a weights file and a metadata file that disagree
+    after a kill, and has no chief logic. `train` restores before
+    ``fit`` (the data of the resumed epoch depend on the backup) and
+    deletes the backup once the run folder is written.
+    """
+
+    def __init__(self, backup_dir, fingerprint, steps_per_epoch, every_steps, step):
+        super().__init__(backup_dir, save_freq=every_steps or "epoch", delete_checkpoint=False)
+        self._fingerprint = fingerprint
+        self._steps_per_epoch = steps_per_epoch
+        self._step_offset = step  # steps of the first epoch done before this process
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        pass  # restored by `train`
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step_offset + batch + 1
+        if self.save_freq != "epoch" and step % self.save_freq == 0 and (
+            step < self._steps_per_epoch
+        ):
+            _write_backup(self.model, self.backup_dir, self._epoch, step, self._fingerprint)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._step_offset = 0
+        _write_backup(self.model, self.backup_dir, epoch + 1, 0, self._fingerprint)
+
+    def on_train_end(self, logs=None):
+        pass  # deleted by `train` once the run folder is complete
 
 
 def _max_length(tokenizer, strings, extra, cap):

@@ -34,6 +34,7 @@ import keras_tuner
 
 from keras_seq import models, training
 from keras_seq._validation import (
+    check_choice,
     check_float,
     check_positive_int,
     check_rate,
@@ -312,7 +313,7 @@ def search(
     """
     import tensorflow as tf
 
-    from keras_seq.distribute import make_strategy
+    from keras_seq.distribute import choose_strategy, make_strategy
 
     t_start = time.perf_counter()
     where = "search"
@@ -323,11 +324,13 @@ def search(
         raise invalid_value(
             where, "model", "'rnn' (the search space is Seq2SeqHyperModel's)", config.model
         )
-    if config.distribute == "multi_worker":
+    # "auto" resolves as for `train`; a TF_CONFIG cluster makes it multi_worker.
+    distribute = choose_strategy() if config.distribute == "auto" else config.distribute
+    if distribute == "multi_worker":
         raise invalid_value(
             where,
             "distribute",
-            "'none' or 'mirrored': KerasTuner does not support MultiWorkerMirroredStrategy "
+            "'none', 'auto' or 'mirrored': KerasTuner does not support MultiWorkerMirroredStrategy "
             "(keras-team/keras-tuner#910); run a search per machine instead",
             config.distribute,
         )
@@ -350,7 +353,7 @@ def search(
     os.makedirs(run_dir, exist_ok=True)
     t_data = time.perf_counter()
 
-    strategy = None if config.distribute == "none" else make_strategy(config.distribute)
+    strategy = None if distribute == "none" else make_strategy(distribute)
     common = dict(
         objective="val_loss",
         seed=config.seed,

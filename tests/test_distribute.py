@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_seq.distribute import is_chief, make_strategy
+from keras_seq.distribute import STRATEGIES, choose_strategy, is_chief, make_strategy
 
 # Trains a tiny PeepholeLSTM regressor for 2 epochs of 2 global batches of 8.
 _TRAIN = textwrap.dedent(
@@ -130,6 +130,7 @@ def test_two_local_workers_equal_one_device(single_device_weights, tmp_path):
 def test_unknown_strategy_and_missing_cluster_are_rejected(monkeypatch):
     with pytest.raises(ValueError, match="make_strategy: `name` must be one of"):
         make_strategy("tpu")
+    assert "auto" in STRATEGIES
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="'multi_worker' needs the TF_CONFIG"):
         make_strategy("multi_worker")
@@ -149,3 +150,50 @@ def test_chief_is_worker_zero_or_the_chief_task(monkeypatch):
         "TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "worker", "index": 0}})
     )
     assert not is_chief()
+
+
+def test_auto_is_the_default_strategy_without_a_cluster(monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert choose_strategy() == "none"  # no GPU here
+    assert make_strategy("auto") is tf.distribute.get_strategy()
+
+
+def test_auto_chooses_multi_worker_for_a_cluster_of_two(monkeypatch):
+    # Only the choice: creating the strategy would wait for the other worker.
+    for tf_config, expected in (
+        ({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+          "task": {"type": "worker", "index": 1}}, "multi_worker"),
+        ({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+          "task": {"type": "chief", "index": 0}}, "multi_worker"),
+        ({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}, "none"),
+    ):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+        assert choose_strategy() == expected
+
+
+@pytest.mark.slow
+def test_global_batch_not_divisible_by_the_replicas_is_a_value_error(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from keras_seq import training
+        try:
+            training.train(distribute="mirrored", batch_size=33, out={str(tmp_path)!r}, verbose=0)
+        except ValueError as error:
+            print(error)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ("TrainingConfig: invalid value for argument `batch_size`: expected a multiple of "
+            "the 2 replicas of the 'mirrored' strategy" in result.stdout), result.stdout
+    assert "received 33" in result.stdout
+    assert list(tmp_path.iterdir()) == []  # checked before any run folder is written

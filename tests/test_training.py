@@ -67,3 +67,39 @@ def test_family_defaults():
     resolved = training.TrainingConfig(model="transformer", epochs=np.int64(3)).resolved()
     assert (resolved.epochs, resolved.units, resolved.learning_rate) == (3, 96, 2e-3)
     assert type(resolved.epochs) is int
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_run_is_finite_and_its_saved_model_reloads(precision, tmp_path):
+    import keras
+
+    result = training.train(
+        out=str(tmp_path), name=precision, precision=precision, attention="none",
+        train_size=64, validation_size=8, test_size=8, units=4, batch_size=32, epochs=1, verbose=0,
+    )
+    assert keras.config.dtype_policy().name == "float32"  # restored after the run
+    model = result.model
+    assert model.get_layer("decoder").dtype_policy.name == precision
+    assert model.get_layer("logits").dtype_policy.name == "float32"
+    metrics = result.metrics
+    assert np.isfinite(metrics["loss"]) and np.isfinite(metrics["val_loss"])
+    assert 0.0 <= metrics["test_exact_match"] <= 1.0
+    reloaded = keras.saving.load_model(f"{result.run_dir}/model.keras", safe_mode=True)
+    rng = np.random.default_rng(0)
+    vocabulary = result.tokenizer.vocabulary_size
+    inputs = {"encoder_inputs": rng.integers(1, vocabulary, (3, 7)).astype("int32"),
+              "decoder_inputs": rng.integers(1, vocabulary, (3, 5)).astype("int32")}
+    logits = model(inputs)
+    assert logits.dtype == "float32" and np.isfinite(logits.numpy()).all()
+    np.testing.assert_array_equal(reloaded(inputs).numpy(), logits.numpy())
+
+
+def test_bad_precision_and_backup_options_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="TrainingConfig: invalid value for argument `precision`"):
+        training.train(out=str(tmp_path), precision="float16")
+    with pytest.raises(ValueError, match="invalid value for argument `backup_every_steps`"):
+        training.train(out=str(tmp_path), backup_every_steps=0)
+    with pytest.raises(TypeError, match="invalid type for argument `fresh`"):
+        training.train(out=str(tmp_path), fresh=1)
+    assert list(tmp_path.iterdir()) == []
