@@ -31,7 +31,10 @@ _TRAIN = textwrap.dedent(
     from keras_seq import layers
     from keras_seq.distribute import is_chief, make_strategy
 
-    strategy = make_strategy(mode)
+    if mode == "plain_multi_worker":  # without keras_seq's work-around
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        strategy = make_strategy(mode)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 6, 3)).astype("float32")
     y = rng.normal(size=(16, 4)).astype("float32")
@@ -125,6 +128,35 @@ def test_two_local_workers_equal_one_device(single_device_weights, tmp_path):
         for got, want in zip(weights, single_device_weights):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert chiefs == [True, False]
+
+
+@pytest.mark.slow
+def test_keras_fit_under_plain_multi_worker_strategy_still_fails(tmp_path):
+    """Canary for keras-team/keras#20585: when Keras' `fit` works under a plain
+    `MultiWorkerMirroredStrategy`, this fails, and the work-around in
+    `keras_seq.distribute` (`_MultiWorkerMirroredStrategy.reduce`) can go."""
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    try:
+        for index in range(2):
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            processes.append(_run("plain_multi_worker", tmp_path / f"w{index}.npz",
+                                  {"TF_CONFIG": json.dumps(tf_config)}))
+        outputs = [p.communicate(timeout=240)[0].decode() for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert any(p.returncode != 0 for p in processes), (
+        "Keras' fit now works under a plain MultiWorkerMirroredStrategy "
+        "(keras-team/keras#20585 fixed?): drop the work-around in keras_seq.distribute."
+    )
+    # It fails for the reason the work-around handles: a reduction of a nested
+    # per-replica batch or of a scalar along an axis.
+    signatures = ("Invalid reduction dimension", "Shapes of all inputs must match",
+                  "Attempt to convert a value (PerReplica")
+    assert any(sig in out for sig in signatures for out in outputs), outputs[0][-2000:]
 
 
 def test_unknown_strategy_and_missing_cluster_are_rejected(monkeypatch):

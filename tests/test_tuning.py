@@ -226,7 +226,7 @@ def test_search_rejects_bad_options_before_any_work(tmp_path):
     with pytest.raises(TypeError, match="search: invalid type for argument `trials`"):
         tuning.search(trials=True, out=str(tmp_path))
     with pytest.raises(ValueError, match=r"search: invalid value for argument `distribute`: "
-                       r"expected 'none' or 'mirrored'.*keras-tuner#910"):
+                       r"expected 'none', 'auto' or 'mirrored'.*keras-tuner#910"):
         tuning.search(distribute="multi_worker", out=str(tmp_path))
     with pytest.raises(ValueError, match="search: invalid value for argument `model`"):
         tuning.search(model="transformer", out=str(tmp_path))
