@@ -1,6 +1,7 @@
 """Shared test setup: TensorFlow backend, quiet logs, and a clean dtype policy."""
 
 import os
+import socket
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -20,3 +21,20 @@ def _reset_dtype_policy():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def local_workers():
+    """``local_workers(n)``: ``n`` free ``127.0.0.1:port`` addresses for a
+    multi-worker TF_CONFIG (local processes only)."""
+
+    def addresses(n):
+        sockets = [socket.socket() for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        ports = [s.getsockname()[1] for s in sockets]
+        for s in sockets:
+            s.close()
+        return [f"127.0.0.1:{port}" for port in ports]
+
+    return addresses

@@ -6,7 +6,6 @@ and killed on failure.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -82,16 +81,6 @@ def _weights(path):
     return arrays, int(data["replicas"]), bool(data["chief"])
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.fixture(scope="module")
 def single_device_weights(tmp_path_factory):
     out = tmp_path_factory.mktemp("single") / "w.npz"
@@ -111,8 +100,8 @@ def test_mirrored_two_replicas_equal_one_device(single_device_weights, tmp_path)
 
 
 @pytest.mark.slow
-def test_two_local_workers_equal_one_device(single_device_weights, tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+def test_two_local_workers_equal_one_device(single_device_weights, tmp_path, local_workers):
+    workers = local_workers(2)
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
@@ -131,11 +120,11 @@ def test_two_local_workers_equal_one_device(single_device_weights, tmp_path):
 
 
 @pytest.mark.slow
-def test_keras_fit_under_plain_multi_worker_strategy_still_fails(tmp_path):
+def test_keras_fit_under_plain_multi_worker_strategy_still_fails(tmp_path, local_workers):
     """Canary for keras-team/keras#20585: when Keras' `fit` works under a plain
     `MultiWorkerMirroredStrategy`, this fails, and the work-around in
     `keras_seq.distribute` (`_MultiWorkerMirroredStrategy.reduce`) can go."""
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    workers = local_workers(2)
     processes = []
     try:
         for index in range(2):

@@ -8,7 +8,6 @@ backup's ``state.json``, never from the clock.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -93,16 +92,6 @@ def _kill_when(processes, run_dir, ready):
     return _state(run_dir)
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def _weights(run_dir):
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     return model.get_weights()
@@ -169,8 +158,10 @@ def test_fresh_discards_the_backup_and_a_finished_run_removes_its_own(reference)
 
 
 @pytest.mark.slow
-def test_two_workers_killed_and_restarted_end_with_the_one_process_weights(reference, tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+def test_two_workers_killed_and_restarted_end_with_the_one_process_weights(
+    reference, tmp_path, local_workers
+):
+    workers = local_workers(2)
     envs = [
         {"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
                                   "task": {"type": "worker", "index": index}})}

@@ -16,22 +16,24 @@ from keras_seq.layers.multi_head_attention import MultiHeadAttention
 from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward
 
 
-def check_block_args(
-    layer, intermediate_dim, num_heads, dropout, activation, layer_norm_epsilon, normalize_first
-) -> dict:
-    """The checked constructor arguments of a Transformer block, as a dict of attributes."""
-    return {
-        "intermediate_dim": _validation.check_positive_int(
-            layer, "intermediate_dim", intermediate_dim
-        ),
-        "num_heads": _validation.check_positive_int(layer, "num_heads", num_heads),
-        "dropout": _validation.check_rate(layer, "dropout", dropout),
-        "activation": _validation.check_activation(layer, "activation", activation),
-        "layer_norm_epsilon": _validation.check_float(
-            layer, "layer_norm_epsilon", layer_norm_epsilon, low=0.0, low_inclusive=False
-        ),
-        "normalize_first": _validation.check_bool(layer, "normalize_first", normalize_first),
-    }
+def set_block_args(
+    layer, intermediate_dim, num_heads, dropout, activation, layer_norm_epsilon,
+    kernel_initializer, bias_initializer, normalize_first,
+) -> None:
+    """Checks a Transformer block's constructor arguments and sets them on
+    ``layer`` (the attributes `block_config` reads back)."""
+    layer.intermediate_dim = _validation.check_positive_int(
+        layer, "intermediate_dim", intermediate_dim
+    )
+    layer.num_heads = _validation.check_positive_int(layer, "num_heads", num_heads)
+    layer.dropout = _validation.check_rate(layer, "dropout", dropout)
+    layer.activation = _validation.check_activation(layer, "activation", activation)
+    layer.layer_norm_epsilon = _validation.check_float(
+        layer, "layer_norm_epsilon", layer_norm_epsilon, low=0.0, low_inclusive=False
+    )
+    layer.kernel_initializer = keras.initializers.get(kernel_initializer)
+    layer.bias_initializer = keras.initializers.get(bias_initializer)
+    layer.normalize_first = _validation.check_bool(layer, "normalize_first", normalize_first)
 
 
 def block_config(layer) -> dict:

@@ -97,23 +97,10 @@ class TransformerDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checked = block.check_block_args(
-            self,
-            intermediate_dim,
-            num_heads,
-            dropout,
-            activation,
-            layer_norm_epsilon,
-            normalize_first,
+        block.set_block_args(
+            self, intermediate_dim, num_heads, dropout, activation, layer_norm_epsilon,
+            kernel_initializer, bias_initializer, normalize_first,
         )
-        self.intermediate_dim = checked["intermediate_dim"]
-        self.num_heads = checked["num_heads"]
-        self.dropout = checked["dropout"]
-        self.activation = checked["activation"]
-        self.layer_norm_epsilon = checked["layer_norm_epsilon"]
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.normalize_first = checked["normalize_first"]
         self.supports_masking = True
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
