@@ -24,10 +24,11 @@ from collections.abc import Sequence
 
 
 def _family_default(training, key: str) -> str:
-    """The default of a per-family option: "2 (rnn gru), 4 (other cells and transformer)"."""
+    """The default of a per-family option: "2 (gru, simple), 4 (LSTM cells and transformer)"."""
     families = {}  # default -> the model families that have it
     for family, model, cell in (
-        ("rnn gru", "rnn", "gru"), ("other cells", "rnn", "lstm"), ("transformer", "transformer", None)
+        ("gru, simple", "rnn", "gru"), ("LSTM cells", "rnn", "lstm"),
+        ("transformer", "transformer", None),
     ):
         families.setdefault(training.default_for(key, model, cell), []).append(family)
     if len(families) == 1:

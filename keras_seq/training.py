@@ -72,7 +72,7 @@ from keras_seq._validation import (
     check_positive_int,
     invalid_value,
 )
-from keras_seq.models._cells import CELL_NAMES
+from keras_seq.models._cells import CELL_NAMES, is_lstm
 from keras_seq.reserved_tokens import PAD_ID, START_ID
 
 __all__ = [
@@ -94,7 +94,8 @@ __all__ = [
 # task within the time budget on a 2-core CPU (see README). Width 96 for the
 # Transformer (4 heads, feed-forward 384): 99.95% like width 128 on the dates,
 # in three quarters of the time. The LSTM family learns the date task more
-# slowly per epoch than the GRU, hence its epochs.
+# slowly per epoch than the GRU, hence its epochs; the Elman RNN ("simple")
+# takes the GRU's (see benchmarks/RESULTS.md for its accuracy).
 MODEL_DEFAULTS = {
     "rnn": {"epochs": 2, "batch_size": 128, "learning_rate": 3e-3, "units": 64},
     "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
@@ -120,7 +121,7 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru") -> Any:
     (2, 4, 96)
     """
     defaults = dict(MODEL_DEFAULTS[model])
-    if model == "rnn" and cell != "gru":
+    if model == "rnn" and is_lstm(cell):
         defaults.update(_LSTM_FAMILY_DEFAULTS)
     return defaults[key]
 
@@ -133,7 +134,7 @@ class TrainingConfig:
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
             (`models.transformer_seq2seq`).
         cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
-            ``"peephole"`` or ``"coupled"``.
+            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman).
         attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``).
         data: a ``source<TAB>target`` file; None: the date task.
         epochs, batch_size, learning_rate, units: None takes the model

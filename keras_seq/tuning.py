@@ -77,7 +77,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         source_vocabulary_size: int, number of source token ids.
         target_vocabulary_size: int, number of target token ids.
         cells: cell types to choose from (``"gru"``, ``"lstm"``, ``"peephole"``,
-            ``"coupled"``). Default all four.
+            ``"coupled"``, ``"simple"``). Default all five.
         units: recurrent widths to choose from. Default ``(64, 128, 256)``.
         embedding_dims: embedding widths to choose from. Default ``(32, 64)``.
         attention: attention choices, ``"bahdanau"`` and/or ``"none"``.
@@ -151,7 +151,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         kinds: encoder kinds to choose from, ``"rnn"`` and/or ``"transformer"``.
             Default ``("rnn",)``.
         cells: recurrent cell types to choose from (used when kind is ``"rnn"``).
-            Default all four.
+            Default all five (`Seq2SeqHyperModel`'s).
         units: widths to choose from (for a Transformer each must be divisible
             by ``num_heads``). Default ``(32, 64, 128)``.
         max_layers: int, upper end of the encoder depth range. Default 2.

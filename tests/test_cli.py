@@ -103,8 +103,8 @@ def test_train_help_shows_the_defaults_train_uses(capsys):
         main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"--batch-size BATCH_SIZE default: {training.default_for('batch_size')}" in help_text
-    assert (f"default: {training.default_for('epochs')} (rnn gru), "
-            f"{training.default_for('epochs', 'transformer')} (other cells and transformer)"
+    assert (f"default: {training.default_for('epochs')} (gru, simple), "
+            f"{training.default_for('epochs', 'transformer')} (LSTM cells and transformer)"
             in help_text)
     assert f"(default: {training.TrainingConfig().out})" in help_text
 

@@ -227,19 +227,20 @@ class _FrozenVariables(keras.StatelessScope):
 def _lstm_classes() -> list[type]:
     """Classes whose `inner_loop` is routed.
 
-    The three LSTM layers, and their subclasses that define their own
-    `inner_loop` (such as the model builders' `ConvertibleLSTM`); a subclass
-    is assumed to compute its parent's recurrence.
+    The three LSTM layers, and their subclasses whose `inner_loop` is not
+    their parent's (defined in the class or in a mixin, such as the model
+    builders' `ConvertibleLSTM`); a subclass is assumed to compute its
+    parent's recurrence.
     """
     from keras_seq.layers import CoupledGateLSTM, PeepholeLSTM
 
     classes = [PeepholeLSTM, CoupledGateLSTM, keras.layers.LSTM]
-    todo = [sub for cls in classes for sub in cls.__subclasses__()]
+    todo = [(sub, cls) for cls in classes for sub in cls.__subclasses__()]
     while todo:
-        cls = todo.pop()
-        if cls not in classes and "inner_loop" in cls.__dict__:
+        cls, parent = todo.pop()
+        if cls not in classes and cls.inner_loop is not parent.inner_loop:
             classes.append(cls)
-        todo.extend(cls.__subclasses__())
+        todo.extend((sub, cls) for sub in cls.__subclasses__())
     return classes
 
 

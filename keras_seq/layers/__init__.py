@@ -16,14 +16,24 @@ from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
 from keras_seq.layers.transformer_decoder import TransformerDecoder  # noqa: F401
 from keras_seq.layers.transformer_encoder import TransformerEncoder  # noqa: F401
 
+# --- sequence toolbox ---
+# isort: split
+from keras_seq.layers.folding import Folding  # noqa: F401
+from keras_seq.layers.highway import Highway  # noqa: F401
+from keras_seq.layers.k_max_pooling import DynamicKMaxPooling, KMaxPooling  # noqa: F401
+
 # Written out, not built from dir(): importing the classes also binds their
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
     "BahdanauAttention",
     "CoupledGateLSTM",
     "CoupledGateLSTMCell",
+    "DynamicKMaxPooling",
+    "Folding",
     "GRU",
     "GRUCell",
+    "Highway",
+    "KMaxPooling",
     "MultiHeadAttention",
     "PeepholeLSTM",
     "PeepholeLSTMCell",

@@ -14,7 +14,7 @@ from keras_seq.layers._recurrent_loops import (
     run_recurrence,
 )
 
-CELL_NAMES = ("gru", "lstm", "peephole", "coupled")
+CELL_NAMES = ("gru", "lstm", "peephole", "coupled", "simple")
 
 
 def check_cell(cell: str, where: str) -> str:
@@ -24,7 +24,8 @@ def check_cell(cell: str, where: str) -> str:
 def recurrent_classes(cell: str):
     """Returns ``(layer_class, cell_class)`` for a cell name.
 
-    ``"lstm"`` is Keras' own LSTM cell, driven by `ConvertibleLSTM`; the others
+    ``"lstm"`` and ``"simple"`` are Keras' own LSTM and SimpleRNN (Elman)
+    cells, driven by `ConvertibleLSTM` and `ConvertibleSimpleRNN`; the others
     are this package's layers.
     """
     if cell == "gru":
@@ -33,28 +34,43 @@ def recurrent_classes(cell: str):
         return layers.PeepholeLSTM, layers.PeepholeLSTMCell
     if cell == "coupled":
         return layers.CoupledGateLSTM, layers.CoupledGateLSTMCell
+    if cell == "simple":
+        return ConvertibleSimpleRNN, keras.layers.SimpleRNNCell
     return ConvertibleLSTM, keras.layers.LSTMCell
 
 
 def num_states(cell: str) -> int:
-    """GRU carries one state (h); the LSTM family two (h, c)."""
-    return 1 if cell == "gru" else 2
+    """The GRU and the Elman RNN carry one state (h); the LSTM family two (h, c)."""
+    return 1 if cell in ("gru", "simple") else 2
 
 
-@keras.saving.register_keras_serializable(package="keras_seq")
-class ConvertibleLSTM(keras.layers.LSTM):
-    """`keras.layers.LSTM` whose inference loop converts to TFLite builtins and ONNX.
+def is_lstm(cell: str) -> bool:
+    """The LSTM family (``"lstm"``, ``"peephole"``, ``"coupled"``): two states, and
+    TFLite's fused LSTM kernel applies (`keras_seq.export.convert_to_tflite`)."""
+    return num_states(cell) == 2
 
-    The ``cell="lstm"`` layer of the model builders: Keras' LSTM (same
-    arguments, cell, weights and training path, cuDNN included), except that
-    at inference (``training`` not True) it runs this package's sequence
-    driver: the input projection hoisted out of the loop and the loop form
-    that ``model.export(format="litert"|"onnx")`` converts. Keras' own loop
-    uses TensorArrays, which need the Flex delegate in TFLite when the batch
-    or length is dynamic and which tf2onnx cannot convert. Where the shared
-    `choose_loop` picks any other form (training, ``unroll=True``), Keras'
-    own loop runs.
+
+class _ConvertibleInference:
+    """Mixin for a Keras recurrent layer: its inference loop converts to TFLite
+    builtins and ONNX.
+
+    At inference (``training`` not True) the layer runs this package's sequence
+    driver instead of Keras' loop: the input projection ``x @ kernel`` hoisted
+    out of the loop, and the loop form that ``model.export(format="litert" |
+    "onnx")`` converts. Keras' own loop uses TensorArrays, which need the Flex
+    delegate in TFLite when the batch or length is dynamic and which tf2onnx
+    cannot convert. Where the shared `choose_loop` picks any other form
+    (training, ``unroll=True``), Keras' own loop runs, so training (cuDNN
+    included) is untouched.
+
+    A subclass supplies `recurrent_step`: the per-step recurrence of its
+    cell, given the cast recurrent kernel and bias. Dropout is not part of
+    it: Keras applies dropout only in training, which Keras' loop runs.
     """
+
+    def recurrent_step(self, recurrent_kernel, bias):
+        """``step(xw_t, states) -> (h, new_states)`` for `run_recurrence`."""
+        raise NotImplementedError
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
         loop = choose_loop(training, self.unroll)
@@ -68,8 +84,35 @@ class ConvertibleLSTM(keras.layers.LSTM):
         if cell.use_bias:
             bias = ops.cast(cell.bias, self.compute_dtype)
         else:
-            bias = ops.zeros((4 * cell.units,), self.compute_dtype)
-        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel)  # (T, B, 4u)
+            bias = ops.zeros((kernel.shape[-1],), self.compute_dtype)
+        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel)  # (T, B, P)
+        initial_state = initial_state if isinstance(initial_state, (list, tuple)) else [
+            initial_state
+        ]
+        return run_recurrence(
+            self.recurrent_step(recurrent_kernel, bias),
+            xw,
+            list(initial_state),
+            mask=mask,
+            go_backwards=self.go_backwards,
+            loop=loop,
+            return_sequences=self.return_sequences,
+            zero_output_for_mask=self.zero_output_for_mask,
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class ConvertibleLSTM(_ConvertibleInference, keras.layers.LSTM):
+    """`keras.layers.LSTM` whose inference loop converts to TFLite builtins and ONNX.
+
+    The ``cell="lstm"`` layer of the model builders: Keras' LSTM (same
+    arguments, cell, weights and training path, cuDNN included), except that
+    at inference it runs this package's sequence driver (see
+    `_ConvertibleInference`).
+    """
+
+    def recurrent_step(self, recurrent_kernel, bias):
+        cell = self.cell
 
         def step(xw_t, states):
             h_tm1, c_tm1 = states
@@ -81,13 +124,27 @@ class ConvertibleLSTM(keras.layers.LSTM):
             h = cell.recurrent_activation(z_o) * cell.activation(c)
             return h, [h, c]
 
-        return run_recurrence(
-            step,
-            xw,
-            list(initial_state),
-            mask=mask,
-            go_backwards=self.go_backwards,
-            loop=loop,
-            return_sequences=self.return_sequences,
-            zero_output_for_mask=self.zero_output_for_mask,
-        )
+        return step
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
+    """`keras.layers.SimpleRNN` (Elman) whose inference loop converts to TFLite
+    builtins and ONNX.
+
+    The ``cell="simple"`` layer of the model builders: Keras' SimpleRNN, with
+    h_t = activation(x_t W + h_{t-1} U + b), except that at inference it runs
+    this package's sequence driver (see `_ConvertibleInference`).
+
+    References:
+        Elman. Finding Structure in Time. Cognitive Science 14(2), 1990.
+    """
+
+    def recurrent_step(self, recurrent_kernel, bias):
+        activation = self.cell.activation or (lambda z: z)
+
+        def step(xw_t, states):
+            h = activation(xw_t + recurrent_matmul(states[0], recurrent_kernel, bias))
+            return h, [h]
+
+        return step

@@ -38,7 +38,8 @@ class RecurrentDecoder(keras.layers.Layer):
     Args:
         units: int, width of the decoder state s.
         cell: str, one of ``"gru"``, ``"lstm"`` (Keras' LSTM), ``"peephole"``,
-            ``"coupled"``. Default ``"gru"``.
+            ``"coupled"``, ``"simple"`` (Keras' SimpleRNN, an Elman RNN).
+            Default ``"gru"``.
         attention_units: int or None, width of the additive attention's hidden
             layer; None disables attention. Default None.
         attention_normalize: bool, weight-normalised attention. Default False.

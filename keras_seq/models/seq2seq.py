@@ -91,8 +91,11 @@ def rnn_seq2seq(
             Default 128.
         embedding_dim: int, width of the source and target embeddings. Default 64.
         cell: ``"gru"`` (default), ``"lstm"`` (Keras' LSTM), ``"peephole"``
-            (`keras_seq.layers.PeepholeLSTM`) or ``"coupled"``
-            (`keras_seq.layers.CoupledGateLSTM`).
+            (`keras_seq.layers.PeepholeLSTM`), ``"coupled"``
+            (`keras_seq.layers.CoupledGateLSTM`) or ``"simple"`` (Keras'
+            SimpleRNN, the Elman RNN h_t = tanh(x_t W + h_{t-1} U + b)). The
+            LSTM family carries two states (h, c) and gets one bridge per
+            state; the GRU and the Elman RNN carry h alone.
         attention: ``"bahdanau"`` (default) or None.
         attention_units: int, hidden width of the additive attention. Defaults
             to ``units``.

@@ -6,15 +6,18 @@ import keras
 
 from keras_seq import layers
 
-# API.md, "Recurrent layers", "Attention and position" and "Transformer blocks".
-# (The "Sequence toolbox layers" of API.md are not implemented yet; add them
-# here and to `__all__` together.)
+# API.md, "Recurrent layers", "Attention and position", "Transformer blocks" and
+# "Sequence toolbox layers" (add new public layers here and to `__all__` together).
 PUBLIC_CLASSES = [
     "BahdanauAttention",
     "CoupledGateLSTM",
     "CoupledGateLSTMCell",
+    "DynamicKMaxPooling",
+    "Folding",
     "GRU",
     "GRUCell",
+    "Highway",
+    "KMaxPooling",
     "MultiHeadAttention",
     "PeepholeLSTM",
     "PeepholeLSTMCell",
