@@ -9,7 +9,12 @@ from keras_seq.layers import _k_max
 
 
 def _k(k_top: int, layer_index: int, num_layers: int, s):
-    """max(k_top, ⌈(L − l)·s / L⌉) in integers, for an int or int32 tensor ``s``."""
+    """max(k_top, ⌈(L − l)·s / L⌉) in integers, for an int, an int32 tensor or None
+    (an unknown length: None, except at the top layer)."""
+    if layer_index == num_layers:
+        return k_top  # static, whatever the length
+    if s is None:
+        return None
     ceiling = ((num_layers - layer_index) * s + num_layers - 1) // num_layers
     if isinstance(s, int):
         return max(k_top, ceiling)
@@ -36,8 +41,7 @@ class _KMaxOutputMask(keras.Operation):
         return _k_max.output_mask(mask, k_out, k)
 
     def compute_output_spec(self, inputs, mask):
-        steps = inputs.shape[1]
-        k = None if steps is None else _k(self.k_top, self.layer_index, self.num_layers, steps)
+        k = _k(self.k_top, self.layer_index, self.num_layers, inputs.shape[1])
         return keras.KerasTensor((inputs.shape[0], k), dtype="bool")
 
     def get_config(self):
@@ -85,9 +89,7 @@ class _KMaxPoolingBase(keras.layers.Layer):
         return _k_max.k_max_over_time(inputs, mask, k_out, k)
 
     def compute_output_shape(self, inputs_shape):
-        steps = inputs_shape[1]
-        k = None if steps is None else _k(*self.k_formula(), steps)
-        return (inputs_shape[0], k, *inputs_shape[2:])
+        return (inputs_shape[0], _k(*self.k_formula(), inputs_shape[1]), *inputs_shape[2:])
 
     def compute_mask(self, inputs, mask=None):
         if mask is None:

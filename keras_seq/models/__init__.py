@@ -1,5 +1,7 @@
-"""Functional-API model builders: seq2seq, language models and classifiers."""
+"""Functional-API model builders: seq2seq, language models and classifiers (recurrent,
+Transformer and the DCNN)."""
 
+from keras_seq.models.dcnn import WideConvolution1D, dcnn_classifier
 from keras_seq.models.embedding import PaddingMask, TokenEmbedding
 from keras_seq.models.language_model import language_model, sequence_classifier
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
@@ -9,6 +11,8 @@ __all__ = [
     "PaddingMask",
     "RecurrentDecoder",
     "TokenEmbedding",
+    "WideConvolution1D",
+    "dcnn_classifier",
     "language_model",
     "rnn_seq2seq",
     "seq2seq_kind",
