@@ -38,3 +38,27 @@ def local_workers():
         return [f"127.0.0.1:{port}" for port in ports]
 
     return addresses
+
+
+def _k_max_reference(x, mask, k):
+    """k-max pooling from its definition (Kalchbrenner et al. 2014, §3.3), in NumPy.
+
+    ``x`` (B, T, F), ``mask`` (B, T) bool or None, ``k`` an int or one int per
+    sequence; returns ``(B, max k, F)``: per row and feature, the values of the
+    k largest valid steps (ties: the earlier step) in time order, then zeros.
+    """
+    batch, steps, features = x.shape
+    ks = np.broadcast_to(np.asarray(k), (batch,))
+    out = np.zeros((batch, int(ks.max()), features), x.dtype)
+    for b in range(batch):
+        valid = [t for t in range(steps) if mask is None or mask[b, t]]
+        for f in range(features):
+            ranked = sorted(valid, key=lambda t: (-x[b, t, f], t))[: ks[b]]
+            chosen = sorted(ranked)
+            out[b, : len(chosen), f] = x[b, chosen, f]
+    return out
+
+
+@pytest.fixture
+def k_max_reference():
+    return _k_max_reference
