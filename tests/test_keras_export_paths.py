@@ -88,6 +88,14 @@ def _transformer_blocks():
     return keras.Model([tokens, targets], decoded)
 
 
+def _toolbox():
+    tokens = _tokens()
+    x = layers.Folding()(layers.Highway()(_embedded(tokens)))
+    x = layers.DynamicKMaxPooling(3, 1, 2)(x)  # a dynamic length: max(3, ceil(T / 2))
+    # 5 > the steps a padded row keeps: zeros after them
+    return keras.Model(tokens, [x, layers.KMaxPooling(5)(x)])
+
+
 # --- every model builder ------------------------------------------------------------
 
 
@@ -103,16 +111,21 @@ FACTORIES = {
     "MultiHeadAttention": _multi_head_attention,
     "SinusoidalPositionalEncoding+PositionwiseFeedForward": _positional_and_feed_forward,
     "TransformerEncoder+TransformerDecoder": _transformer_blocks,
+    "Highway+Folding+DynamicKMaxPooling+KMaxPooling": _toolbox,
     "rnn_seq2seq-gru": functools.partial(_rnn_seq2seq, "gru"),
     "rnn_seq2seq-coupled-no-attention": functools.partial(_rnn_seq2seq, "coupled", None),
     "transformer_seq2seq": lambda: models.transformer_seq2seq(
         V, V, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16
     ),
     "sequence_classifier-rnn": lambda: models.sequence_classifier(V, 3, units=5, cell="peephole"),
+    "sequence_classifier-simple": lambda: models.sequence_classifier(V, 3, units=5, cell="simple"),
     "sequence_classifier-transformer": lambda: models.sequence_classifier(
         V, 3, kind="transformer", units=8, num_heads=2, intermediate_dim=16
     ),
     "language_model-rnn": lambda: models.language_model(V, kind="rnn", units=6, cell="lstm"),
+    "dcnn_classifier": lambda: models.dcnn_classifier(
+        V, 3, embedding_dim=8, filters=(2, 3), kernel_sizes=(3, 2), k_top=3
+    ),
     "language_model-transformer": lambda: models.language_model(
         V, units=8, num_heads=2, intermediate_dim=16
     ),

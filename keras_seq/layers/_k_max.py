@@ -12,6 +12,8 @@ needs the Flex delegate.)
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 
@@ -51,7 +53,9 @@ def k_max_over_time(x, mask, k_out, k_per_sequence=None):
     features = x.shape[2:]
     shape = tf.shape(x)
     batch, steps = shape[0], shape[1]
-    v = tf.reshape(x, [batch, steps, -1])
+    # The feature count written out, not -1: TFLite's RESHAPE takes at most one
+    # unknown size, and batch and steps may already be unknown.
+    v = tf.reshape(x, [batch, steps, math.prod(features)])
     v = tf.transpose(v, [0, 2, 1])  # (B, F, T): top_k works on the last axis
     # Masked steps rank below every valid one. The lowest finite value, not
     # -inf: a converter may lower a select to arithmetic, and -inf * 0 is NaN.
