@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_seq import layers
-from keras_seq.models._cells import ConvertibleLSTM
+from keras_seq.models._cells import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.tuning import ClassifierHyperModel, Seq2SeqHyperModel
 
 _EXPECTED_LAYER = {
@@ -19,6 +19,7 @@ _EXPECTED_LAYER = {
     "lstm": ConvertibleLSTM,  # Keras' LSTM with a convertible inference loop
     "peephole": layers.PeepholeLSTM,
     "coupled": layers.CoupledGateLSTM,
+    "simple": ConvertibleSimpleRNN,  # Keras' SimpleRNN (Elman), same treatment
 }
 
 

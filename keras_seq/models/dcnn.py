@@ -249,12 +249,13 @@ def dcnn_classifier(
     x = keras.layers.Embedding(
         vocabulary_size, embedding_dim, mask_zero=True, name="embedding"
     )(token_ids)  # (B, T, d)
-    for l, (n, m, fold) in enumerate(zip(filters, kernel_sizes, folding), start=1):
-        x = WideConvolution1D(n, m, name=f"wide_convolution_{l}")(x)  # (B, T + m - 1, n, d)
+    for layer, (n, m, fold) in enumerate(zip(filters, kernel_sizes, folding), start=1):
+        x = WideConvolution1D(n, m, name=f"wide_convolution_{layer}")(x)  # (B, T + m - 1, n, d)
         if fold:
-            x = Folding(name=f"folding_{l}")(x)  # (B, T', n, d / 2)
-        x = DynamicKMaxPooling(k_top, l, num_layers, name=f"k_max_pooling_{l}")(x)  # (B, k_l, n, d')
-        x = keras.layers.Activation("tanh", name=f"tanh_{l}")(x)
+            x = Folding(name=f"folding_{layer}")(x)  # (B, T', n, d / 2)
+        # (B, k_l, n, d'), k_l = max(k_top, ceil((L - l) s / L)) with l = layer
+        x = DynamicKMaxPooling(k_top, layer, num_layers, name=f"k_max_pooling_{layer}")(x)
+        x = keras.layers.Activation("tanh", name=f"tanh_{layer}")(x)
     x = _TopFeatures(name="top_features")(x)  # (B, k_top * n * d')
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)

@@ -117,17 +117,18 @@ def test_k_max_pooling_gradient_reaches_exactly_the_chosen_steps(rng, k_max_refe
     np.testing.assert_array_equal(grad, chosen)
 
 
-def _paper_k(k_top, l, L, s):
-    return max(k_top, math.ceil(Fraction((L - l) * s, L)))  # exact rational ceiling
+def _paper_k(k_top, layer, L, s):
+    return max(k_top, math.ceil(Fraction((L - layer) * s, L)))  # exact rational ceiling
 
 
 def test_dynamic_k_is_the_papers_formula_in_exact_integers():
     # (L - l) * s / L in floats can land just above an integer: 2/3 * 3 = 2.0000000000000004.
     for L in (1, 2, 3, 5, 7):
-        for l in range(1, L + 1):
-            pool = layers.DynamicKMaxPooling(2, l, L)
+        for layer in range(1, L + 1):
+            pool = layers.DynamicKMaxPooling(2, layer, L)
             for s in (1, 2, 3, 6, 7, 21, 100, 999):
-                assert pool.compute_output_shape((None, s, 4))[1] == _paper_k(2, l, L, s), (l, L, s)
+                expected = _paper_k(2, layer, L, s)
+                assert pool.compute_output_shape((None, s, 4))[1] == expected, (layer, L, s)
 
 
 def test_dynamic_k_max_pooling_uses_each_sequences_own_length(rng, k_max_reference):

@@ -28,13 +28,13 @@ def _numpy_dcnn(model, ids, k_top, folding, k_max_reference):
     """Logits of one unpadded sentence, stage by stage as in the paper."""
     x = model.get_layer("embedding").get_weights()[0][ids][:, None, :]  # (s, 1, d)
     num_layers = len(folding)
-    for l, fold in enumerate(folding, start=1):
-        kernel, bias = model.get_layer(f"wide_convolution_{l}").get_weights()
+    for layer, fold in enumerate(folding, start=1):
+        kernel, bias = model.get_layer(f"wide_convolution_{layer}").get_weights()
         x = _wide_convolution(x, kernel, bias)
         if fold:
             x = x[..., 0::2] + x[..., 1::2]
         s, maps, rows = x.shape
-        k = max(k_top, math.ceil(Fraction((num_layers - l) * s, num_layers)))
+        k = max(k_top, math.ceil(Fraction((num_layers - layer) * s, num_layers)))
         pooled = k_max_reference(x.reshape(1, s, -1), None, k)[0].reshape(k, maps, rows)
         x = np.tanh(pooled[: min(k, s)])  # the steps after min(k, s) are padding
     top = np.zeros((k_top, *x.shape[1:]))
