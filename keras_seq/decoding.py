@@ -326,6 +326,38 @@ def greedy_decode(
     return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
 
+def greedy_decode_steps(
+    steps: DecoderSteps,
+    inputs,
+    max_length: int,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tf.Tensor:
+    """`greedy_decode` for any `DecoderSteps`, e.g. a model with an image encoder.
+
+    The loop of `greedy_decode`, driving ``steps`` (an object with the
+    ``start`` and ``step`` methods of `DecoderSteps`) instead of a model made
+    by the seq2seq builders. ``inputs`` go to ``steps.start`` unchanged, so
+    they may be anything with a leading batch axis (images for a captioning
+    model); only their batch size is read here.
+
+    Args:
+        steps: the one-step view of the model.
+        inputs: a tensor ``(B, ...)``, what ``steps.start`` encodes.
+        max_length: int, size of the output buffer (``[END]`` included).
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(B, max_length)`` int32 ids laid out as in `greedy_decode`.
+    """
+    max_length = check_positive_int("greedy_decode_steps", "max_length", max_length)
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank == 0:
+        raise shape_error("greedy_decode_steps", "inputs", "(batch, ...)", inputs.shape)
+    return _greedy(steps, inputs, max_length, start_id, end_id)
+
+
 def _length_penalty(lengths, alpha):
     """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016)."""
     return tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
