@@ -315,18 +315,24 @@ def _positive(value: str) -> int:
     return number
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="show_attend_tell", help="folder for the results")
-    parser.add_argument("--epochs", type=_positive, default=6)
+    parser.add_argument("--epochs", type=_positive, default=5)
     parser.add_argument("--train-size", type=_positive, default=20_000)
     parser.add_argument("--test-size", type=_positive, default=1_000)
     parser.add_argument("--batch-size", type=_positive, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--units", type=_positive, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> tuple[keras.Model, dict]:
+    """Generates the data, trains, captions the held-out images, writes the results.
+
+    Returns the trained model and the contents of ``results.json``.
+    """
     started = time.perf_counter()
     keras.utils.set_random_seed(args.seed)
     train_data = make_dataset(args.train_size, seed=args.seed)
@@ -345,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {
         "exact_match": float(hits.mean()),
         "exact_match_by_digits": {
-            int(n): float(hits[lengths == n].mean()) for n in np.unique(lengths)
+            str(n): float(hits[lengths == n].mean()) for n in np.unique(lengths)
         },
         "test_images": args.test_size,
         "train_images": args.train_size,
@@ -366,7 +372,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"greedy exact match on {args.test_size} held-out images: {results['exact_match']:.2%} "
         f"(train {train_seconds:.0f} s); figure: {figure}"
     )
-    return results
+    return model, results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The command line: ``results.json``'s contents."""
+    return run(parse_args(argv))[1]
 
 
 if __name__ == "__main__":
