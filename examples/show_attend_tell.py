@@ -257,10 +257,38 @@ def caption_hits(ids: np.ndarray, captions: np.ndarray) -> np.ndarray:
     )
 
 
+def attention_on_glyph(alpha: np.ndarray, glyphs: list, grid: tuple[int, int], margin: int = 2):
+    """Share of digit tokens whose most-attended cell lies on the glyph they name.
+
+    Token t of an image belongs to its t-th glyph from the left; it counts as
+    a hit when the centre of its argmax cell falls inside that glyph's box
+    grown by ``margin`` pixels. Meaningful for correctly captioned images.
+
+    Args:
+        alpha: ``(B, T, h·w)`` attention weights, T at least the digit count.
+        glyphs: per image, its ``(x, y, digit)`` (as `make_dataset` reports).
+        grid: ``(h, w)``, the annotation grid (`feature_grid`).
+        margin: pixels added on every side of the glyph's box.
+    """
+    h, w = grid
+    cell_height, cell_width = HEIGHT / h, WIDTH / w
+    hits = []
+    for a, image_glyphs in zip(alpha, glyphs):
+        for t, (x, y, _) in enumerate(sorted(image_glyphs)):
+            row, column = divmod(int(np.argmax(a[t])), w)
+            cy, cx = (row + 0.5) * cell_height, (column + 0.5) * cell_width
+            hits.append(
+                x - margin <= cx <= x + GLYPH_WIDTH + margin
+                and y - margin <= cy <= y + GLYPH_HEIGHT + margin
+            )
+    return float(np.mean(hits))
+
+
 def attention_figure(model: keras.Model, images, path: str) -> list[str]:
     """Draws α over each image for every greedy output token (one row per image).
 
-    Returns the greedy captions of ``images``.
+    Each panel's colours run from 0 to that panel's largest α (written in
+    its title). Returns the greedy captions of ``images``.
     """
     import matplotlib
 
@@ -342,9 +370,11 @@ def run(args: argparse.Namespace) -> tuple[keras.Model, dict]:
     history = train(model, train_data, args.epochs, args.batch_size, args.learning_rate)
     train_seconds = time.perf_counter() - train_started
 
-    ids, _ = greedy_caption(model, test_data["images"])
+    ids, alpha = greedy_caption(model, test_data["images"])
     lengths = (test_data["captions"] != PAD_ID).sum(1) - 1
     hits = caption_hits(ids, test_data["captions"])
+    correct = [g for g, hit in zip(test_data["glyphs"], hits) if hit]
+    on_glyph = attention_on_glyph(alpha[hits], correct, feature_grid(model)) if correct else None
     os.makedirs(args.out, exist_ok=True)
     figure = os.path.join(args.out, "attention.png")
     attention_figure(model, test_data["images"][:6], figure)
@@ -353,6 +383,7 @@ def run(args: argparse.Namespace) -> tuple[keras.Model, dict]:
         "exact_match_by_digits": {
             str(n): float(hits[lengths == n].mean()) for n in np.unique(lengths)
         },
+        "attention_on_glyph": on_glyph,
         "test_images": args.test_size,
         "train_images": args.train_size,
         "epochs": args.epochs,

@@ -76,6 +76,20 @@ def test_held_out_images_are_never_training_images():
     assert not any(image.tobytes() in seen for image in held_out)
 
 
+def test_attention_on_glyph_counts_argmax_cells_inside_the_grown_glyph_box():
+    # Grid 4 x 12 of 4 x 4 pixel cells; cell (r, c) has its centre at (4c + 2, 4r + 2).
+    # Glyphs from the left: a 1 at x=8, y=4 (box grown by 2: x 6..15, y 2..13),
+    # then a 7 at x=30, y=0 (x 28..37, y -2..9).
+    glyphs = [[(30, 0, 7), (8, 4, 1)]]
+    alpha = np.zeros((1, 2, 48))
+    alpha[0, 0, 1 * 12 + 2] = 1.0  # centre (10, 6): on the 1
+    alpha[0, 1, 2 * 12 + 8] = 1.0  # centre (34, 10): right column, one row too low
+    assert sat.attention_on_glyph(alpha, glyphs, (4, 12)) == 0.5
+    alpha[0, 1] = 0.0
+    alpha[0, 1, 1 * 12 + 8] = 1.0  # centre (34, 6): on the 7
+    assert sat.attention_on_glyph(alpha, glyphs, (4, 12)) == 1.0
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The example's whole run at toy size (a few training steps), and new images."""
