@@ -176,7 +176,9 @@ class DecoderSteps(Protocol):
 
     `decoder_steps` returns one for a model built by `models.rnn_seq2seq` or
     `models.transformer_seq2seq`; `greedy_decode`, `beam_search` and the
-    encoder/decoder-step exports of `keras_seq.export` all drive it.
+    encoder/decoder-step exports of `keras_seq.export` all drive it. Write
+    one for a model of your own (an image encoder, say) and
+    `greedy_decode_steps` decodes with it.
     ``constants`` and ``state`` are nests of tensors (dicts and lists); their
     structure is fixed for a given model.
     """
