@@ -169,10 +169,10 @@ def build_model(
     """
     image = keras.Input((HEIGHT, WIDTH, 1), name="image")
     x = CoordinateChannels(name="coordinates")(image)
-    for k, width in enumerate(filters):
+    for k, channels in enumerate(filters):
         if k:
             x = keras.layers.MaxPooling2D(2, name=f"pool_{k}")(x)
-        x = keras.layers.Conv2D(width, 3, padding="same", activation="relu", name=f"conv_{k}")(x)
+        x = keras.layers.Conv2D(channels, 3, padding="same", activation="relu", name=f"conv_{k}")(x)
     grid_height, grid_width = x.shape[1], x.shape[2]
     a = keras.layers.Reshape((grid_height * grid_width, filters[-1]), name="annotations")(x)
     s0 = keras.layers.Dense(units, activation="tanh", name="initial_state")(
