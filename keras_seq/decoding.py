@@ -176,7 +176,9 @@ class DecoderSteps(Protocol):
 
     `decoder_steps` returns one for a model built by `models.rnn_seq2seq` or
     `models.transformer_seq2seq`; `greedy_decode`, `beam_search` and the
-    encoder/decoder-step exports of `keras_seq.export` all drive it.
+    encoder/decoder-step exports of `keras_seq.export` all drive it. Write
+    one for a model of your own (an image encoder, say) and
+    `greedy_decode_steps` decodes with it.
     ``constants`` and ``state`` are nests of tensors (dicts and lists); their
     structure is fixed for a given model.
     """
@@ -324,6 +326,38 @@ def greedy_decode(
     """
     encoder_inputs, max_length = _check_decode_args("greedy_decode", encoder_inputs, max_length)
     return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
+
+
+def greedy_decode_steps(
+    steps: DecoderSteps,
+    inputs,
+    max_length: int,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tf.Tensor:
+    """`greedy_decode` for any `DecoderSteps`, e.g. a model with an image encoder.
+
+    The loop of `greedy_decode`, driving ``steps`` (an object with the
+    ``start`` and ``step`` methods of `DecoderSteps`) instead of a model made
+    by the seq2seq builders. ``inputs`` go to ``steps.start`` unchanged, so
+    they may be anything with a leading batch axis (images for a captioning
+    model); only their batch size is read here.
+
+    Args:
+        steps: the one-step view of the model.
+        inputs: a tensor ``(B, ...)``, what ``steps.start`` encodes.
+        max_length: int, size of the output buffer (``[END]`` included).
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(B, max_length)`` int32 ids laid out as in `greedy_decode`.
+    """
+    max_length = check_positive_int("greedy_decode_steps", "max_length", max_length)
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank == 0:
+        raise shape_error("greedy_decode_steps", "inputs", "(batch, ...)", inputs.shape)
+    return _greedy(steps, inputs, max_length, start_id, end_id)
 
 
 def _length_penalty(lengths, alpha):

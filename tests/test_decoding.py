@@ -267,3 +267,37 @@ def test_importing_decoding_does_not_import_tensorflow_text():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           check=True, timeout=300, env=env)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+class _StrideSteps:
+    """Toy `DecoderSteps`: the next token is the last one plus the row's stride.
+
+    The stride is read from the inputs (any rank), and the state counts the
+    steps so that each step can check the position it is given.
+    """
+
+    def start(self, inputs, max_length):
+        stride = tf.cast(tf.reshape(inputs, [tf.shape(inputs)[0], -1])[:, 0], tf.int32)
+        return {"stride": stride}, {"t": tf.constant(0)}
+
+    def step(self, tokens, t, constants, state):
+        tf.debugging.assert_equal(t, state["t"])
+        return 5.0 * tf.one_hot(tokens + constants["stride"], 16), {"t": state["t"] + 1}
+
+
+@pytest.mark.parametrize("max_length", [7, 4])
+def test_greedy_decode_steps_follows_any_decoder_steps(max_length):
+    strides = [1, 2, 3, 6]
+    inputs = np.zeros((4, 2, 3), "float32")  # rank 3, like a batch of images
+    inputs[:, 0, 0] = strides
+    ids = decoding.greedy_decode_steps(_StrideSteps(), inputs, max_length, start_id=4, end_id=10)
+    for row, stride in zip(np.asarray(ids), strides):
+        expected = list(range(4 + stride, 11, stride))[:max_length]  # up to END = 10
+        assert list(row) == expected + [PAD_ID] * (max_length - len(expected))
+
+
+def test_greedy_decode_steps_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError, match="greedy_decode_steps: invalid value for argument `max_length`"):
+        decoding.greedy_decode_steps(_StrideSteps(), np.ones((2, 3)), 0)
+    with pytest.raises(ValueError, match="greedy_decode_steps: .*`inputs`"):
+        decoding.greedy_decode_steps(_StrideSteps(), np.float32(1.0), 3)
