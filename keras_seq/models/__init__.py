@@ -1,7 +1,11 @@
 """Functional-API model builders: seq2seq, language models and classifiers."""
 
 from keras_seq.models.embedding import PaddingMask, TokenEmbedding
-from keras_seq.models.language_model import language_model, sequence_classifier
+from keras_seq.models.language_model import (
+    language_model,
+    language_model_kind,
+    sequence_classifier,
+)
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
 
@@ -10,6 +14,7 @@ __all__ = [
     "RecurrentDecoder",
     "TokenEmbedding",
     "language_model",
+    "language_model_kind",
     "rnn_seq2seq",
     "seq2seq_kind",
     "sequence_classifier",
