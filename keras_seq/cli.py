@@ -371,7 +371,7 @@ def _translate(args) -> int:
         outputs = training.translate_texts(
             args.run_dir, args.texts, beam_width=args.beam, length_penalty=args.length_penalty
         )
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"keras-seq translate: {error}") from None
     for output in outputs:
         print(output)

@@ -1,4 +1,5 @@
-"""Greedy and beam-search decoding for the seq2seq models of `keras_seq.models`.
+"""Greedy and beam-search decoding for the seq2seq models of `keras_seq.models`,
+and sampling from its language models.
 
 Everything here is TensorFlow graph code that can be wrapped in `tf.function`
 and saved in a SavedModel: the output is a fixed ``(B, max_length)`` buffer
@@ -12,6 +13,9 @@ carries a self-attention key/value cache per block and reads cross-attention
 keys/values computed once from the encoder output. `decoder_steps` returns
 that one-step view (`DecoderSteps`); `keras_seq.export` converts it into an
 encoder and a decoder-step model for decoding loops outside TensorFlow.
+`language_model_steps` is the same view of a `models.language_model` (the
+Transformer's blocks with the same caches, without cross-attention), which
+`sample` drives.
 
 Example:
 
@@ -25,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import keras
@@ -321,12 +326,14 @@ def sample(
     seed: int | None = None,
     context: int | None = None,
     return_logits: bool = False,
+    suppress_ids: Sequence[int] = (),
 ):
     """Samples ``length`` tokens after a prompt from a language model, in one loop.
 
     Token by token, y_i ~ softmax(z_i / T), where z_i are the logits of the
     model for the preceding tokens; ``temperature=0`` takes the argmax
-    (greedy decoding). Everything runs in one `tf.while_loop` over a fixed
+    (greedy decoding). The padding id 0 is never drawn (the models read it
+    as padding, not as a token), nor any id of ``suppress_ids``. Everything runs in one `tf.while_loop` over a fixed
     ``(B, P + length)`` buffer, one token per iteration: first the prompt's
     tokens are fed, then each sampled token. The Transformer reuses its
     key/value caches (`language_model_steps`), so each step costs one
@@ -354,6 +361,8 @@ def sample(
             fresh seed.
         context: int ≥ 2 or None, the Transformer's window W (see above).
         return_logits: bool, also return the logits each token was drawn from.
+        suppress_ids: further ids never drawn (e.g. the reserved tokens a
+            character model never saw as targets).
 
     Returns:
         ``(B, length)`` int32 ids; with ``return_logits``, also the
@@ -375,6 +384,7 @@ def sample(
     seed = check_int(where, "seed", seed, allow_none=True)
     context = check_int(where, "context", context, minimum=2, allow_none=True)
     return_logits = check_bool(where, "return_logits", return_logits)
+    never = sorted({PAD_ID, *(check_int(where, "suppress_ids", i, minimum=0) for i in suppress_ids)})
     prompt_ids = tf.convert_to_tensor(prompt_ids)
     if not prompt_ids.dtype.is_integer:
         raise invalid_type(
@@ -387,12 +397,12 @@ def sample(
         context = None  # the state carries everything; no restarts
     ids, logits = _sample(
         steps, tf.cast(prompt_ids, tf.int32), length, temperature, seed, context,
-        vocabulary_size=model.outputs[0].shape[-1],
+        vocabulary_size=model.outputs[0].shape[-1], never=never,
     )
     return (ids, logits) if return_logits else ids
 
 
-def _sample(steps, prompt_ids, length, temperature, seed, context, vocabulary_size):
+def _sample(steps, prompt_ids, length, temperature, seed, context, vocabulary_size, never):
     batch_size, prompt_length = tf.shape(prompt_ids)[0], tf.shape(prompt_ids)[1]
     total = prompt_length + length
     # Without a context, one cache holds the whole sequence (never restarted).
@@ -405,8 +415,10 @@ def _sample(steps, prompt_ids, length, temperature, seed, context, vocabulary_si
     seed = tf.cast(seed, tf.int32)
 
     def draw(logits, position):
-        # The models read id 0 as padding (masked out), so it is never drawn.
-        logits = tf.where(tf.equal(tf.range(tf.shape(logits)[-1]), PAD_ID), _NEG_INF, logits)
+        excluded = tf.reduce_any(
+            tf.equal(tf.range(vocabulary_size)[:, None], tf.constant(never)[None, :]), axis=-1
+        )
+        logits = tf.where(excluded, _NEG_INF, logits)
         if temperature == 0.0:
             return tf.argmax(logits, axis=-1, output_type=tf.int32)
         return tf.random.stateless_categorical(

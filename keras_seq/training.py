@@ -140,7 +140,7 @@ _LSTM_FAMILY_DEFAULTS = {"epochs": 4}
 # validation loss within the time budget on a 2-core CPU (see README).
 # An epoch is `steps_per_epoch` batches of random windows.
 LM_DEFAULTS = {
-    "transformer": {"epochs": 8, "steps_per_epoch": 250, "batch_size": 12,
+    "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
                     "learning_rate": 1e-3, "units": 128, "layers": 4, "context": 64,
                     "validation_size": 256},
     "rnn": {"epochs": 8, "steps_per_epoch": 250, "batch_size": 12,
@@ -1180,7 +1180,7 @@ def generate_text(
     import keras_seq.metrics  # noqa: F401
     import keras_seq.models  # noqa: F401
     from keras_seq import decoding, text
-    from keras_seq.reserved_tokens import RESERVED_TOKENS, UNK_ID
+    from keras_seq.reserved_tokens import RESERVED_TOKENS
 
     where = "generate_text"
     config = _run_config(run_dir)
@@ -1210,15 +1210,14 @@ def generate_text(
 
     @tf.function(autograph=False)
     def run(prompt_ids):
+        # The reserved ids never occur in the text: only its characters are drawn.
         return decoding.sample(
-            model, prompt_ids, length, temperature, seed, context=config["context"]
+            model, prompt_ids, length, temperature, seed, context=config["context"],
+            suppress_ids=range(1, len(RESERVED_TOKENS)),
         )
 
     ids = run(tokenizer.tokenize([prompt]).to_tensor())[0].numpy()
-    surface = {UNK_ID: "\ufffd"}
-    return "".join(
-        vocabulary[i] if i >= len(RESERVED_TOKENS) else surface.get(int(i), "") for i in ids
-    )
+    return "".join(vocabulary[i] for i in ids)
 
 
 def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):
