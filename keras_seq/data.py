@@ -44,7 +44,6 @@ __all__ = [
     "load_tsv",
     "make_dataset",
     "make_text_dataset",
-    "split_pairs",
     "split_text",
     "text_windows",
     "tiny_shakespeare",
@@ -543,7 +542,9 @@ def text_windows(ids, context: int) -> tuple[np.ndarray, np.ndarray]:
     padded = np.zeros(count * context + 1, np.int32)
     padded[: ids.size] = ids
     starts = np.arange(count)[:, None] * context + np.arange(context)[None, :]
-    return padded[starts], padded[starts + 1]
+    targets = padded[starts + 1]
+    # An input whose target is padding predicts nothing: pad it too.
+    return np.where(targets != 0, padded[starts], 0), targets
 
 
 def make_text_dataset(

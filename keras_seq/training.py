@@ -1041,8 +1041,10 @@ def _compile(model, config: TrainingConfig, steps: int) -> None:
         from keras_seq.metrics import Perplexity
 
         metrics = [Perplexity(mask_token_id=PAD_ID)]
+    # β2 = 0.99 for the language models, as nanoGPT: few tokens per step.
+    beta_2 = 0.99 if config.task == "lm" else 0.999
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate, beta_2=beta_2, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
         metrics=metrics,
     )
@@ -1204,8 +1206,8 @@ def generate_text(
     length = check_positive_int(where, "length", length)
     temperature = check_float(where, "temperature", temperature, low=0.0)
     seed = check_int(where, "seed", seed, allow_none=True)
-    model = keras.saving.load_model(
-        os.path.join(os.fspath(run_dir), "model.keras"), safe_mode=True
+    model = keras.saving.load_model(  # for inference: no optimizer
+        os.path.join(os.fspath(run_dir), "model.keras"), safe_mode=True, compile=False
     )
 
     @tf.function(autograph=False)
