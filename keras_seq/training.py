@@ -143,7 +143,7 @@ LM_DEFAULTS = {
     "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
                     "learning_rate": 1e-3, "units": 128, "layers": 4, "context": 64,
                     "validation_size": 256},
-    "rnn": {"epochs": 8, "steps_per_epoch": 250, "batch_size": 12,
+    "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
             "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
             "validation_size": 256},
 }

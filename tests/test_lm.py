@@ -223,6 +223,8 @@ def test_generate_prints_the_prompt_and_a_seeded_sample(lm_run, capsys):
     assert printed == "All:" + expected + "\n" and len(expected) == 30
     with pytest.raises(SystemExit, match="not in it: '#'"):
         main(["generate", str(run_dir), "--prompt", "#"])
+    with pytest.raises(SystemExit, match="holds a language model"):
+        main(["translate", str(run_dir), "All:"])
 
 
 @pytest.mark.slow
