@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 def _family_default(training, key: str, lm: bool = True) -> str:
     """The default of a per-family option: "2 (rnn gru), 4 (other cells and transformer);
-    --task lm: 6 (transformer), 8 (rnn)"."""
+    --task lm: 5 (transformer), 6 (rnn)"."""
 
     def listed(families):
         if len(families) == 1:
