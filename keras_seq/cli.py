@@ -1,15 +1,18 @@
-"""The `keras-seq` command line: `train` a seq2seq model, `tune`, `translate`, `export`, `verify`.
+"""The `keras-seq` command line: `train`, `tune`, `translate`, `generate`, `export`, `verify`.
 
 Each command parses its arguments, calls a library function and prints:
 
 - ``keras-seq train`` runs `keras_seq.training.train` (with no arguments: the
   default model, a bidirectional GRU encoder and a GRU decoder with Bahdanau
-  attention, on the embedded date-normalisation task) and writes
-  ``runs/<name>/`` (see `keras_seq.training`);
+  attention, on the embedded date-normalisation task; ``--task lm``: a
+  character language model) and writes ``runs/<name>/`` (see
+  `keras_seq.training`);
 - ``keras-seq tune --trials N`` runs `keras_seq.tuning.search`, prints
   KerasTuner's results table and writes the best model as a run folder;
 - ``keras-seq translate RUN_DIR "text" ...`` prints one output per input
   (`keras_seq.training.translate_texts`);
+- ``keras-seq generate RUN_DIR --prompt TEXT`` prints the prompt and a
+  sampled continuation (`keras_seq.training.generate_text`);
 - ``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
   (`keras_seq.export.export_run`) and ``keras-seq verify OUT`` checks them
   against Keras without keras-seq (`keras_seq.export.verify`).
@@ -23,17 +26,32 @@ import sys
 from collections.abc import Sequence
 
 
-def _family_default(training, key: str) -> str:
-    """The default of a per-family option: "2 (gru, simple), 4 (LSTM cells and transformer)"."""
+def _family_default(training, key: str, lm: bool = True) -> str:
+    """The default of a per-family option: "2 (gru, simple), 4 (LSTM cells and transformer);
+    --task lm: 5 (transformer), 6 (rnn)"."""
+
+    def listed(families):
+        if len(families) == 1:
+            return str(next(iter(families)))
+        return ", ".join(f"{value} ({' and '.join(names)})" for value, names in families.items())
+
     families = {}  # default -> the model families that have it
     for family, model, cell in (
         ("gru, simple", "rnn", "gru"), ("LSTM cells", "rnn", "lstm"),
         ("transformer", "transformer", None),
     ):
         families.setdefault(training.default_for(key, model, cell), []).append(family)
-    if len(families) == 1:
-        return str(next(iter(families)))
-    return ", ".join(f"{value} ({' and '.join(names)})" for value, names in families.items())
+    lm_families = {}
+    for model in ("transformer", "rnn"):
+        lm_families.setdefault(training.default_for(key, model, task="lm"), []).append(model)
+    return listed(families) + (f"; --task lm: {listed(lm_families)}" if lm else "")
+
+
+def _lm_default(training, key: str) -> str:
+    values = {model: training.default_for(key, model, task="lm") for model in ("transformer", "rnn")}
+    if len(set(values.values())) == 1:
+        return str(values["transformer"])
+    return ", ".join(f"{v} ({m})" for m, v in values.items())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,24 +60,33 @@ def _parser() -> argparse.ArgumentParser:
 
     config = training.TrainingConfig()
     parser = argparse.ArgumentParser(
-        prog="keras-seq", description="Train and use keras-seq sequence-to-sequence models."
+        prog="keras-seq",
+        description="Train and use keras-seq sequence-to-sequence and language models.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser(
         "train",
         help="train a model (default: the date task) and write runs/<name>/",
-        description="Train a seq2seq model and write model.keras, vocab.txt, TensorBoard "
-        "logs, metrics.json and attention.png to OUT/NAME.",
+        description="Train a seq2seq model (or, with --task lm, a character language model) "
+        "and write model.keras, vocab.txt, TensorBoard logs, history.csv, metrics.json and "
+        "(seq2seq models with attention) attention.png to OUT/NAME.",
     )
     train.add_argument(
-        "--model", choices=training.MODELS, default=config.model, help="default: %(default)s"
+        "--task",
+        choices=training.TASKS,
+        help="dates: the embedded date task; translate: a parallel corpus (--data FILE.tsv); "
+        "lm: a character language model of --data FILE.txt, by default tiny Shakespeare "
+        "(default: dates, or translate when --data is given)",
+    )
+    train.add_argument(
+        "--model", choices=training.MODELS,
+        help="default: rnn; transformer with --task lm",
     )
     train.add_argument(
         "--cell",
         choices=training.CELLS,
-        default=config.cell,
-        help="recurrent cell of --model rnn (default: %(default)s)",
+        help="recurrent cell of --model rnn (default: gru; lstm with --task lm)",
     )
     train.add_argument(
         "--attention",
@@ -68,13 +95,24 @@ def _parser() -> argparse.ArgumentParser:
         help="attention of --model rnn (default: %(default)s)",
     )
     train.add_argument(
-        "--data", metavar="FILE.tsv", help="parallel corpus source<TAB>target (default: dates)"
+        "--data", metavar="FILE",
+        help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
+        "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once)",
     )
     train.add_argument(
         "--epochs", type=int, help=f"default: {_family_default(training, 'epochs')}"
     )
     train.add_argument(
         "--batch-size", type=int, help=f"default: {_family_default(training, 'batch_size')}"
+    )
+    train.add_argument(
+        "--context", type=int, metavar="N",
+        help=f"--task lm: characters per training window (default: {_lm_default(training, 'context')})",
+    )
+    train.add_argument(
+        "--steps-per-epoch", type=int, metavar="N",
+        help="--task lm: batches per epoch, each followed by a validation and a backup "
+        f"(default: {_lm_default(training, 'steps_per_epoch')})",
     )
     train.add_argument(
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
@@ -84,14 +122,18 @@ def _parser() -> argparse.ArgumentParser:
     # Advanced knobs, mostly for quick experiments and tests.
     hidden = argparse.SUPPRESS
     train.add_argument("--train-size", type=int, default=config.train_size, help=hidden)
-    train.add_argument("--validation-size", type=int, default=config.validation_size, help=hidden)
+    train.add_argument("--validation-size", type=int, help=hidden)
     train.add_argument("--test-size", type=int, default=config.test_size, help=hidden)
     train.add_argument(
         "--units", type=int,
         help="width: recurrent units or Transformer model_dim; default: "
         f"{_family_default(training, 'units')}",
     )
-    train.add_argument("--layers", type=int, default=config.layers, help=hidden)
+    train.add_argument(
+        "--layers", type=int,
+        help="Transformer blocks (per side), or recurrent layers of --task lm; default: "
+        f"{_family_default(training, 'layers')}",
+    )
     train.add_argument("--learning-rate", type=float, help=hidden)
     train.add_argument(
         "--max-source-length", type=int, default=config.max_source_length, help=hidden
@@ -141,6 +183,23 @@ def _parser() -> argparse.ArgumentParser:
     translate.add_argument(
         "--length-penalty", type=float, default=0.0, help="GNMT length penalty α for --beam (default: %(default)s)"
     )
+
+    generate = commands.add_parser(
+        "generate",
+        help="sample text from a trained language model (train --task lm)",
+        description="Print TEXT followed by N characters sampled from the language model in "
+        "RUN_DIR (one in-graph loop, cached for the Transformer).",
+    )
+    generate.add_argument("run_dir", metavar="RUN_DIR")
+    generate.add_argument("--prompt", metavar="TEXT", required=True,
+                          help="the text to continue (characters of the run's vocabulary)")
+    generate.add_argument("--length", type=int, default=500, metavar="N",
+                          help="characters to sample (default: %(default)s)")
+    generate.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                          help="sample from softmax(logits / T); 0 is greedy, the most "
+                          "probable character each time (default: %(default)s)")
+    generate.add_argument("--seed", type=int,
+                          help="the same seed gives the same text (default: a fresh sample)")
 
     export = commands.add_parser(
         "export",
@@ -291,6 +350,13 @@ def _train(args) -> int:
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
         raise SystemExit(f"keras-seq train: {error}") from None
     metrics = result.metrics
+    if metrics.get("task") == "lm":
+        print(
+            f"Held-out loss: {metrics['val_loss']:.4f} nats/character (perplexity "
+            f"{metrics['val_perplexity']:.3f}) over {metrics['val_characters']} characters, "
+            f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+        )
+        return 0
     print(
         f"Held-out exact match: {metrics['test_exact_match']:.4%} "
         f"({metrics['test_correct']}/{metrics['test_examples']}), "
@@ -306,10 +372,24 @@ def _translate(args) -> int:
         outputs = training.translate_texts(
             args.run_dir, args.texts, beam_width=args.beam, length_penalty=args.length_penalty
         )
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"keras-seq translate: {error}") from None
     for output in outputs:
         print(output)
+    return 0
+
+
+def _generate(args) -> int:
+    from keras_seq import training
+
+    try:
+        text = training.generate_text(
+            args.run_dir, args.prompt, length=args.length, temperature=args.temperature,
+            seed=args.seed,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise SystemExit(f"keras-seq generate: {error}") from None
+    print(args.prompt + text)
     return 0
 
 
@@ -322,9 +402,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train":
         _check_positive(
             parser, args, "epochs", "batch_size", "units", "layers", "train_size",
-            "validation_size", "test_size", "learning_rate", "backup_every_steps",
+            "validation_size", "test_size", "learning_rate", "backup_every_steps", "context",
+            "steps_per_epoch",
         )
         return _train(args)
+    if args.command == "generate":
+        _check_positive(parser, args, "length")
+        if args.temperature < 0:
+            parser.error(f"--temperature must be >= 0, got {args.temperature}")
+        return _generate(args)
     if args.command == "tune":
         _check_positive(
             parser, args, "trials", "epochs", "batch_size", "train_size", "validation_size",

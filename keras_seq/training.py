@@ -1,4 +1,4 @@
-"""The main job as a library function: train a translation model and write a run folder.
+"""The main job as a library function: train a model and write a run folder.
 
 `train` is what ``keras-seq train`` runs; the command only parses its
 arguments into a `TrainingConfig` and prints the result:
@@ -9,7 +9,11 @@ arguments into a `TrainingConfig` and prints the result:
 >>> result.metrics["test_exact_match"]  # doctest: +SKIP
 0.93
 
-The pipeline, one step a function: the pairs (`load_pairs`: the embedded date
+Three tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
+(``data=`` a TSV file) train a translation model; ``"lm"`` trains a
+character language model (see *Language models* below).
+
+The translation pipeline, one step a function: the pairs (`load_pairs`: the embedded date
 task, or a shuffled split of a TSV file), a character tokenizer shared by
 source and target, `tf.data` datasets, the model under a `tf.distribute`
 strategy, Adam with warm-up and cosine decay on the padding-masked
@@ -22,8 +26,33 @@ cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
   timings and the full configuration;
 - ``attention.png`` — attention heatmaps for a few test examples (models with
   attention);
+- ``history.csv`` — one row per epoch: ``epoch``, ``step`` (training steps
+  done), ``wall_seconds`` (since this `train` call started: data, model and
+  training so far; a resumed run's rows restart from its own start),
+  ``loss``, ``val_loss``, and for language models ``perplexity`` and
+  ``val_perplexity``;
 - ``backup/`` — only while the run trains: the training state after the
   last finished epoch (and every ``backup_every_steps`` steps).
+
+**Language models** (``task="lm"``). The text (``data=`` a UTF-8 file, by
+default tiny Shakespeare, `keras_seq.data.tiny_shakespeare`) is split as
+nanoGPT splits it: the first 90% trains, the last 10% is held out
+(`keras_seq.data.split_text`); a `keras_seq.text.CharTokenizer` holds every
+character of the whole text. `models.language_model` trains on batches of
+random windows of ``context`` characters (`keras_seq.data.make_text_dataset`),
+an epoch being ``steps_per_epoch`` batches; after each epoch, the loss and
+`keras_seq.metrics.Perplexity` are measured on ``validation_size`` held-out
+windows spread evenly over the held-out text. At the end, ``metrics.json``
+gets ``val_loss``, the mean cross-entropy in nats per character over the
+whole held-out text, and ``val_perplexity`` = exp(``val_loss``): the held-out
+text is cut into consecutive windows of ``context + 1`` characters that share
+their first character with the previous window's last
+(`keras_seq.data.text_windows`), so every held-out character but the first is
+predicted exactly once, from the preceding characters of its window (1 to
+``context`` of them), as in training (`text_loss`). The run folder holds
+``model.keras``, the tokenizer files, ``logs/``, ``history.csv`` and
+``metrics.json`` (no ``attention.png``); `generate_text` samples from it
+(``keras-seq generate``).
 
 **Resuming.** A run killed at any moment (SIGKILL included) and started again
 with the same configuration resumes from its backup: it prints ``Resuming from
@@ -76,15 +105,20 @@ from keras_seq.models._cells import CELL_NAMES, is_lstm
 from keras_seq.reserved_tokens import PAD_ID, START_ID
 
 __all__ = [
+    "LM_DEFAULTS",
     "MODEL_DEFAULTS",
     "PreparedData",
+    "PreparedText",
     "TrainingConfig",
     "TrainingResult",
     "default_for",
     "evaluate_and_save",
+    "evaluate_text_and_save",
+    "generate_text",
     "load_pairs",
     "make_decoder",
     "prepare_data",
+    "text_loss",
     "train",
     "translate_strings",
     "translate_texts",
@@ -101,9 +135,27 @@ MODEL_DEFAULTS = {
     "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
 }
 _LSTM_FAMILY_DEFAULTS = {"epochs": 4}
-_FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units")
+# Character language models (task="lm"): nanoGPT's CPU recipe for tiny
+# Shakespeare (4 blocks of width 128 and 4 heads, context 64, batch 12,
+# dropout 0, warm-up and cosine decay, Adam beta_2 0.99), with 1250 steps
+# instead of 2000 and so a 2e-3 peak instead of 1e-3: its validation loss in
+# less time on a 2-core CPU (see benchmarks/RESULTS.md). An epoch is
+# `steps_per_epoch` batches of random windows.
+LM_DEFAULTS = {
+    "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
+                    "learning_rate": 2e-3, "units": 128, "layers": 4, "context": 64,
+                    "validation_size": 256},
+    "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
+            "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
+            "validation_size": 256},
+}
+_SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
+_FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
+_LM_KEYS = ("steps_per_epoch", "context")
 _DECODE_BATCH = 1000
+_EVALUATE_BATCH = 256
 
+TASKS = ("dates", "translate", "lm")
 MODELS = ("rnn", "transformer")
 CELLS = CELL_NAMES  # the `cell=` names of the model builders
 ATTENTIONS = ("bahdanau", "none")
@@ -114,13 +166,23 @@ BACKUP_DIR = "backup"
 _NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_steps")
 
 
-def default_for(key: str, model: str = "rnn", cell: str = "gru") -> Any:
-    """The default of ``epochs``, ``batch_size``, ``learning_rate`` or ``units``.
+def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "dates") -> Any:
+    """The default of a per-family option of `TrainingConfig`.
+
+    ``epochs``, ``batch_size``, ``learning_rate``, ``units``, ``layers`` and
+    ``validation_size`` for every task; ``steps_per_epoch`` and ``context``
+    for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no part.
 
     >>> default_for("epochs"), default_for("epochs", cell="lstm"), default_for("units", "transformer")
     (2, 4, 96)
+    >>> default_for("layers", "transformer", task="lm"), default_for("context", "transformer", task="lm")
+    (4, 64)
     """
-    defaults = dict(MODEL_DEFAULTS[model])
+    if task == "lm":
+        return LM_DEFAULTS[model][key]
+    if key in _LM_KEYS:
+        raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
+    defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
     if model == "rnn" and is_lstm(cell):
         defaults.update(_LSTM_FAMILY_DEFAULTS)
     return defaults[key]
@@ -131,22 +193,36 @@ class TrainingConfig:
     """What `train` does; the fields are ``keras-seq train``'s options.
 
     Attributes:
+        task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
+            file, ``data``) or ``"lm"`` (a character language model of a
+            text file, ``data``, by default tiny Shakespeare). None:
+            ``"translate"`` when ``data`` is given, else ``"dates"``.
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
-            (`models.transformer_seq2seq`).
+            (`models.transformer_seq2seq`); for ``task="lm"``, the ``kind`` of
+            `models.language_model`. None: ``"rnn"``, or ``"transformer"``
+            for ``task="lm"``.
         cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
-            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman).
-        attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``).
-        data: a ``source<TAB>target`` file; None: the date task.
-        epochs, batch_size, learning_rate, units: None takes the model
-            family's default (`default_for`); ``units`` is the recurrent width
-            or the Transformer's model_dim.
+            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman). None: ``"gru"``, or ``"lstm"``
+            for ``task="lm"``.
+        attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``, translation).
+        data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
+            text (``task="lm"``).
+        epochs, batch_size, learning_rate, units, layers: None takes the
+            model family's default (`default_for`); ``units`` is the recurrent
+            width or the Transformer's model_dim; ``layers`` the Transformer
+            blocks (each side) or, for ``task="lm"``, the recurrent layers.
         out: parent folder of the run folder.
         name: run folder name; None: ``<model>-<cell or layers x units>-<time>``.
         seed: seed of the data, the weights and the shuffling.
         train_size, validation_size, test_size: pairs of the date task (for a
             TSV file, the most validation and test pairs, see
-            `keras_seq.data.split_pairs`).
-        layers: Transformer blocks (encoder and decoder each).
+            `keras_seq.data.split_pairs`). For ``task="lm"``,
+            ``validation_size`` is the number of held-out windows scored
+            after each epoch (None: the family default); the others are unused.
+        context: ``task="lm"``: the window length the model trains on and
+            is scored with (None: the family default; other tasks: must be None).
+        steps_per_epoch: ``task="lm"``: batches per epoch (None: the family
+            default; other tasks: must be None, an epoch is a pass over the pairs).
         max_source_length, max_target_length: caps on the padded lengths.
         distribute: ``"auto"`` (`keras_seq.distribute.choose_strategy`:
             multi-worker when ``TF_CONFIG`` describes a cluster, mirrored over
@@ -164,8 +240,8 @@ class TrainingConfig:
             ``Resuming`` lines.
     """
 
-    model: str = "rnn"
-    cell: str = "gru"
+    model: str | None = None
+    cell: str | None = None
     attention: str = "bahdanau"
     data: str | None = None
     epochs: int | None = None
@@ -174,10 +250,10 @@ class TrainingConfig:
     name: str | None = None
     seed: int = 0
     train_size: int = 50_000
-    validation_size: int = 2_000
+    validation_size: int | None = None
     test_size: int = 10_000
     units: int | None = None
-    layers: int = 2
+    layers: int | None = None
     learning_rate: float | None = None
     max_source_length: int = 64
     max_target_length: int = 64
@@ -186,28 +262,53 @@ class TrainingConfig:
     backup_every_steps: int | None = None
     fresh: bool = False
     verbose: int = 1
+    task: str | None = None
+    context: int | None = None
+    steps_per_epoch: int | None = None
 
     def resolved(self) -> TrainingConfig:
-        """A checked copy with the family defaults filled in."""
+        """A checked copy with the task and the family defaults filled in."""
         where = "TrainingConfig"
-        check_choice(where, "model", self.model, MODELS)
-        check_choice(where, "cell", self.cell, CELLS)
+        task = self.task
+        if task is None:
+            task = "dates" if self.data is None else "translate"
+        check_choice(where, "task", task, TASKS)
+        if task == "dates" and self.data is not None:
+            raise invalid_value(
+                where, "data", "None for task 'dates' (a TSV file means task 'translate', "
+                "a text file task 'lm')", self.data,
+            )
+        if task == "translate" and self.data is None:
+            raise invalid_value(where, "data", "a TSV file for task 'translate'", None)
+        model = self.model if self.model is not None else (
+            "transformer" if task == "lm" else "rnn"
+        )
+        check_choice(where, "model", model, MODELS)
+        cell = self.cell if self.cell is not None else ("lstm" if task == "lm" else "gru")
+        check_choice(where, "cell", cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)
+        keys = _FAMILY_KEYS + (_LM_KEYS if task == "lm" else ())
         values = {
-            key: default_for(key, self.model, self.cell) if getattr(self, key) is None
+            key: default_for(key, model, cell, task) if getattr(self, key) is None
             else getattr(self, key)
-            for key in _FAMILY_KEYS
+            for key in keys
         }
-        for key in ("epochs", "batch_size", "units"):
-            values[key] = check_positive_int(where, key, values[key])
+        if task != "lm":
+            for key in _LM_KEYS:
+                if getattr(self, key) is not None:
+                    raise invalid_value(where, key, "None (it is an option of task 'lm')",
+                                        getattr(self, key))
+        for key in ("epochs", "batch_size", "units", "layers", "validation_size", *_LM_KEYS):
+            if key in values:
+                values[key] = check_positive_int(where, key, values[key])
         values["learning_rate"] = check_float(
             where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
         )
-        for key in ("layers", "train_size", "validation_size", "test_size",
-                    "max_source_length", "max_target_length"):
+        values.update(task=task, model=model, cell=cell)
+        for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
             values[key] = check_positive_int(where, key, getattr(self, key))
         values["seed"] = check_int(where, "seed", self.seed)
         values["backup_every_steps"] = check_positive_int(
@@ -308,8 +409,7 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     keras.utils.set_random_seed(config.seed)
 
     prepared = prepare_data(config)
-    tokenizer, train_pairs = prepared.tokenizer, prepared.train_pairs
-    steps_per_epoch = -(-len(train_pairs) // config.batch_size)
+    tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
     t_data = time.perf_counter()
 
     with strategy.scope():
@@ -325,7 +425,11 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         backup_dir if chief else tempfile.mkdtemp(prefix="keras-seq-backup-"),
         fingerprint, steps_per_epoch, config.backup_every_steps, step,
     )
-    callbacks = [keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")), backup]
+    callbacks = [
+        keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")),
+        backup,
+        _History(os.path.join(run_dir, HISTORY_FILE), t_start, steps_per_epoch, epoch, step),
+    ]
     fit = dict(
         validation_data=prepared.validation_data,
         shuffle=False,  # each epoch's order is drawn from (seed, epoch)
@@ -346,19 +450,26 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         ).history
     t_train = time.perf_counter()
 
-    metrics = evaluate_and_save(
-        model, prepared, run_dir, dataclasses.asdict(config),
-        seconds={"data": t_data - t_start, "train": t_train - t_data}, started=t_start,
-        replicas=replicas,
-        attention=config.model == "transformer" or config.attention != "none",
-        extra={
-            "strategy": strategy_name,
-            "resumed_from_epoch": None if state is None else state["epoch"] + 1,
-            # Of the last epoch (None when it was trained before a resumption).
-            "loss": history["loss"][-1] if history else None,
-            "val_loss": history["val_loss"][-1] if history else None,
-        },
-    )
+    extra = {
+        "strategy": strategy_name,
+        "resumed_from_epoch": None if state is None else state["epoch"] + 1,
+        # Of the last epoch (None when it was trained before a resumption).
+        "loss": history["loss"][-1] if history else None,
+    }
+    seconds = {"data": t_data - t_start, "train": t_train - t_data}
+    if config.task == "lm":
+        metrics = evaluate_text_and_save(
+            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
+            started=t_start, replicas=replicas, extra=extra,
+        )
+    else:
+        extra["val_loss"] = history["val_loss"][-1] if history else None
+        metrics = evaluate_and_save(
+            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
+            started=t_start, replicas=replicas,
+            attention=config.model == "transformer" or config.attention != "none",
+            extra=extra,
+        )
     # The run folder is complete: the backup has done its job.
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
     return TrainingResult(run_dir, metrics, model, tokenizer)
@@ -416,6 +527,11 @@ class PreparedData:
     batch_size: int
     seed: int
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches in an epoch (a pass over the training pairs)."""
+        return -(-len(self.train_pairs) // self.batch_size)
+
     def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip`` batches
         dropped: each epoch's order depends only on the seed and the epoch number,
@@ -441,13 +557,88 @@ def _data_sharding():
     return options
 
 
-def prepare_data(config: TrainingConfig) -> PreparedData:
-    """The pairs, tokenizer and datasets that `train` (and `tuning.search`) fit on.
+@dataclasses.dataclass
+class PreparedText:
+    """What `prepare_data` returns for ``task="lm"``: the text, split and tokenized.
+
+    Attributes:
+        train_ids, held_out_ids: ``(N,)`` int32 ids of the first 90% and the
+            last 10% of the text (`keras_seq.data.split_text`).
+        tokenizer: the `keras_seq.text.CharTokenizer` of every character of
+            the text.
+        context: the window length.
+        validation_data: ``validation_size`` held-out windows
+            (`keras_seq.data.text_windows`), evenly spread, in batches.
+        batch_size, seed, steps_per_epoch: the config's, for `epochs_data`.
+        source: the file the text was read from.
+    """
+
+    train_ids: Any
+    held_out_ids: Any
+    tokenizer: Any
+    context: int
+    validation_data: Any
+    batch_size: int
+    seed: int
+    steps_per_epoch: int
+    source: str
+
+    def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
+        """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
+        batches dropped (`keras_seq.data.make_text_dataset`)."""
+        from keras_seq import data
+
+        batches = data.make_text_dataset(
+            self.train_ids, self.batch_size, self.context, self.steps_per_epoch, self.seed,
+            epochs=epochs, first_epoch=first_epoch,
+        )
+        return batches.skip(skip).with_options(_data_sharding())
+
+
+def _prepare_text(config: TrainingConfig) -> PreparedText:
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import data, text
+
+    source = data.tiny_shakespeare() if config.data is None else os.fspath(config.data)
+    full_text = data.load_text(source)
+    train_text, held_out_text = data.split_text(full_text)
+    if len(train_text) <= config.context or len(held_out_text) < 2:
+        raise ValueError(
+            f"train: {source} has {len(full_text)} characters; task 'lm' with "
+            f"context={config.context} needs more than {config.context} in its first 90% "
+            "and at least 2 in its last 10%."
+        )
+    tokenizer = text.CharTokenizer.from_corpus([full_text])
+    train_ids, held_out_ids = (
+        tokenizer.tokenize([part]).flat_values.numpy().astype(np.int32)
+        for part in (train_text, held_out_text)
+    )
+    inputs, targets = data.text_windows(held_out_ids, config.context)
+    chosen = np.unique(np.linspace(0, len(inputs) - 1, config.validation_size).round().astype(int))
+    validation_data = tf.data.Dataset.from_tensor_slices(
+        (inputs[chosen], targets[chosen])
+    ).batch(config.batch_size).with_options(_data_sharding())
+    return PreparedText(
+        train_ids, held_out_ids, tokenizer, config.context, validation_data,
+        config.batch_size, config.seed, config.steps_per_epoch, source,
+    )
+
+
+def prepare_data(config: TrainingConfig) -> PreparedData | PreparedText:
+    """The data, tokenizer and datasets that `train` (and `tuning.search`) fit on.
 
     Args:
         config: a resolved `TrainingConfig` (`TrainingConfig.resolved`).
+
+    Returns:
+        A `PreparedData` (translation tasks) or a `PreparedText` (``task="lm"``).
     """
     from keras_seq import data, text
+
+    if config.task == "lm":
+        return _prepare_text(config)
 
     train_pairs, validation_pairs, test_pairs = load_pairs(config)
     tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
@@ -544,11 +735,107 @@ def evaluate_and_save(
     return metrics
 
 
+def text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> tuple[float, int]:
+    """Mean cross-entropy (nats per character) of a language model over a whole text.
+
+    The text is cut into consecutive windows of ``context + 1`` ids
+    (`keras_seq.data.text_windows`): every id but the first is predicted
+    once, from the preceding ids of its window, and the losses
+    −log softmax(logits)[target] are summed in float64.
+
+    Args:
+        model: a `models.language_model` (or any model ids ``(B, T)`` ->
+            logits ``(B, T, V)``).
+        ids: ``(N,)`` int ids, N ≥ 2, no padding.
+        context: int, the window length (the training length).
+        batch_size: int, windows per forward pass.
+
+    Returns:
+        ``(mean loss, number of predicted ids)``; exp(mean loss) is the perplexity.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import data
+
+    batch_size = check_positive_int("text_loss", "batch_size", batch_size)
+    inputs, targets = data.text_windows(ids, context)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 2)
+    def summed_loss(x, y):
+        log_p = tf.nn.log_softmax(tf.cast(model(x, training=False), tf.float32))
+        loss = -tf.gather(log_p, y, batch_dims=2)  # (B, T)
+        return tf.reduce_sum(tf.where(tf.not_equal(y, PAD_ID), loss, 0.0), axis=-1)
+
+    total = 0.0
+    for start in range(0, len(inputs), batch_size):
+        window = slice(start, start + batch_size)
+        total += float(np.sum(summed_loss(inputs[window], targets[window]).numpy(), dtype=np.float64))
+    count = int(np.count_nonzero(targets))
+    return total / count, count
+
+
+def evaluate_text_and_save(
+    model,
+    prepared: PreparedText,
+    run_dir: str,
+    config: dict,
+    seconds: dict,
+    started: float,
+    replicas: int = 1,
+    extra: dict | None = None,
+) -> dict:
+    """Scores a language model on the whole held-out text and writes its run folder.
+
+    Writes ``model.keras``, the tokenizer files and ``metrics.json``:
+    ``val_loss`` (`text_loss` of the held-out ids with the training
+    ``context``), ``val_perplexity`` = exp(``val_loss``), ``val_characters``
+    (the predicted characters: all held-out characters but the first),
+    ``train_characters``, ``steps``, ``seconds`` and ``config`` (as
+    `evaluate_and_save`), plus ``extra``.
+    """
+    import math
+
+    t_evaluate = time.perf_counter()
+    val_loss, count = text_loss(model, prepared.held_out_ids, prepared.context)
+    t_eval = time.perf_counter()
+    model.save(os.path.join(run_dir, "model.keras"))
+    prepared.tokenizer.save(run_dir)
+    t_end = time.perf_counter()
+    metrics = {
+        "task": "lm",
+        "val_loss": val_loss,
+        "val_perplexity": math.exp(val_loss),
+        "val_characters": count,
+        "train_characters": int(len(prepared.train_ids)),
+        "steps": int(config["epochs"]) * prepared.steps_per_epoch,
+        "replicas": replicas,
+        "data": prepared.source,
+        "seconds": {
+            **{k: round(v, 2) for k, v in seconds.items()},
+            "evaluate": round(t_eval - t_evaluate, 2),
+            "total": round(t_end - started, 2),
+        },
+        "config": {
+            **{k: v for k, v in config.items() if k != "verbose"},
+            "vocabulary_size": prepared.tokenizer.vocabulary_size,
+            "parameters": model.count_params(),
+        },
+        **(extra or {}),
+    }
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return metrics
+
+
 def _run_name(config: TrainingConfig, fingerprint: dict) -> str:
     """``config.name``; without one, the newest resumable run of this
-    configuration in ``config.out``, or a new ``<model>-<cell or layers x units>-<time>``."""
-    prefix = "{}-{}-".format(
-        config.model, config.cell if config.model == "rnn" else f"{config.layers}x{config.units}"
+    configuration in ``config.out``, or a new
+    ``[lm-]<model>-<cell or layers x units>-<time>``."""
+    prefix = "{}{}-{}-".format(
+        "lm-" if config.task == "lm" else "",
+        config.model, config.cell if config.model == "rnn" else f"{config.layers}x{config.units}",
     )
     if config.name:
         return config.name
@@ -621,6 +908,46 @@ def _write_backup(model, backup_dir: str, epoch: int, step: int, fingerprint: di
             os.remove(path)
 
 
+HISTORY_FILE = "history.csv"
+_HISTORY_COLUMNS = ("epoch", "step", "wall_seconds", "loss", "val_loss", "perplexity",
+                    "val_perplexity")
+
+
+class _History(keras.callbacks.Callback):
+    """Appends one row per finished epoch to ``history.csv`` (see the module docstring).
+
+    A resumed run keeps the rows of the epochs its backup holds and drops
+    any later ones (written after that backup, before the kill).
+    """
+
+    def __init__(self, path, started, steps_per_epoch, epoch, step):
+        super().__init__()
+        self._path = path
+        self._started = started
+        self._steps_per_epoch = steps_per_epoch
+        rows = []
+        if epoch or step:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    rows = [line for line in f.read().splitlines()[1:]
+                            if line and int(line.split(",")[0]) <= epoch]
+            except FileNotFoundError:
+                pass
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join([",".join(_HISTORY_COLUMNS), *rows]) + "\n")
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        values = {
+            "epoch": epoch + 1,
+            "step": (epoch + 1) * self._steps_per_epoch,
+            "wall_seconds": round(time.perf_counter() - self._started, 2),
+        }
+        row = [values.get(k, logs.get(k, "")) for k in _HISTORY_COLUMNS]
+        with open(self._path, "a", encoding="utf-8") as f:
+            f.write(",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row) + "\n")
+
+
 class _RunBackup(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` with atomic backups, seed states and mid-epoch resumption.
 
@@ -668,6 +995,17 @@ def _max_length(tokenizer, strings, extra, cap):
 def _build_model(config: TrainingConfig, vocabulary_size: int):
     from keras_seq import models
 
+    if config.task == "lm":
+        return models.language_model(
+            vocabulary_size,
+            kind=config.model,
+            num_layers=config.layers,
+            units=config.units,
+            num_heads=4,
+            intermediate_dim=4 * config.units,
+            cell=config.cell,
+            dropout=0.0,
+        )
     if config.model == "rnn":
         return models.rnn_seq2seq(
             vocabulary_size,
@@ -700,9 +1038,17 @@ def _compile(model, config: TrainingConfig, steps: int) -> None:
         warmup_target=config.learning_rate,
         warmup_steps=warmup,
     )
+    metrics = None
+    if config.task == "lm":
+        from keras_seq.metrics import Perplexity
+
+        metrics = [Perplexity(mask_token_id=PAD_ID)]
+    # β2 = 0.99 for the language models, as nanoGPT: few tokens per step.
+    beta_2 = 0.99 if config.task == "lm" else 0.999
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate, beta_2=beta_2, clipnorm=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
+        metrics=metrics,
     )
 
 
@@ -776,18 +1122,106 @@ def translate_texts(
     import keras_seq.models  # noqa: F401
     from keras_seq import text
 
+    config = _run_config(run_dir)
+    if config.get("task") == "lm":
+        raise ValueError(
+            f"translate_texts: {os.fspath(run_dir)} holds a language model; sample from it "
+            "with generate_text (keras-seq generate)."
+        )
     run_dir = os.fspath(run_dir)
-    metrics_path = os.path.join(run_dir, "metrics.json")
-    if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(f"{metrics_path} not found; is this a run folder?")
-    with open(metrics_path, encoding="utf-8") as f:
-        config = json.load(f)["config"]
     model = keras.saving.load_model(os.path.join(run_dir, "model.keras"), safe_mode=True)
     tokenizer = text.load_tokenizer(run_dir)
     decode = make_decoder(
         model, config["source_length"], config["target_length"], beam_width, length_penalty
     )
     return translate_strings(decode, tokenizer, list(texts), config["source_length"])
+
+
+def _run_config(run_dir) -> dict:
+    """The ``config`` of a run folder's ``metrics.json``."""
+    metrics_path = os.path.join(os.fspath(run_dir), "metrics.json")
+    if not os.path.isfile(metrics_path):
+        raise FileNotFoundError(f"{metrics_path} not found; is this a run folder?")
+    with open(metrics_path, encoding="utf-8") as f:
+        return json.load(f)["config"]
+
+
+def generate_text(
+    run_dir: str | os.PathLike,
+    prompt: str,
+    length: int = 500,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> str:
+    """Samples ``length`` characters after ``prompt`` from a language-model run (``keras-seq generate``).
+
+    `keras_seq.decoding.sample` in one `tf.function` (one `tf.while_loop`,
+    cached for the Transformer, with the run's training ``context`` as its
+    window).
+
+    Args:
+        run_dir: a folder written by `train` with ``task="lm"``.
+        prompt: str, at least one character, every one of them in the run's
+            vocabulary.
+        length: int, characters to sample.
+        temperature: float T ≥ 0: logits / T are sampled; 0 is greedy
+            (the most probable character each time). Default 1.
+        seed: int or None: the same seed, prompt and run give the same text;
+            None samples afresh.
+
+    Returns:
+        The ``length`` sampled characters (without the prompt).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+        ValueError: the run is not a language model, the prompt is empty or
+            has characters outside the vocabulary, or a bad argument.
+    """
+    import keras
+    import tensorflow as tf
+
+    import keras_seq.layers  # noqa: F401  (registers the layers for loading)
+    import keras_seq.metrics  # noqa: F401
+    import keras_seq.models  # noqa: F401
+    from keras_seq import decoding, text
+    from keras_seq.reserved_tokens import RESERVED_TOKENS
+
+    where = "generate_text"
+    config = _run_config(run_dir)
+    if config.get("task") != "lm":
+        raise ValueError(
+            f"{where}: {os.fspath(run_dir)} holds a translation model, not a language model "
+            "(train one with task='lm'); use translate_texts."
+        )
+    if not isinstance(prompt, str):
+        raise TypeError(f"{where}: `prompt` must be a str, received {type(prompt).__name__}.")
+    if not prompt:
+        raise invalid_value(where, "prompt", "at least one character", prompt)
+    tokenizer = text.load_tokenizer(run_dir)
+    vocabulary = tokenizer.vocabulary
+    unknown = sorted(set(prompt) - set(vocabulary[len(RESERVED_TOKENS):]))
+    if unknown:
+        raise invalid_value(
+            where, "prompt", "characters of the run's vocabulary",
+            f"{prompt!r} (not in it: {''.join(unknown)!r})",
+        )
+    length = check_positive_int(where, "length", length)
+    temperature = check_float(where, "temperature", temperature, low=0.0)
+    seed = check_int(where, "seed", seed, allow_none=True)
+    model = keras.saving.load_model(  # for inference: no optimizer
+        os.path.join(os.fspath(run_dir), "model.keras"), safe_mode=True, compile=False
+    )
+
+    @tf.function(autograph=False)
+    def run(prompt_ids):
+        # The reserved ids never occur in the text: only its characters are drawn.
+        return decoding.sample(
+            model, prompt_ids, length, temperature, seed, context=config["context"],
+            suppress_ids=range(1, len(RESERVED_TOKENS)),
+        )
+
+    ids = run(tokenizer.tokenize([prompt]).to_tensor())[0].numpy()
+    return "".join(vocabulary[i] for i in ids)
 
 
 def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):

@@ -320,6 +320,11 @@ def search(
     trials = check_positive_int(where, "trials", trials)
     check_choice(where, "tuner", tuner, TUNERS)
     config = dataclasses.replace(config or training.TrainingConfig(), **options).resolved()
+    if config.task == "lm":
+        raise invalid_value(
+            where, "task", "'dates' or 'translate' (the search space is Seq2SeqHyperModel's)",
+            config.task,
+        )
     if config.model != "rnn":
         raise invalid_value(
             where, "model", "'rnn' (the search space is Seq2SeqHyperModel's)", config.model

@@ -23,6 +23,7 @@ PAGES = {
     "keras_seq.layers": "layers",
     "keras_seq.models": "models",
     "keras_seq.decoding": "decoding",
+    "keras_seq.metrics": "metrics",
     "keras_seq.text": "text",
     "keras_seq.data": "data",
     "keras_seq.export": "export",

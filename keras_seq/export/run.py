@@ -202,6 +202,11 @@ def _load_run(where, run_dir):
     with open(metrics_path, encoding="utf-8") as f:
         metrics = json.load(f)
     config = metrics.get("config", {})
+    if config.get("task") == "lm":
+        raise ValueError(
+            f"{where}: {run_dir} holds a language model (keras-seq train --task lm); export "
+            "writes translation models."
+        )
     for key in ("source_length", "target_length"):
         if key not in config:
             raise ValueError(f"{where}: {metrics_path} has no config.{key}.")

@@ -3,7 +3,11 @@ Transformer and the DCNN)."""
 
 from keras_seq.models.dcnn import WideConvolution1D, dcnn_classifier
 from keras_seq.models.embedding import PaddingMask, TokenEmbedding
-from keras_seq.models.language_model import language_model, sequence_classifier
+from keras_seq.models.language_model import (
+    language_model,
+    language_model_kind,
+    sequence_classifier,
+)
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
 
@@ -14,6 +18,7 @@ __all__ = [
     "WideConvolution1D",
     "dcnn_classifier",
     "language_model",
+    "language_model_kind",
     "rnn_seq2seq",
     "seq2seq_kind",
     "sequence_classifier",

@@ -11,6 +11,35 @@ from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_posit
 _KINDS = ("transformer", "rnn")
 
 
+def language_model_kind(model) -> str | None:
+    """Which kind of `language_model` a model is: ``"transformer"``, ``"rnn"`` or None.
+
+    Sampling (`keras_seq.decoding.language_model_steps`) runs a language
+    model one token at a time from its named layers: ``"token_embedding"``,
+    ``"token_position"``, ``"decoder_layer_{i}"`` and ``"logits"`` (Transformer);
+    ``"embedding"``, ``"recurrent_{i}"`` and ``"logits"`` (rnn). This is the
+    one place that knows those names. A model loaded from a ``.keras`` file
+    keeps them.
+
+    Example:
+
+    >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
+    'rnn'
+    >>> language_model_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
+    True
+    """
+    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+        return None
+    if [t.name for t in model.inputs] != ["token_ids"]:
+        return None
+    names = {layer.name for layer in model.layers}
+    if {"token_embedding", "token_position", "decoder_layer_0", "logits"} <= names:
+        return "transformer"
+    if {"embedding", "recurrent_0", "logits"} <= names:
+        return "rnn"
+    return None
+
+
 def language_model(
     vocabulary_size: int,
     kind: str = "transformer",
