@@ -187,6 +187,10 @@ class NTMCell(RecurrentCell):
     """
 
     _output_is_first_state = False
+    # One step per loop iteration: the step is large, and copies of it made
+    # XLA compilation and export much slower without making a step faster
+    # (benchmarks/RESULTS.md, "NTM").
+    _steps_per_iteration = 1
 
     def __init__(
         self,
