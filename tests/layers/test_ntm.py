@@ -401,14 +401,18 @@ def test_keras_file_round_trip_with_safe_mode(tmp_path):
         layers.NTM(**CONFIGS["shift2"], return_sequences=True, clip_value=None)
     )(inputs)
     outputs = layers.NTM(**CONFIGS["shift1"], use_bias=False, go_backwards=True)(h)
+    x = np.random.default_rng(13).normal(size=(2, 5, IN)).astype("float32")
+    outputs = keras.layers.Concatenate()(
+        [outputs, keras.layers.RNN(layers.NTMCell(**CONFIGS["shift1"]))(inputs)]
+    )
     model = keras.Model(inputs, outputs)
     _randomize(model)
-    x = np.random.default_rng(13).normal(size=(2, 5, IN)).astype("float32")
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
     np.testing.assert_array_equal(loaded(x), model(x))
-    assert loaded.layers[-1].get_config() == model.layers[-1].get_config()
-    assert [w.name for w in model.layers[-1].weights] == [
+    ntm = [layer for layer in model.layers if isinstance(layer, layers.NTM)][0]
+    assert loaded.get_layer(ntm.name).get_config() == ntm.get_config()
+    assert [w.name for w in ntm.weights] == [
         "kernel", "recurrent_kernel", "head_kernel", "output_kernel", "initial_read"]
 
 
@@ -436,6 +440,18 @@ def test_bad_arguments_are_rejected_naming_the_argument(cls, kwargs, error, argu
     kwargs = {"controller_units": 8, **kwargs}
     with pytest.raises(error, match=rf"^{cls.__name__}: invalid \w+ for argument `{argument}`"):
         cls(**kwargs)
+
+
+def test_dropout_and_recurrent_dropout_act_only_in_training():
+    layer = layers.NTM(**CONFIGS["shift1"], dropout=0.5, recurrent_dropout=0.5, seed=1,
+                       return_sequences=True)
+    x = tf.constant(np.random.default_rng(14).normal(size=(2, 5, IN)), "float32")
+    inference = layer(x)
+    rnn = keras.layers.RNN(layer.cell, return_sequences=True)
+    np.testing.assert_allclose(rnn(x), inference, atol=1e-6)
+    for trained in (layer(x, training=True), rnn(x, training=True)):
+        assert np.all(np.isfinite(trained))
+        assert np.max(np.abs(trained - inference)) > 1e-3
 
 
 def test_initial_state_of_the_wrong_width_is_rejected_before_computing():
