@@ -157,13 +157,15 @@ def run_recurrence(
     loop: str = "convertible",
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
+    initial_output: tf.Tensor | None = None,
+    steps_per_iteration: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """Runs ``step`` over the time axis of the hoisted input projection.
 
     Args:
         step: ``step(xw_t, states) -> (output, new_states)`` with ``xw_t`` of
-            shape ``(B, P)`` and ``states`` a list; the output must be the
-            first new state (h, for every cell of this package).
+            shape ``(B, P)`` and ``states`` a list; the output is the first
+            new state (h) unless ``initial_output`` is given.
         xw: ``(T, B, P)`` input projection for every step, time-major.
         initial_states: list of ``(B, units)`` tensors.
         mask: optional ``(B, T)`` mask, ``True`` = keep.
@@ -174,6 +176,12 @@ def run_recurrence(
         return_sequences: collect the output of every step.
         zero_output_for_mask: masked steps output zeros instead of the
             previous output.
+        initial_output: for a step whose output is not its first new state
+            (e.g. `NTMCell`'s projection): zeros of the output's shape
+            ``(B, output_size)``. The loop then carries the previous output
+            (one more loop variable), with or without a mask.
+        steps_per_iteration: steps per loop iteration (`scan`; default
+            `STEPS_PER_ITERATION`).
 
     Returns:
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
@@ -181,30 +189,33 @@ def run_recurrence(
     """
     xw, mask = processing_order(xw, mask, go_backwards)
 
-    # The loop carries the states and, with a mask only, the previous output
-    # (without a mask the output of a step is its first state, h).
+    # The loop carries the states and, with a mask or a separate output, the
+    # previous output (otherwise the output of a step is its first state, h).
     carry = list(initial_states)
     zero_output = None
-    if mask is not None:
-        zero_output = tf.zeros_like(carry[0])
+    carries_output = mask is not None or initial_output is not None
+    if carries_output:
+        zero_output = tf.zeros_like(carry[0]) if initial_output is None else initial_output
         carry = [zero_output, *carry]
 
     def body(xs_t, carry):
-        if mask is None:
+        if not carries_output:
             output, new_states = step(xs_t[0], carry)
             return [output], list(new_states)
         prev_output, states = carry[0], carry[1:]
         output, new_states = step(xs_t[0], states)
-        output, new_states = mask_step(
-            xs_t[1], output, new_states, states, prev_output,
-            zero_output if zero_output_for_mask else None,
-        )
+        if mask is not None:
+            output, new_states = mask_step(
+                xs_t[1], output, new_states, states, prev_output,
+                zero_output if zero_output_for_mask else None,
+            )
         return [output], [output, *new_states]
 
     sequences = [xw] if mask is None else [xw, mask]
-    outputs, carry = scan(loop, body, sequences, carry, [carry[0]], return_sequences)
+    outputs, carry = scan(loop, body, sequences, carry, [carry[0]], return_sequences,
+                          steps_per_iteration)
     last_output = carry[0]
-    states = carry[1:] if mask is not None else carry
+    states = carry[1:] if carries_output else carry
     outputs = outputs[0] if return_sequences else last_output[:, None]
     return last_output, outputs, states
 
@@ -231,9 +242,8 @@ def scan(loop: str, body: BodyFn, sequences, carry, templates, collect: bool = T
     """Runs ``body`` over time in the form ``loop`` (`scan_unrolled`,
     `scan_tensor_array` or `scan_convertible`; same arguments and results).
 
-    ``steps_per_iteration`` sets the TensorArray form's (default
-    `STEPS_PER_ITERATION`); the convertible form always runs
-    `STEPS_PER_ITERATION`.
+    ``steps_per_iteration`` sets how many steps the TensorArray and
+    convertible forms run per loop iteration (default `STEPS_PER_ITERATION`).
     """
     if loop == "unrolled":
         return scan_unrolled(body, sequences, carry, collect)
@@ -241,7 +251,8 @@ def scan(loop: str, body: BodyFn, sequences, carry, templates, collect: bool = T
         return scan_tensor_array(body, sequences, carry, templates, collect,
                                  steps_per_iteration or STEPS_PER_ITERATION)
     if loop == "convertible":
-        return scan_convertible(body, sequences, carry, templates, collect)
+        return scan_convertible(body, sequences, carry, templates, collect,
+                                steps_per_iteration or STEPS_PER_ITERATION)
     raise ValueError(f"scan: unknown loop {loop!r}; expected 'unrolled', 'tensor_array' "
                      "or 'convertible' ('bptt' is run_bptt_recurrence).")
 
@@ -317,7 +328,8 @@ def scan_tensor_array(body: BodyFn, sequences, carry, templates, collect: bool =
     k = steps_per_iteration
     blocks = steps // k * k
     out_tas, carry = run(0, blocks, k, out_tas, carry)
-    out_tas, carry = run(blocks, steps, 1, out_tas, carry)  # the last steps % k steps
+    if k > 1:
+        out_tas, carry = run(blocks, steps, 1, out_tas, carry)  # the last steps % k steps
     if not collect:
         return None, carry
     # (T, B, ...) -> batch-major (B, T, ...)
@@ -328,7 +340,8 @@ def _batch_major(x, rank):
     return tf.transpose(x, [1, 0, *range(2, rank)])
 
 
-def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = True):
+def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = True,
+                     steps_per_iteration: int = STEPS_PER_ITERATION):
     """A ``tf.while_loop`` over time in ops that TFLite and ONNX convert natively.
 
     The inference form. It reads step ``t`` of each ``(T, ...)`` sequence with
@@ -339,7 +352,8 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
     have no TFLite builtin form unless every dimension but time is static.
 
     TensorFlow copies the whole output tensor at every scatter, so
-    `STEPS_PER_ITERATION` steps run per loop iteration and their outputs
+    ``steps_per_iteration`` steps (k, default `STEPS_PER_ITERATION`) run
+    per loop iteration and their outputs
     are written as one block: a ``T``-step loop makes ``T / k`` copies
     instead of ``T`` (and pays the loop's control-flow overhead ``T / k``
     times). The last ``T mod k`` steps run one per iteration. (Sixteen steps
@@ -355,6 +369,7 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
         templates: one ``(B, ...)`` tensor per output with the shape and
             dtype of that output at one step (only shape and dtype are used).
         collect: stack the outputs over time; else only the carry is returned.
+        steps_per_iteration: steps per loop iteration (see above).
 
     Returns:
         ``(outputs, carry)``: ``outputs`` is a list of batch-major ``(B, T, ...)``
@@ -418,8 +433,9 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
         )
         return list(result[1]), list(result[2:])
 
-    k = STEPS_PER_ITERATION
+    k = steps_per_iteration
     blocks = steps // k * k
     buffers, carry = run(0, blocks, k, buffers, carry)
-    buffers, carry = run(blocks, steps, 1, buffers, carry)
+    if k > 1:
+        buffers, carry = run(blocks, steps, 1, buffers, carry)
     return (buffers if collect else None), carry

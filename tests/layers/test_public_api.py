@@ -19,6 +19,8 @@ PUBLIC_CLASSES = [
     "Highway",
     "KMaxPooling",
     "MultiHeadAttention",
+    "NTM",
+    "NTMCell",
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
