@@ -6,6 +6,12 @@ inputs alone (the answer of copy is the input, the item after the query, the
 vectors sorted by priority with ties in input order, ...).
 """
 
+import importlib.util
+import json
+import os
+import sys
+
+import keras
 import numpy as np
 import pytest
 
@@ -294,3 +300,58 @@ def test_bit_errors_equals_a_loop_over_bits():
 def test_bad_arguments_are_named(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+# ---------------------------------------------------------------------------
+# The example (examples/ntm_copy.py)
+
+
+@pytest.fixture(scope="module")
+def example():
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "ntm_copy.py")
+    spec = importlib.util.spec_from_file_location("ntm_copy_example", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_lstm_baseline_has_about_the_ntm_parameter_count(example):
+    task = example.TASKS["copy"]
+    for target in (5_000, 62_680):
+        sizes = {}
+        for u in (example.lstm_units_like(target, 10, 8) + d for d in (-1, 0, 1)):
+            sizes[u] = keras.Sequential([
+                keras.Input((None, 10)), keras.layers.LSTM(u), keras.layers.Dense(8),
+            ]).count_params()  # fmt: skip
+        best = min(sizes, key=lambda u: abs(sizes[u] - target))
+        assert best == example.lstm_units_like(target, 10, 8), sizes
+    assert abs(example.build_lstm(task, 62_680).count_params() - 62_680) < 1_000
+
+
+@pytest.mark.slow
+def test_example_run_trains_and_reports_recomputed_bit_errors(example, tmp_path):
+    out = tmp_path / "results.json"
+    results, models = example.run("copy", steps=80, models=("lstm",), eval_batches=1,
+                                  batch_size=8, out=str(out), log_every=20)
+    written = json.loads(out.read_text())
+    assert set(written) == {"lstm"} and written["lstm"]["steps"] == 80
+    assert written["lstm"]["train_seconds"] > 0
+    # The loss falls over training (first against last 20 steps; all at stage 0).
+    history = written["lstm"]["history"]
+    assert history[-1]["loss"] < history[0]["loss"] - 0.01, history
+    # The reported bit errors are those of the trained model on the test batches,
+    # counted here bit by bit.
+    model = models["lstm"]
+    for length in (20, 40, 80):
+        (inputs, targets, weights), = _batches(data.copy_task(
+            8, length, length, seed=10_000, num_batches=1))
+        logits = model(inputs).numpy()
+        wrong = sum(
+            int((logits[b, t, k] > 0) != (targets[b, t, k] == 1))
+            for b in range(8) for t in range(inputs.shape[1]) if weights[b, t]
+            for k in range(8)
+        )
+        assert written["lstm"]["bit_errors"][str(length)] == pytest.approx(wrong / 8)
