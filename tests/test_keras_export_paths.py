@@ -88,6 +88,13 @@ def _transformer_blocks():
     return keras.Model([tokens, targets], decoded)
 
 
+def _ntm():
+    tokens = _tokens()
+    ntm = layers.NTM(6, memory_size=8, memory_width=4, num_read_heads=2, shift_range=2,
+                     output_size=5, go_backwards=True, return_sequences=True)
+    return keras.Model(tokens, ntm(_embedded(tokens)))
+
+
 # --- every model builder ------------------------------------------------------------
 
 
@@ -103,6 +110,7 @@ FACTORIES = {
     "MultiHeadAttention": _multi_head_attention,
     "SinusoidalPositionalEncoding+PositionwiseFeedForward": _positional_and_feed_forward,
     "TransformerEncoder+TransformerDecoder": _transformer_blocks,
+    "NTM": _ntm,
     "rnn_seq2seq-gru": functools.partial(_rnn_seq2seq, "gru"),
     "rnn_seq2seq-coupled-no-attention": functools.partial(_rnn_seq2seq, "coupled", None),
     "transformer_seq2seq": lambda: models.transformer_seq2seq(

@@ -3,6 +3,7 @@
 # --- recurrent family ---
 from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
 from keras_seq.layers.gru import GRU, GRUCell  # noqa: F401
+from keras_seq.layers.ntm import NTM, NTMCell  # noqa: F401
 from keras_seq.layers.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
@@ -25,6 +26,8 @@ __all__ = [
     "GRU",
     "GRUCell",
     "MultiHeadAttention",
+    "NTM",
+    "NTMCell",
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",

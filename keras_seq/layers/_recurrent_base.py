@@ -84,7 +84,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
        (output, new_states)``: one step from ``xw_t`` (a row of
        ``_project_inputs(x, bias=False)``), the list ``states`` and the
        ``weights`` of hook 4; ``recurrent_mask`` (recurrent dropout)
-       multiplies h before ``U``. The output must be ``new_states[0]`` (h).
+       multiplies h before ``U``. The output must be ``new_states[0]`` (h),
+       unless the cell sets ``_output_is_first_state = False`` and
+       ``output_size`` (an int): then the loop carries the previous output
+       as one more loop variable (`run_recurrence`'s ``initial_output``),
+       and the hand-written gradient (hooks 7-11) is not available.
     6. ``get_config()``: the cell's own arguments on top of ``super()``'s.
 
     Optional, for training with a hand-written gradient (backpropagation
@@ -180,6 +184,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     _bptt_saved_widths: Sequence[int] = ()
     _bptt_d_r_is_d_xw: bool = False
+    # Hook 5: False for a cell whose output is not its first state.
+    _output_is_first_state: bool = True
 
     def _bptt_forward(self, xw_t, r_t, states, params):
         raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
@@ -216,6 +222,34 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             regularizer=self.recurrent_regularizer,
             constraint=self.recurrent_constraint,
         )
+
+    def _add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+        """Bias of ``gates * units``; the part of gate ``forget_gate`` (when
+        given) starts at 1 (Jozefowicz et al.)."""
+        if not self.use_bias:
+            self.bias = None
+            return
+        initializer = self.bias_initializer
+        if forget_gate is not None:
+            def initializer(shape, dtype=None):
+                parts = [self.bias_initializer((self.units,), dtype=dtype) for _ in range(gates)]
+                parts[forget_gate] = ops.ones((self.units,), dtype=dtype)
+                return ops.concatenate(parts)
+
+        self.bias = self.add_weight(
+            shape=(gates * self.units,),
+            name="bias",
+            initializer=initializer,
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
+        )
+
+    def _recurrent_bias(self):
+        """The bias the step adds after ``h @ U`` (zeros without a bias: see
+        `recurrent_matmul`)."""
+        if self.use_bias:
+            return self._read(self.bias)
+        return ops.zeros((self.recurrent_kernel.shape[1],), dtype=self.compute_dtype)
 
     def _read(self, variable):
         """A variable's value in the compute dtype (float16 etc. under mixed precision)."""
@@ -295,25 +329,8 @@ class LSTMCellBase(RecurrentCell):
         self.peephole_constraint = constraints.get(peephole_constraint)
         self.state_size = [self.units, self.units]
 
-    def _add_bias(self, gates: int, forget_gate: int) -> None:
-        """Bias of ``gates * units``; the forget gate's part starts at 1 (Jozefowicz et al.)."""
-        if not self.use_bias:
-            self.bias = None
-            return
-        initializer = self.bias_initializer
-        if self.unit_forget_bias:
-            def initializer(shape, dtype=None):
-                parts = [self.bias_initializer((self.units,), dtype=dtype) for _ in range(gates)]
-                parts[forget_gate] = ops.ones((self.units,), dtype=dtype)
-                return ops.concatenate(parts)
-
-        self.bias = self.add_weight(
-            shape=(gates * self.units,),
-            name="bias",
-            initializer=initializer,
-            regularizer=self.bias_regularizer,
-            constraint=self.bias_constraint,
-        )
+    def _add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+        super()._add_bias(gates, forget_gate if self.unit_forget_bias else None)
 
     def _add_peephole(self, name: str):
         return self.add_weight(
@@ -327,13 +344,6 @@ class LSTMCellBase(RecurrentCell):
     def _project_inputs(self, x, bias=True):
         bias = self._read(self.bias) if bias and self.use_bias else None
         return project(x, self._read(self.kernel), bias)
-
-    def _recurrent_bias(self):
-        """The bias the step adds after ``h @ U`` (zeros without a bias: see
-        `recurrent_matmul`)."""
-        if self.use_bias:
-            return self._read(self.bias)
-        return ops.zeros((self.recurrent_kernel.shape[1],), dtype=self.compute_dtype)
 
     def _gate_inputs(self, xw_t, h_in, U, b):
         """``x W + h U + b`` of every gate: ``xw_t`` holds ``x W`` (no bias)."""
@@ -481,7 +491,11 @@ class RecurrentLayer(keras.layers.RNN):
                 return_sequences=self.return_sequences,
                 zero_output_for_mask=self.zero_output_for_mask,
             )
-        weights = cell._recurrent_weights(ops.shape(sequences)[0])
+        batch_size = ops.shape(sequences)[0]
+        weights = cell._recurrent_weights(batch_size)
+        initial_output = None
+        if not cell._output_is_first_state:
+            initial_output = ops.zeros((batch_size, cell.output_size), dtype=xw.dtype)
 
         def step(xw_t, states):
             return cell._recurrent_step(xw_t, states, weights, recurrent_mask)
@@ -495,6 +509,7 @@ class RecurrentLayer(keras.layers.RNN):
             loop=loop,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
+            initial_output=initial_output,
         )
 
     def get_config(self):

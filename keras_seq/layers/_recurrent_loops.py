@@ -157,13 +157,14 @@ def run_recurrence(
     loop: str = "convertible",
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
+    initial_output: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """Runs ``step`` over the time axis of the hoisted input projection.
 
     Args:
         step: ``step(xw_t, states) -> (output, new_states)`` with ``xw_t`` of
-            shape ``(B, P)`` and ``states`` a list; the output must be the
-            first new state (h, for every cell of this package).
+            shape ``(B, P)`` and ``states`` a list; the output is the first
+            new state (h) unless ``initial_output`` is given.
         xw: ``(T, B, P)`` input projection for every step, time-major.
         initial_states: list of ``(B, units)`` tensors.
         mask: optional ``(B, T)`` mask, ``True`` = keep.
@@ -174,6 +175,10 @@ def run_recurrence(
         return_sequences: collect the output of every step.
         zero_output_for_mask: masked steps output zeros instead of the
             previous output.
+        initial_output: for a step whose output is not its first new state
+            (e.g. `NTMCell`'s projection): zeros of the output's shape
+            ``(B, output_size)``. The loop then carries the previous output
+            (one more loop variable), with or without a mask.
 
     Returns:
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
@@ -181,30 +186,32 @@ def run_recurrence(
     """
     xw, mask = processing_order(xw, mask, go_backwards)
 
-    # The loop carries the states and, with a mask only, the previous output
-    # (without a mask the output of a step is its first state, h).
+    # The loop carries the states and, with a mask or a separate output, the
+    # previous output (otherwise the output of a step is its first state, h).
     carry = list(initial_states)
     zero_output = None
-    if mask is not None:
-        zero_output = tf.zeros_like(carry[0])
+    carries_output = mask is not None or initial_output is not None
+    if carries_output:
+        zero_output = tf.zeros_like(carry[0]) if initial_output is None else initial_output
         carry = [zero_output, *carry]
 
     def body(xs_t, carry):
-        if mask is None:
+        if not carries_output:
             output, new_states = step(xs_t[0], carry)
             return [output], list(new_states)
         prev_output, states = carry[0], carry[1:]
         output, new_states = step(xs_t[0], states)
-        output, new_states = mask_step(
-            xs_t[1], output, new_states, states, prev_output,
-            zero_output if zero_output_for_mask else None,
-        )
+        if mask is not None:
+            output, new_states = mask_step(
+                xs_t[1], output, new_states, states, prev_output,
+                zero_output if zero_output_for_mask else None,
+            )
         return [output], [output, *new_states]
 
     sequences = [xw] if mask is None else [xw, mask]
     outputs, carry = scan(loop, body, sequences, carry, [carry[0]], return_sequences)
     last_output = carry[0]
-    states = carry[1:] if mask is not None else carry
+    states = carry[1:] if carries_output else carry
     outputs = outputs[0] if return_sequences else last_output[:, None]
     return last_output, outputs, states
 

@@ -7,8 +7,8 @@ import keras
 from keras_seq import layers
 
 # API.md, "Recurrent layers", "Attention and position" and "Transformer blocks".
-# (The "Sequence toolbox layers" of API.md are not implemented yet; add them
-# here and to `__all__` together.)
+# and, of the "Sequence toolbox layers", NTM and NTMCell (add the others here
+# and to `__all__` together).
 PUBLIC_CLASSES = [
     "BahdanauAttention",
     "CoupledGateLSTM",
@@ -16,6 +16,8 @@ PUBLIC_CLASSES = [
     "GRU",
     "GRUCell",
     "MultiHeadAttention",
+    "NTM",
+    "NTMCell",
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
