@@ -199,8 +199,16 @@ def train(model: keras.Model, task: Task, steps: int, batch_size: int = 32,
             "history": history}
 
 
+_PREDICT = {}
+
+
 def predict(model: keras.Model, inputs) -> np.ndarray:
-    return model(inputs, training=False).numpy()
+    """The model's logits, through one traced graph per model (eager loops are slow)."""
+    if model not in _PREDICT:
+        signature = [tf.TensorSpec((None, None, BITS + 2), tf.float32)]
+        _PREDICT[model] = tf.function(lambda x: model(x, training=False),
+                                      input_signature=signature)
+    return _PREDICT[model](tf.convert_to_tensor(inputs, tf.float32)).numpy()
 
 
 def evaluate(model: keras.Model, task: Task, batches: int = 8, batch_size: int = 32,
@@ -232,6 +240,19 @@ def weightings(model: keras.Model, inputs: np.ndarray) -> tuple[np.ndarray, np.n
     return np.array(read), np.array(write)
 
 
+def _first_after_longest_gap(visited: np.ndarray) -> int:
+    """The location after the longest circular run of unvisited locations."""
+    n = len(visited)
+    if visited.all() or not visited.any():
+        return 0
+    best, best_end, run = 0, 0, 0
+    for i in range(2 * n):  # twice round, for a run that wraps
+        run = 0 if visited[i % n] else run + 1
+        if run > best:
+            best, best_end = run, i % n
+    return (best_end + 1) % n
+
+
 def draw_weightings(model: keras.Model, task: Task, path: str, seed: int = 20_000) -> None:
     import matplotlib
 
@@ -242,9 +263,10 @@ def draw_weightings(model: keras.Model, task: Task, path: str, seed: int = 20_00
     inputs = inputs.numpy()[0]
     outputs = 1 / (1 + np.exp(-predict(model, inputs[None])[0]))
     read, write = weightings(model, inputs)
-    # Memory is circular: roll it so that the first write is near the top,
-    # then show the locations the heads visit, with a margin.
-    shift = int(np.argmax(write[0])) - 2
+    # Memory is circular: roll it so that the locations the heads visit are
+    # contiguous (the longest run of unvisited ones last), with a margin.
+    visited = (read.max(0) > 0.05) | (write.max(0) > 0.05)
+    shift = _first_after_longest_gap(visited)
     read, write = np.roll(read, -shift, axis=1), np.roll(write, -shift, axis=1)
     used = np.nonzero((read.max(0) > 0.05) | (write.max(0) > 0.05))[0]
     low, high = 0, read.shape[1]
@@ -265,7 +287,7 @@ def draw_weightings(model: keras.Model, task: Task, path: str, seed: int = 20_00
         axis.imshow(image, aspect="auto", cmap="gray_r", interpolation="nearest", extent=extent,
                     vmin=0.0, vmax=1.0)
         axis.set_title(title, fontsize=10)
-        axis.set_ylabel(ylabel if ylabel != "location" else "location\n(from first write)")
+        axis.set_ylabel(ylabel if ylabel != "location" else "location\n(rolled)")
     axes[-1].set_xlabel("time step")
     figure.suptitle("NTM memory use on one test example")
     figure.tight_layout()
