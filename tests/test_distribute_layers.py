@@ -5,8 +5,8 @@ initialises) builds a tiny model around each layer, trains it for 3 SGD steps
 on the same global batches of 8 once under the default strategy and once,
 from the same initial weights, under `MirroredStrategy` with 2 replicas of 4
 examples each, and saves both sets of trained weights. The recurrent layers
-train through their hand-written gradient (XLA-compiled loops), here inside
-each replica's context.
+train through their hand-written gradient (XLA-compiled loops), the NTM through
+autodiff, both here inside each replica's context.
 
 A ``stateful`` layer keeps one state per example row, so each replica needs
 its own rows: the mirrored model is built for the per-replica batch (4) (a
@@ -68,6 +68,8 @@ _SCRIPT = textwrap.dedent(
                 layers.PeepholeLSTM(6, return_sequences=True))(masked)
         elif case == "CoupledGateLSTM_stateful":
             h = layers.CoupledGateLSTM(6, stateful=True)(inputs)
+        elif case == "NTM":
+            h = layers.NTM(6, memory_size=6, memory_width=3, num_read_heads=2)(inputs)
         elif case == "TransformerEncoder":
             h = layers.TransformerEncoder(intermediate_dim=8, num_heads=2)(inputs)
         elif case == "TransformerDecoder":
@@ -150,6 +152,7 @@ CASES = (
     "GRU_masked_sequences",
     "Bidirectional_PeepholeLSTM_masked",
     "CoupledGateLSTM_stateful",
+    "NTM",
     "TransformerEncoder",
     "TransformerDecoder",
     "BahdanauAttention",

@@ -90,6 +90,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
        as one more loop variable (`run_recurrence`'s ``initial_output``),
        and the hand-written gradient (hooks 7-11) is not available.
     6. ``get_config()``: the cell's own arguments on top of ``super()``'s.
+       Optionally ``_steps_per_iteration`` (an int): the steps the loops run
+       per iteration (default `STEPS_PER_ITERATION`), for a cell whose step
+       is so large that copies of it only make the graph bigger.
 
     Optional, for training with a hand-written gradient (backpropagation
     through time, `keras_seq.layers._bptt`); without them the layer trains
@@ -186,6 +189,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     _bptt_d_r_is_d_xw: bool = False
     # Hook 5: False for a cell whose output is not its first state.
     _output_is_first_state: bool = True
+    # Hook 6: steps per loop iteration (None: the loops' default).
+    _steps_per_iteration: int | None = None
 
     def _bptt_forward(self, xw_t, r_t, states, params):
         raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
@@ -510,6 +515,7 @@ class RecurrentLayer(keras.layers.RNN):
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
             initial_output=initial_output,
+            steps_per_iteration=cell._steps_per_iteration,
         )
 
     def get_config(self):

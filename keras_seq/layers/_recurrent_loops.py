@@ -158,6 +158,7 @@ def run_recurrence(
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
     initial_output: tf.Tensor | None = None,
+    steps_per_iteration: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
     """Runs ``step`` over the time axis of the hoisted input projection.
 
@@ -179,6 +180,8 @@ def run_recurrence(
             (e.g. `NTMCell`'s projection): zeros of the output's shape
             ``(B, output_size)``. The loop then carries the previous output
             (one more loop variable), with or without a mask.
+        steps_per_iteration: steps per loop iteration (`scan`; default
+            `STEPS_PER_ITERATION`).
 
     Returns:
         ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
@@ -209,7 +212,8 @@ def run_recurrence(
         return [output], [output, *new_states]
 
     sequences = [xw] if mask is None else [xw, mask]
-    outputs, carry = scan(loop, body, sequences, carry, [carry[0]], return_sequences)
+    outputs, carry = scan(loop, body, sequences, carry, [carry[0]], return_sequences,
+                          steps_per_iteration)
     last_output = carry[0]
     states = carry[1:] if carries_output else carry
     outputs = outputs[0] if return_sequences else last_output[:, None]
@@ -238,9 +242,8 @@ def scan(loop: str, body: BodyFn, sequences, carry, templates, collect: bool = T
     """Runs ``body`` over time in the form ``loop`` (`scan_unrolled`,
     `scan_tensor_array` or `scan_convertible`; same arguments and results).
 
-    ``steps_per_iteration`` sets the TensorArray form's (default
-    `STEPS_PER_ITERATION`); the convertible form always runs
-    `STEPS_PER_ITERATION`.
+    ``steps_per_iteration`` sets how many steps the TensorArray and
+    convertible forms run per loop iteration (default `STEPS_PER_ITERATION`).
     """
     if loop == "unrolled":
         return scan_unrolled(body, sequences, carry, collect)
@@ -248,7 +251,8 @@ def scan(loop: str, body: BodyFn, sequences, carry, templates, collect: bool = T
         return scan_tensor_array(body, sequences, carry, templates, collect,
                                  steps_per_iteration or STEPS_PER_ITERATION)
     if loop == "convertible":
-        return scan_convertible(body, sequences, carry, templates, collect)
+        return scan_convertible(body, sequences, carry, templates, collect,
+                                steps_per_iteration or STEPS_PER_ITERATION)
     raise ValueError(f"scan: unknown loop {loop!r}; expected 'unrolled', 'tensor_array' "
                      "or 'convertible' ('bptt' is run_bptt_recurrence).")
 
@@ -324,7 +328,8 @@ def scan_tensor_array(body: BodyFn, sequences, carry, templates, collect: bool =
     k = steps_per_iteration
     blocks = steps // k * k
     out_tas, carry = run(0, blocks, k, out_tas, carry)
-    out_tas, carry = run(blocks, steps, 1, out_tas, carry)  # the last steps % k steps
+    if k > 1:
+        out_tas, carry = run(blocks, steps, 1, out_tas, carry)  # the last steps % k steps
     if not collect:
         return None, carry
     # (T, B, ...) -> batch-major (B, T, ...)
@@ -335,7 +340,8 @@ def _batch_major(x, rank):
     return tf.transpose(x, [1, 0, *range(2, rank)])
 
 
-def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = True):
+def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = True,
+                     steps_per_iteration: int = STEPS_PER_ITERATION):
     """A ``tf.while_loop`` over time in ops that TFLite and ONNX convert natively.
 
     The inference form. It reads step ``t`` of each ``(T, ...)`` sequence with
@@ -346,7 +352,8 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
     have no TFLite builtin form unless every dimension but time is static.
 
     TensorFlow copies the whole output tensor at every scatter, so
-    `STEPS_PER_ITERATION` steps run per loop iteration and their outputs
+    ``steps_per_iteration`` steps (k, default `STEPS_PER_ITERATION`) run
+    per loop iteration and their outputs
     are written as one block: a ``T``-step loop makes ``T / k`` copies
     instead of ``T`` (and pays the loop's control-flow overhead ``T / k``
     times). The last ``T mod k`` steps run one per iteration. (Sixteen steps
@@ -362,6 +369,7 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
         templates: one ``(B, ...)`` tensor per output with the shape and
             dtype of that output at one step (only shape and dtype are used).
         collect: stack the outputs over time; else only the carry is returned.
+        steps_per_iteration: steps per loop iteration (see above).
 
     Returns:
         ``(outputs, carry)``: ``outputs`` is a list of batch-major ``(B, T, ...)``
@@ -425,8 +433,9 @@ def scan_convertible(body: BodyFn, sequences, carry, templates, collect: bool = 
         )
         return list(result[1]), list(result[2:])
 
-    k = STEPS_PER_ITERATION
+    k = steps_per_iteration
     blocks = steps // k * k
     buffers, carry = run(0, blocks, k, buffers, carry)
-    buffers, carry = run(blocks, steps, 1, buffers, carry)
+    if k > 1:
+        buffers, carry = run(blocks, steps, 1, buffers, carry)
     return (buffers if collect else None), carry

@@ -12,6 +12,7 @@ from keras_seq._validation import (
     check_float,
     check_int,
     check_positive_int,
+    invalid_value,
 )
 from keras_seq.layers._recurrent_base import (
     RecurrentCell,
@@ -91,8 +92,13 @@ def validate_ntm_args(owner: str, controller_units, memory_size, memory_width, n
     check_positive_int(owner, "memory_width", memory_width)
     check_positive_int(owner, "num_read_heads", num_read_heads)
     check_positive_int(owner, "num_write_heads", num_write_heads)
-    # A shift wider than the memory would wrap onto itself.
-    check_int(owner, "shift_range", shift_range, minimum=0, maximum=(memory_size - 1) // 2)
+    check_int(owner, "shift_range", shift_range, minimum=0)
+    if 2 * shift_range + 1 > memory_size:  # a wider shift would wrap onto itself
+        raise invalid_value(
+            owner, "shift_range",
+            f"an integer <= {(memory_size - 1) // 2} (2 * shift_range + 1 <= memory_size "
+            f"= {memory_size})", shift_range,
+        )
     check_positive_int(owner, "output_size", output_size, allow_none=True)
     check_float(owner, "clip_value", clip_value, low=0.0, low_inclusive=False, allow_none=True)
     check_float(owner, "initial_memory", initial_memory, low=-1.0, high=1.0)
@@ -187,6 +193,10 @@ class NTMCell(RecurrentCell):
     """
 
     _output_is_first_state = False
+    # One step per loop iteration: the step is large, and copies of it made
+    # XLA compilation and export much slower without making a step faster
+    # (benchmarks/RESULTS.md, "NTM").
+    _steps_per_iteration = 1
 
     def __init__(
         self,

@@ -215,7 +215,8 @@ class RecurrentDecoder(keras.layers.Layer):
 
         # Training (TensorArray form) runs one step per loop iteration, as the
         # decoder's tf.scan did; more per iteration were not measured here.
-        outputs, _ = scan(loop, body, [y_seq], states, templates, steps_per_iteration=1)
+        outputs, _ = scan(loop, body, [y_seq], states, templates,
+                          steps_per_iteration=1 if loop == "tensor_array" else None)
         # (B, T, o_dim) and (B, T, S)
         return tuple(outputs) if return_attention_scores else outputs[0]
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_seq import layers
+from keras_seq.layers.ntm import cosine_similarity, sharpen
 
 IN = 3
 
@@ -100,10 +102,11 @@ def _np_initial_state(cell, initial_read, batch):
     ]
 
 
-def _np_run(cell, weights, x, mask=None, go_backwards=False):
+def _np_run(cell, weights, x, mask=None, go_backwards=False, states=None):
     """Keras semantics: masked steps keep the states and repeat the previous output."""
     *step_weights, initial_read = weights
-    states = _np_initial_state(cell, initial_read, x.shape[0])
+    if states is None:
+        states = _np_initial_state(cell, initial_read, x.shape[0])
     output = np.zeros((x.shape[0], cell.output_size))
     outputs = []
     steps = reversed(range(x.shape[1])) if go_backwards else range(x.shape[1])
@@ -230,3 +233,230 @@ def test_fit_through_autodiff_lowers_the_loss():
     first = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=15, batch_size=16, verbose=0)
     assert model.evaluate(x, y, verbose=0) < 0.8 * first
+
+
+def test_initial_state_argument_is_used_and_states_come_back_in_order():
+    layer = layers.NTM(**CONFIGS["shift1"], return_state=True)
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 4, IN))
+    layer.build(x.shape)
+    weights = _randomize(layer)
+    states = _random_states(layer.cell, 2, rng)
+    output, *got = layer(x.astype("float32"), initial_state=[s.astype("float32") for s in states])
+    want_sequence, want_states = _np_run(layer.cell, weights, x, states=states)
+    _close(output, want_sequence[:, -1])
+    assert [s.shape[-1] for s in got] == layer.cell.state_size
+    for g, w in zip(got, want_states):
+        _close(g, w)
+
+
+def test_weights_trained_with_one_memory_size_run_with_another():
+    small = layers.NTM(**CONFIGS["shift1"], return_sequences=True)
+    large = layers.NTM(**{**CONFIGS["shift1"], "memory_size": 12}, return_sequences=True)
+    x = np.random.default_rng(7).normal(size=(2, 5, IN))
+    small.build(x.shape)
+    large.build(x.shape)
+    large.set_weights(small.get_weights())  # same shapes: no weight depends on N
+    weights = _randomize(small)
+    large.set_weights(small.get_weights())
+    want, _ = _np_run(large.cell, weights, x)
+    _close(large(x.astype("float32")), want)
+
+
+def test_bidirectional_joins_the_forward_and_backward_runs():
+    bi = keras.layers.Bidirectional(layers.NTM(**CONFIGS["shift2"], return_sequences=True))
+    x = np.random.default_rng(8).normal(size=(2, 5, IN))
+    bi.build(x.shape)
+    _randomize(bi)
+    forward, _ = _np_run(bi.forward_layer.cell, [np.float64(w) for w in
+                                                 bi.forward_layer.get_weights()], x)
+    backward, _ = _np_run(bi.backward_layer.cell, [np.float64(w) for w in
+                                                   bi.backward_layer.get_weights()], x,
+                          go_backwards=True)
+    _close(bi(x.astype("float32")), np.concatenate([forward, backward[:, ::-1]], -1))
+
+
+def test_stateful_carries_the_state_and_reset_returns_to_the_initial_state():
+    layer = layers.NTM(**CONFIGS["shift1"], stateful=True, return_sequences=True)
+    x = np.random.default_rng(9).normal(size=(2, 8, IN))
+    layer.build((2, 4, IN))
+    weights = _randomize(layer)
+    layer.reset_state()  # the state variables were made from the old initial_read
+    want, _ = _np_run(layer.cell, weights, x)
+    first = layer(x[:, :4].astype("float32"))
+    second = layer(x[:, 4:].astype("float32"))
+    _close(np.concatenate([first, second], 1), want)
+    layer.reset_state()
+    _close(layer(x[:, :4].astype("float32")), want[:, :4])
+
+
+def test_gradients_match_float64_central_differences():
+    """Autodiff of the training loop (inputs and every weight, through the learned
+    initial read vectors too) against central differences of the float64 layer."""
+    layer = layers.NTM(3, memory_size=5, memory_width=3, num_read_heads=2, num_write_heads=1,
+                       shift_range=1, output_size=2, return_sequences=True, return_state=True,
+                       dtype="float64")
+    rng = np.random.default_rng(10)
+    x = tf.constant(rng.normal(size=(2, 4, 2)))
+    layer.build(x.shape)
+    _randomize(layer, scale=0.7)
+    outputs = layer(x)
+    projections = [tf.constant(rng.normal(size=o.shape)) for o in outputs]
+
+    @tf.function
+    def loss(x):
+        return sum(tf.reduce_sum(o * p) for o, p in zip(layer(x, training=True), projections))
+
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = loss(x)
+    x_grad, *grads = tape.gradient(value, [x, *layer.trainable_weights])
+
+    eps = 1e-6
+
+    def central(f, array):
+        numeric = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            plus, minus = array.copy(), array.copy()
+            plus[index] += eps
+            minus[index] -= eps
+            numeric[index] = (f(plus) - f(minus)) / (2 * eps)
+        return numeric
+
+    def assign_and_loss(variable, original):
+        def f(value):
+            variable.assign(value)
+            result = float(loss(x))
+            variable.assign(original)
+            return result
+        return f
+
+    np.testing.assert_allclose(x_grad, central(lambda v: float(loss(tf.constant(v))),
+                                               x.numpy()), rtol=1e-5, atol=1e-8)
+    for variable, grad in zip(layer.trainable_weights, grads):
+        original = variable.numpy()
+        np.testing.assert_allclose(grad, central(assign_and_loss(variable, original), original),
+                                   rtol=1e-5, atol=1e-8, err_msg=variable.name)
+
+
+# --- nothing produces NaN ------------------------------------------------------------
+
+
+def test_cosine_of_zero_vectors_and_sharpening_of_zero_weights_are_finite():
+    k = tf.zeros((1, 2, 3))
+    memory = tf.zeros((1, 4, 3))
+    weights = tf.zeros((1, 2, 4))
+    gamma = tf.fill((1, 2, 1), 2.5)
+    with tf.GradientTape() as tape:
+        tape.watch([k, memory, weights, gamma])
+        similarity = cosine_similarity(k, memory)
+        sharpened = sharpen(weights, gamma)
+        total = tf.reduce_sum(similarity * [1.0, 2.0, 3.0, 4.0]) + tf.reduce_sum(
+            sharpened * [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(similarity, 0.0)
+    np.testing.assert_allclose(sharpened, 0.25)  # all equal: uniform
+    for grad in tape.gradient(total, [k, memory, weights, gamma]):
+        assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("scale", [0.0, 30.0])
+def test_zero_state_and_extreme_weights_give_finite_values_and_gradients(scale):
+    """All-zero memory, reads and weightings; zero weights (zero keys) or huge
+    ones (every head parameter clipped, one-hot weightings)."""
+    layer = layers.NTM(**CONFIGS["shift2"], initial_memory=0.0, return_sequences=True)
+    x = tf.constant(np.random.default_rng(11).normal(size=(2, 5, IN)), "float32")
+    layer.build(x.shape)
+    _randomize(layer, scale=scale)
+    zeros = [tf.zeros((2, size)) for size in layer.cell.state_size]
+    for initial_state in (None, zeros):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, initial_state=initial_state, training=True)
+        assert np.all(np.isfinite(y))
+        for grad in tape.gradient(y, [x, *layer.trainable_weights]):
+            assert grad is None or np.all(np.isfinite(grad))
+
+
+def test_mixed_precision_is_finite_and_close_to_float32():
+    x = tf.constant(np.random.default_rng(12).normal(size=(2, 6, IN)), "float32")
+    full = layers.NTM(**CONFIGS["shift1"], return_sequences=True)
+    mixed = layers.NTM(**CONFIGS["shift1"], return_sequences=True, dtype="mixed_float16")
+    full.build(x.shape)
+    mixed.build(x.shape)
+    mixed.set_weights(_randomize(full, scale=0.3))
+    with tf.GradientTape() as tape:
+        y = mixed(x, training=True)
+        loss = tf.reduce_sum(tf.cast(y, "float32") ** 2)
+    assert y.dtype == "float16"
+    assert all(np.all(np.isfinite(g)) for g in tape.gradient(loss, mixed.trainable_weights))
+    np.testing.assert_allclose(np.asarray(y, "float32"), full(x), atol=3e-2)
+
+
+# --- saving, arguments -----------------------------------------------------------------
+
+
+def test_keras_file_round_trip_with_safe_mode(tmp_path):
+    inputs = keras.Input((None, IN))
+    h = keras.layers.Bidirectional(
+        layers.NTM(**CONFIGS["shift2"], return_sequences=True, clip_value=None)
+    )(inputs)
+    outputs = layers.NTM(**CONFIGS["shift1"], use_bias=False, go_backwards=True)(h)
+    x = np.random.default_rng(13).normal(size=(2, 5, IN)).astype("float32")
+    outputs = keras.layers.Concatenate()(
+        [outputs, keras.layers.RNN(layers.NTMCell(**CONFIGS["shift1"]))(inputs)]
+    )
+    model = keras.Model(inputs, outputs)
+    _randomize(model)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
+    np.testing.assert_array_equal(loaded(x), model(x))
+    ntm = [layer for layer in model.layers if isinstance(layer, layers.NTM)][0]
+    assert loaded.get_layer(ntm.name).get_config() == ntm.get_config()
+    assert [w.name for w in ntm.weights] == [
+        "kernel", "recurrent_kernel", "head_kernel", "output_kernel", "initial_read"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, argument",
+    [
+        (dict(controller_units=0), ValueError, "controller_units"),
+        (dict(controller_units="8"), TypeError, "controller_units"),
+        (dict(memory_size=0), ValueError, "memory_size"),
+        (dict(memory_width=2.5), ValueError, "memory_width"),
+        (dict(num_read_heads=0), ValueError, "num_read_heads"),
+        (dict(num_write_heads=True), TypeError, "num_write_heads"),
+        (dict(shift_range=-1), ValueError, "shift_range"),
+        (dict(memory_size=4, shift_range=2), ValueError, "shift_range"),
+        (dict(output_size=0), ValueError, "output_size"),
+        (dict(clip_value=0.0), ValueError, "clip_value"),
+        (dict(clip_value="20"), TypeError, "clip_value"),
+        (dict(initial_memory=2.0), ValueError, "initial_memory"),
+        (dict(unit_forget_bias=1), TypeError, "unit_forget_bias"),
+        (dict(dropout=1.0), ValueError, "dropout"),
+    ],
+)
+@pytest.mark.parametrize("cls", [layers.NTM, layers.NTMCell])
+def test_bad_arguments_are_rejected_naming_the_argument(cls, kwargs, error, argument):
+    kwargs = {"controller_units": 8, **kwargs}
+    with pytest.raises(error, match=rf"^{cls.__name__}: invalid \w+ for argument `{argument}`"):
+        cls(**kwargs)
+
+
+def test_dropout_and_recurrent_dropout_act_only_in_training():
+    layer = layers.NTM(**CONFIGS["shift1"], dropout=0.5, recurrent_dropout=0.5, seed=1,
+                       return_sequences=True)
+    x = tf.constant(np.random.default_rng(14).normal(size=(2, 5, IN)), "float32")
+    inference = layer(x)
+    rnn = keras.layers.RNN(layer.cell, return_sequences=True)
+    np.testing.assert_allclose(rnn(x), inference, atol=1e-6)
+    for trained in (layer(x, training=True), rnn(x, training=True)):
+        assert np.all(np.isfinite(trained))
+        assert np.max(np.abs(trained - inference)) > 1e-3
+
+
+def test_initial_state_of_the_wrong_width_is_rejected_before_computing():
+    layer = layers.NTM(**CONFIGS["shift1"])
+    states = [tf.zeros((2, size)) for size in layer.cell.state_size]
+    states[-1] = tf.zeros((2, 5))
+    with pytest.raises(ValueError, match="`initial_state`.*state 4"):
+        layer(tf.zeros((2, 3, IN)), initial_state=states)
