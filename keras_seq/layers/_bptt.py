@@ -172,30 +172,46 @@ def _bptt_loops(cell, return_sequences, zero_output_for_mask):
     Fusing the elementwise work of a step into a few kernels is what makes
     the hand-written gradient pay off on CPU: run op by op, a step's ~30
     small ops cost more than its matmul. XLA compiles once per input shape.
+
+    The loops depend on the cell's class and configuration only (its weights
+    are arguments), so cells that compute alike share one pair: the two
+    directions of a ``Bidirectional`` layer, or stacked layers of one width,
+    compile each shape once instead of once per cell. The loops hold an
+    unbuilt copy of the cell (no weights), never the cell itself.
     """
-    key = (return_sequences, zero_output_for_mask)
-    # Kept on the cell (outside Keras' attribute tracking) so that eager calls
-    # reuse the compiled loops; they go away with the cell.
-    per_cell = cell.__dict__.get("_bptt_loops_cache")
-    if per_cell is None:
-        per_cell = {}
-        object.__setattr__(cell, "_bptt_loops_cache", per_cell)
-    if key not in per_cell:
+    config = cell.get_config()
+    key = (type(cell), _config_key(config), return_sequences, zero_output_for_mask)
+    if key not in _LOOPS:
+        prototype = type(cell).from_config(config)
 
         def forward_loop(*args):
             return _forward_loop(
-                cell, *args, zero_output_for_mask=zero_output_for_mask,
+                prototype, *args, zero_output_for_mask=zero_output_for_mask,
                 return_sequences=return_sequences,
             )
 
         def backward_loop(*args):
-            return _backward_loop(cell, *args, zero_output_for_mask=zero_output_for_mask)
+            return _backward_loop(prototype, *args, zero_output_for_mask=zero_output_for_mask)
 
-        per_cell[key] = (
+        _LOOPS[key] = (
             tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
             tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
         )
-    return per_cell[key]
+    return _LOOPS[key]
+
+
+# (cell class, configuration, return_sequences, zero_output_for_mask) -> the
+# compiled (forward, backward) loops; see `_bptt_loops`.
+_LOOPS: dict = {}
+
+
+def _config_key(config):
+    """A hashable form of a cell's ``get_config()`` (nested dicts and lists)."""
+    if isinstance(config, dict):
+        return tuple(sorted((k, _config_key(v)) for k, v in config.items() if k != "name"))
+    if isinstance(config, (list, tuple)):
+        return tuple(_config_key(v) for v in config)
+    return config
 
 
 def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
