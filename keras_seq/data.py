@@ -323,8 +323,14 @@ def make_dataset(
             whose tokenized source fits the same bucket (<= 10, <= 16, <= 24,
             the rest) and `encoder_inputs` is padded only to that bucket's
             length (`source_length` for the last), so short sources do not pay
-            for the longest one. Batches come from a window of the (shuffled)
-            stream per bucket; a bucket's last batch may be smaller.
+            for the longest one. Without ``epochs``, batches come from a
+            window of the (shuffled) stream per bucket and a bucket's last
+            batch may be smaller. With ``epochs``, each bucket's pairs are cut
+            into full batches in the epoch's shuffled order, the fewer than
+            ``batch_size`` pairs left over in each bucket are batched together
+            (padded to the bucket of their longest source), and the epoch's
+            batches are shuffled: every batch but one is full, so a compiled
+            training step sees one batch shape per bucket, plus one.
         epochs: with ``shuffle_seed``, the dataset holds epochs
             ``first_epoch .. epochs - 1`` back to back (iterate it once, with
             ``fit(steps_per_epoch=...)``), and the order of epoch ``e`` depends
@@ -426,15 +432,49 @@ def make_dataset(
 
         def one_epoch(order):
             order = tf.data.Dataset.from_tensor_slices(order)
-            if buckets:
-                return batch(order.map(gather))
             return order.batch(batch_size).map(gather)  # one gather per batch
 
-        dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
+        if buckets:
+            # Index rows of every batch of every epoch, -1 where a batch is short.
+            rows = np.concatenate([
+                _bucketed_batches(order, np.searchsorted(buckets, columns[2].numpy()[order],
+                                                         side="left"),
+                                  batch_size, np.random.default_rng([shuffle_seed, epoch, 1]))
+                for epoch, order in zip(range(first_epoch, epochs), orders)
+            ])
+
+            def gather_row(row):
+                return gather(tf.boolean_mask(row, row >= 0))
+
+            dataset = tf.data.Dataset.from_tensor_slices(rows).map(gather_row)
+            batches = len(rows) // (epochs - first_epoch)
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
         count = batches * (epochs - first_epoch)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _bucketed_batches(order, bucket_of, batch_size, rng):
+    """One epoch's batches with buckets (see `make_dataset`): ``(batches, batch_size)``
+    indices into the pairs, -1 after the last index of a short batch.
+
+    ``order`` is the epoch's permutation of the pairs, ``bucket_of`` the
+    bucket of each pair in that order; ``rng`` shuffles the batches.
+    """
+    batches, rest = [], []
+    for bucket in np.unique(bucket_of):
+        members = order[bucket_of == bucket]
+        cut = len(members) - len(members) % batch_size
+        batches += np.split(members[:cut], cut // batch_size)
+        rest.append(members[cut:])
+    rest = np.concatenate(rest)
+    batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+    rows = np.full((len(batches), batch_size), -1, np.int32)
+    for row, batch in zip(rows, (batches[i] for i in rng.permutation(len(batches)))):
+        row[: len(batch)] = batch
+    return rows
 
 
 def _check_buckets(bucket_lengths, source_length) -> tuple[int, ...]:
