@@ -467,7 +467,7 @@ def _bucketed_batches(order, bucket_of, batch_size, rng):
     for bucket in np.unique(bucket_of):
         members = order[bucket_of == bucket]
         cut = len(members) - len(members) % batch_size
-        batches += np.split(members[:cut], cut // batch_size)
+        batches += list(members[:cut].reshape(-1, batch_size))
         rest.append(members[cut:])
     rest = np.concatenate(rest)
     batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]

@@ -117,6 +117,7 @@ __all__ = [
     "generate_text",
     "load_pairs",
     "make_decoder",
+    "length_buckets",
     "prepare_data",
     "text_loss",
     "train",
@@ -224,6 +225,11 @@ class TrainingConfig:
         steps_per_epoch: ``task="lm"``: batches per epoch (None: the family
             default; other tasks: must be None, an epoch is a pass over the pairs).
         max_source_length, max_target_length: caps on the padded lengths.
+        length_buckets: translation tasks: training batches hold sources of
+            similar length and are padded only as far as their bucket
+            (`length_buckets`; ``make_dataset``'s ``bucket_lengths``), so short
+            sources do not pay for the longest. False: every batch is padded to
+            the longest training source.
         distribute: ``"auto"`` (`keras_seq.distribute.choose_strategy`:
             multi-worker when ``TF_CONFIG`` describes a cluster, mirrored over
             several local GPUs, else one device), ``"none"``, ``"mirrored"`` or
@@ -257,6 +263,7 @@ class TrainingConfig:
     learning_rate: float | None = None
     max_source_length: int = 64
     max_target_length: int = 64
+    length_buckets: bool = True
     distribute: str = "auto"
     precision: str = "float32"
     backup_every_steps: int | None = None
@@ -514,6 +521,8 @@ class PreparedData:
             the training one reshuffles each epoch with ``config.seed`` (for
             `fit` over all epochs at once; `train` uses `epochs_data`).
         batch_size, seed: the config's, for `epochs_data`.
+        bucket_lengths: the training batches' source-length buckets (empty:
+            none), see `length_buckets`.
     """
 
     train_pairs: list
@@ -526,6 +535,7 @@ class PreparedData:
     validation_data: Any
     batch_size: int
     seed: int
+    bucket_lengths: tuple = ()
 
     @property
     def steps_per_epoch(self) -> int:
@@ -541,7 +551,7 @@ class PreparedData:
         batches = data.make_dataset(
             self.train_pairs, self.tokenizer, self.tokenizer, self.batch_size,
             self.source_length, self.target_length, shuffle_seed=self.seed,
-            first_epoch=first_epoch, epochs=epochs,
+            first_epoch=first_epoch, epochs=epochs, bucket_lengths=self.bucket_lengths or None,
         )
         return batches.skip(skip).with_options(_data_sharding())
 
@@ -645,17 +655,37 @@ def prepare_data(config: TrainingConfig) -> PreparedData | PreparedText:
     source_length = _max_length(tokenizer, (s for s, _ in train_pairs), 0, config.max_source_length)
     # +1 for [START]/[END]
     target_length = _max_length(tokenizer, (t for _, t in train_pairs), 1, config.max_target_length)
+    buckets = length_buckets(source_length) if config.length_buckets else ()
     train_data, validation_data = (
         data.make_dataset(
             pairs, tokenizer, tokenizer, config.batch_size, source_length, target_length,
             shuffle_seed=config.seed if training else None,
+            bucket_lengths=(buckets or None) if training else None,
         ).with_options(_data_sharding())
         for pairs, training in ((train_pairs, True), (validation_pairs, False))
     )
     return PreparedData(
         train_pairs, validation_pairs, test_pairs, tokenizer, source_length, target_length,
-        train_data, validation_data, config.batch_size, config.seed,
+        train_data, validation_data, config.batch_size, config.seed, buckets,
     )
+
+
+def length_buckets(source_length: int) -> tuple[int, ...]:
+    """Source-length buckets of the training batches: 8, 12, 18, 27, ... (×1.5,
+    rounded up) below ``source_length``.
+
+    Each bucket is one more batch shape, so one more compilation of the
+    recurrent loops (about a second each on CPU); growing by half bounds the
+    padding of a batch to about a third of its width.
+
+    >>> length_buckets(31), length_buckets(64), length_buckets(8)
+    ((8, 12, 18, 27), (8, 12, 18, 27, 41, 62), ())
+    """
+    buckets, bound = [], 8
+    while bound < source_length:
+        buckets.append(bound)
+        bound = -(-3 * bound // 2)
+    return tuple(buckets)
 
 
 def evaluate_and_save(

@@ -291,8 +291,9 @@ def test_make_dataset_buckets_pad_each_batch_to_its_bucket(small_task, tokenizer
 
 def test_make_dataset_buckets_with_epochs_give_full_batches(small_task, tokenizers):
     source_tokenizer, target_tokenizer = tokenizers
-    pairs = small_task["train"][:300]
-    source_length, buckets, batch_size = 28, (10, 16), 16
+    # One pair longer than 24: the last bucket holds fewer pairs than a batch.
+    pairs = small_task["train"][:300] + [("Saturday, 21 November 2026 11", "2026-11-21")]
+    source_length, buckets, batch_size = 28, (10, 16, 24), 16
 
     def epochs(first, last):
         dataset = data.make_dataset(

@@ -16,6 +16,8 @@ are in ``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -127,9 +129,10 @@ def run_bptt_recurrence(
         states0, weights = list(args[:n_states]), list(args[n_states:])
         # The gradient is the backward loop below: keep tapes off the forward loop.
         inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
-        last_output, final_states, outputs, saved, history = forward_loop(
-            *inputs, mask, recurrent_mask
-        )
+        with _called_by(cell):
+            last_output, final_states, outputs, saved, history = forward_loop(
+                *inputs, mask, recurrent_mask
+            )
 
         def grad(*upstream):
             d_last, d_states = upstream[0], list(upstream[1 : 1 + n_states])
@@ -137,10 +140,11 @@ def run_bptt_recurrence(
             d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
             if d_last is None:
                 d_last = tf.zeros_like(states0[0])
-            d_xw, d_r, d_states0, d_params = backward_loop(
-                xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
-                d_last, d_states, d_outputs,
-            )
+            with _called_by(cell):
+                d_xw, d_r, d_states0, d_params = backward_loop(
+                    xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                    d_last, d_states, d_outputs,
+                )
             # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
             # large matmul runs faster in TensorFlow's own kernel than in XLA's.
             h_in = history[0][:-1]
@@ -176,28 +180,42 @@ def _bptt_loops(cell, return_sequences, zero_output_for_mask):
     The loops depend on the cell's class and configuration only (its weights
     are arguments), so cells that compute alike share one pair: the two
     directions of a ``Bidirectional`` layer, or stacked layers of one width,
-    compile each shape once instead of once per cell. The loops hold an
-    unbuilt copy of the cell (no weights), never the cell itself.
+    compile each shape once instead of once per cell. The loops hold no
+    cell: a trace reads the calling cell from `_calling`, which
+    `run_bptt_recurrence` sets around each call (a trace runs inside the call,
+    in the caller's thread).
     """
-    config = cell.get_config()
-    key = (type(cell), _config_key(config), return_sequences, zero_output_for_mask)
+    key = (type(cell), _config_key(cell.get_config()), return_sequences, zero_output_for_mask)
     if key not in _LOOPS:
-        prototype = type(cell).from_config(config)
 
         def forward_loop(*args):
             return _forward_loop(
-                prototype, *args, zero_output_for_mask=zero_output_for_mask,
+                _calling.cell, *args, zero_output_for_mask=zero_output_for_mask,
                 return_sequences=return_sequences,
             )
 
         def backward_loop(*args):
-            return _backward_loop(prototype, *args, zero_output_for_mask=zero_output_for_mask)
+            return _backward_loop(_calling.cell, *args, zero_output_for_mask=zero_output_for_mask)
 
         _LOOPS[key] = (
             tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
             tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
         )
     return _LOOPS[key]
+
+
+_calling = threading.local()
+
+
+@contextlib.contextmanager
+def _called_by(cell):
+    """Makes ``cell`` the one a trace of the shared loops reads (see `_bptt_loops`)."""
+    previous = getattr(_calling, "cell", None)
+    _calling.cell = cell
+    try:
+        yield
+    finally:
+        _calling.cell = previous
 
 
 # (cell class, configuration, return_sequences, zero_output_for_mask) -> the
