@@ -18,10 +18,11 @@ from keras_seq.export import tflite_greedy_decode, verify
 pytestmark = pytest.mark.slow
 
 TEST_SIZE = 200
-# Trained to about 99% on the held-out dates: confident enough that int8
-# weights flip at most an occasional near-tie of the argmax.
+# Trained to about 100% on the held-out dates: confident enough that int8
+# weights flip at most an occasional near-tie of the argmax. (With length
+# buckets, 3 epochs gave 89%, 4 give 100%.)
 _TRAIN = ["--train-size", "6000", "--validation-size", "32", "--test-size", str(TEST_SIZE),
-          "--units", "32", "--batch-size", "32", "--epochs", "3", "--learning-rate", "1e-2",
+          "--units", "32", "--batch-size", "32", "--epochs", "4", "--learning-rate", "1e-2",
           "--verbose", "0"]
 ROW_KEYS = {"artifact", "format", "quantize", "size_bytes", "ops", "max_abs_logit_error",
             "string_match", "exact_match", "latency_ms_batch1"}
