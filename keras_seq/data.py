@@ -395,14 +395,14 @@ def make_dataset(
         )
 
     columns = (sources, targets)
+    # Batches per epoch (tf.data cannot tell; len() and Keras' progress bar need it).
+    # With epochs, bucketed or not, all but the last batch are full.
+    batches = -(-len(pairs) // batch_size)
     if buckets:
         columns += (tf.cast(source_tokenizer.tokenize(sources).row_lengths(), tf.int32),)
-        # Every bucket ends with one partial batch at most: an epoch has this
-        # many batches (tf.data cannot tell, and len() and Keras' progress bar need it).
-        sizes = np.bincount(np.searchsorted(buckets, columns[2].numpy(), side="left"))
-        batches = int(sum(-(-int(n) // batch_size) for n in sizes))
-    else:
-        batches = -(-len(pairs) // batch_size)
+        bucket_of = np.searchsorted(buckets, columns[2].numpy(), side="left")
+        if epochs is None:  # every bucket ends with one partial batch at most
+            batches = int(sum(-(-int(n) // batch_size) for n in np.bincount(bucket_of)))
 
     def batch(dataset):
         # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
@@ -437,9 +437,8 @@ def make_dataset(
         if buckets:
             # Index rows of every batch of every epoch, -1 where a batch is short.
             rows = np.concatenate([
-                _bucketed_batches(order, np.searchsorted(buckets, columns[2].numpy()[order],
-                                                         side="left"),
-                                  batch_size, np.random.default_rng([shuffle_seed, epoch, 1]))
+                _bucketed_batches(order, bucket_of[order], batch_size,
+                                  np.random.default_rng([shuffle_seed, epoch, 1]))
                 for epoch, order in zip(range(first_epoch, epochs), orders)
             ])
 
@@ -447,7 +446,6 @@ def make_dataset(
                 return gather(tf.boolean_mask(row, row >= 0))
 
             dataset = tf.data.Dataset.from_tensor_slices(rows).map(gather_row)
-            batches = len(rows) // (epochs - first_epoch)
         else:
             dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
         count = batches * (epochs - first_epoch)
