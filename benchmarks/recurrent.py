@@ -122,7 +122,11 @@ def main():
                       f"| {1e3 * low:.1f} | {reference} | {1e3 * ref_med:.1f} "
                       f"({100 * ref_spread:.0f}%) | {1e3 * ref_low:.1f} | **{med / ref_med:.2f}** "
                       f"| **{low / ref_low:.2f}** |", flush=True)
-    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    # Chosen by timing at the first trace, or fixed by KERAS_SEQ_STEP_MATMUL.
+    from keras_seq.layers._recurrent_loops import step_matmul_form
+
+    print(f"\nstep matmul form: {step_matmul_form()}; "
+          f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

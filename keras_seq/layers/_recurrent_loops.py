@@ -37,6 +37,9 @@ The measurements behind these choices are in ``benchmarks/RESULTS.md``
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -87,15 +90,109 @@ def project(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> t
 
 
 def recurrent_matmul(h: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """``h @ kernel + bias`` for one step, as MatMul followed by BiasAdd.
+    """``h @ kernel + bias`` for one step, in the form `step_matmul_form` chose.
 
-    TensorFlow's graph optimiser fuses the pair into one ``_FusedMatMul``
-    (oneDNN on x86), which at batch 1 is much faster than a plain ``MatMul``
-    (a matrix-vector product through Eigen's thread pool; see
-    benchmarks/RESULTS.md), so a cell without a bias passes zeros rather than
-    skipping the add.
+    ``"fused"``: MatMul followed by BiasAdd, which TensorFlow's graph optimiser
+    fuses into one ``_FusedMatMul`` (a oneDNN kernel on x86; an LSTM step's
+    ``xw_t + ...`` joins it as a fused Add). ``"plain"``: a plain MatMul and an
+    Add. Which is faster depends on the CPU, by a factor of 3 to 4 either way
+    at batch 1 (see `step_matmul_form`). Under XLA both compile alike.
     """
-    return tf.nn.bias_add(tf.matmul(h, kernel), bias)
+    return _matmul_plus_bias(h, kernel, bias, step_matmul_form())
+
+
+def _matmul_plus_bias(h, kernel, bias, form):
+    if form == "fused":
+        return tf.nn.bias_add(tf.matmul(h, kernel), bias)
+    return tf.matmul(h, kernel) + bias
+
+
+# The environment variable that fixes `step_matmul_form` ("fused" or "plain").
+STEP_MATMUL_ENV = "KERAS_SEQ_STEP_MATMUL"
+_STEP_MATMUL_FORMS = ("fused", "plain")
+_step_matmul = None  # the process's choice, made once
+_step_matmul_lock = threading.Lock()
+
+
+def step_matmul_form() -> str:
+    """``"fused"`` or ``"plain"``: how `recurrent_matmul` computes a step's matmul.
+
+    A step's ``h @ U`` is small (``(B, units) @ (units, gates * units)``), so
+    the fixed cost of the kernel that runs it matters as much as its
+    arithmetic, and TensorFlow's CPU kernels behave differently by machine: in
+    the same batch-1 loop, oneDNN's fused MatMul+BiasAdd(+Add) took a third of
+    the time of a plain MatMul on one 2-core machine and four times as long on
+    another (benchmarks/RESULTS.md, "The step's matmul"). So the first trace of
+    a recurrent step in a process times both forms in the inference loop
+    (`scan_convertible`, batch 1, an LSTM-sized step; about 0.2 s, eagerly, on
+    the CPU) and keeps the faster. ``KERAS_SEQ_STEP_MATMUL=fused`` or
+    ``plain`` skips the timing. With a GPU visible the fused form is used (one
+    kernel launch instead of two), and so it is where nothing runs eagerly (a
+    TF1-style graph). Both forms compute the same sums; they may differ in the
+    last bit.
+    """
+    global _step_matmul
+    with _step_matmul_lock:
+        if _step_matmul is None:
+            _step_matmul = _choose_step_matmul()
+        return _step_matmul
+
+
+def _choose_step_matmul() -> str:
+    forced = os.environ.get(STEP_MATMUL_ENV, "").strip().lower()
+    if forced:
+        if forced not in _STEP_MATMUL_FORMS:
+            raise ValueError(
+                f"Environment variable {STEP_MATMUL_ENV}: expected one of "
+                f"{_STEP_MATMUL_FORMS} (or unset), received "
+                f"{os.environ[STEP_MATMUL_ENV]!r}."
+            )
+        return forced
+    if tf.config.list_physical_devices("GPU"):
+        return "fused"
+    with tf.init_scope():
+        if not tf.executing_eagerly():
+            return "fused"
+        with tf.device("/CPU:0"):
+            return _faster_step_matmul()
+
+
+def _faster_step_matmul(units: int = 256, gates: int = 4, steps: int = 32,
+                        repeats: int = 5) -> str:
+    """Times both forms of a batch-1 LSTM-like step in the inference loop
+    (interleaved; the fastest of ``repeats`` calls each, the least disturbed
+    by other processes)."""
+    width = gates * units
+    # Arguments rather than captured constants, as a layer's weights are: oneDNN
+    # treats a constant kernel differently. (No tf.Variable: this may run
+    # while a tf.function is being traced, which forbids creating variables.)
+    kernel = tf.random.stateless_normal([units, width], [1, 2]) * 0.05
+    bias = tf.zeros([width])
+    xw = tf.random.stateless_normal([steps, 1, width], [3, 4])
+    h0 = tf.zeros([1, units])
+
+    def loop(form):
+        @tf.function
+        def run(xw, h0, kernel, bias):
+            def body(xs_t, carry):
+                z = xs_t[0] + _matmul_plus_bias(carry[0], kernel, bias, form)
+                h = tf.tanh(z[:, :units])
+                return [h], [h]
+
+            return scan_convertible(body, [xw], [h0], [h0], collect=False)[1][0]
+
+        return run
+
+    loops = {form: loop(form) for form in _STEP_MATMUL_FORMS}
+    for run in loops.values():
+        run(xw, h0, kernel, bias).numpy()  # trace and warm up
+    best = dict.fromkeys(loops, float("inf"))
+    for _ in range(repeats):
+        for form, run in loops.items():
+            start = time.perf_counter()
+            run(xw, h0, kernel, bias).numpy()
+            best[form] = min(best[form], time.perf_counter() - start)
+    return min(best, key=best.get)
 
 
 def mask_step(mask_t, output, new_states, states, prev_output, zero_output=None):

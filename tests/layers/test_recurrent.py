@@ -536,3 +536,68 @@ def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng
     got = tf.function(lambda: _grads(layer, x, None, probe, training=True), jit_compile=True)()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+# --- the step's matmul form --------------------------------------------------------
+
+
+def _loop_op_types(concrete):
+    """Op types inside the graph's functions (the while loops' bodies)."""
+    return [node.op for function in concrete.graph.as_graph_def().library.function
+            for node in function.node_def]
+
+
+@pytest.mark.parametrize("form", ["fused", "plain"])
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
+def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypatch):
+    """Whichever form the timing picks on a machine, the other one is right too."""
+    from keras_seq.layers import _recurrent_loops
+
+    monkeypatch.setattr(_recurrent_loops, "_step_matmul", form)
+    layer, weights, step, n_states = _make(case, rng, return_sequences=True)
+    x = _inputs(rng, steps=11)  # one block of eight steps and three single steps
+    infer = tf.function(lambda x: layer(x, training=False))
+    expected, _ = _np_run(step, [w.astype("float64") for w in weights], x.astype("float64"),
+                          [np.zeros((B, U))] * n_states)
+    np.testing.assert_allclose(infer(x), expected, atol=1e-5)
+    loop_ops = _loop_op_types(infer.get_concrete_function(x))
+    assert "MatMul" in loop_ops
+    assert ("BiasAdd" in loop_ops) == (form == "fused")
+
+
+def test_step_matmul_form_is_chosen_once_and_env_fixes_it(monkeypatch):
+    from keras_seq.layers import _recurrent_loops
+
+    timings = []
+
+    def timed():
+        timings.append(1)
+        return "plain"
+
+    monkeypatch.setattr(_recurrent_loops, "_faster_step_matmul", timed)
+    monkeypatch.delenv(_recurrent_loops.STEP_MATMUL_ENV, raising=False)
+    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
+    assert [_recurrent_loops.step_matmul_form() for _ in range(3)] == ["plain"] * 3
+    assert timings == [1]
+
+    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
+    monkeypatch.setenv(_recurrent_loops.STEP_MATMUL_ENV, " Fused")
+    assert _recurrent_loops.step_matmul_form() == "fused"
+    assert timings == [1]  # no timing when the environment decides
+
+    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
+    monkeypatch.setenv(_recurrent_loops.STEP_MATMUL_ENV, "fast")
+    with pytest.raises(ValueError, match="KERAS_SEQ_STEP_MATMUL.*'fast'"):
+        _recurrent_loops.step_matmul_form()
+
+
+def test_step_matmul_timing_returns_a_form_eagerly_inside_a_trace():
+    """The timing runs at the first trace of a step, i.e. inside a tf.function:
+    it must lift itself out and execute (not add its loops to the caller's graph)."""
+    from keras_seq.layers import _recurrent_loops
+
+    @tf.function
+    def traced():
+        return tf.constant(_recurrent_loops._choose_step_matmul())
+
+    assert traced().numpy().decode() in ("fused", "plain")
