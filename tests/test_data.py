@@ -306,7 +306,7 @@ def test_make_dataset_buckets_with_epochs_give_full_batches(small_task, tokenize
     both = epochs(0, 2)
     per_epoch = len(both) // 2
     expected = collections.Counter()
-    for source, target in pairs:
+    for source, _target in pairs:
         s = _reference_ids(source, source_tokenizer.vocabulary)[:source_length]
         expected[tuple(s + [0] * (source_length - len(s)))] += 1
     for epoch in (both[:per_epoch], both[per_epoch:]):
