@@ -49,7 +49,12 @@ def convert_to_tflite(
             mask or an ``initial_state``, ``return_state=True``, ``stateful``,
             other activations than tanh/sigmoid, a compute dtype other than
             float32) keeps its builtin loop, with a `UserWarning` naming the
-            layer and the reason. See `keras_seq.export.lstm_fusion`.
+            layer and the reason. See `keras_seq.export.lstm_fusion`. Faster
+            is not guaranteed: with LiteRT's default XNNPACK delegate, which
+            speeds up the loop form but not the fused op, the loop ran
+            1.5-2.2x faster than the fused op on one x86 CPU (on another the
+            fused op took 0.92x the loop's time); the fused op is for runtimes and
+            delegates with an LSTM kernel (benchmarks/RESULTS.md).
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
 
