@@ -287,7 +287,7 @@ class NTMCell(RecurrentCell):
         return project(x, self._read(self.kernel), bias)
 
     def _bias_or_zeros(self, bias, size):
-        # recurrent_matmul wants a bias (MatMul + BiasAdd fuse).
+        # recurrent_matmul always takes a bias (fused or added: see step_matmul_form).
         return self._read(bias) if bias is not None else ops.zeros((size,), self.compute_dtype)
 
     def _recurrent_weights(self, batch_size=None, bptt=False):
