@@ -385,7 +385,7 @@ def make_dataset(
     # AutoGraph is off for them: converting `encode` and the tokenizer code it
     # calls took about 3 of the 4.5 s that building the date task's datasets
     # took (benchmarks/RESULTS.md).
-    @_no_autograph
+    @tf.autograph.experimental.do_not_convert
     def encode(source, target, lengths=None):
         encoder_inputs = source_tokenizer.encode(source, source_length)
         if lengths is not None:
@@ -432,7 +432,7 @@ def make_dataset(
             for epoch in range(first_epoch, epochs)
         ]).astype("int32")
 
-        @_no_autograph
+        @tf.autograph.experimental.do_not_convert
         def gather(i):
             return tuple(tf.gather(column, i) for column in columns)
 
@@ -448,7 +448,7 @@ def make_dataset(
                 for epoch, order in zip(range(first_epoch, epochs), orders)
             ])
 
-            @_no_autograph
+            @tf.autograph.experimental.do_not_convert
             def gather_row(row):
                 return gather(tf.boolean_mask(row, row >= 0))
 
@@ -459,11 +459,6 @@ def make_dataset(
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _no_autograph(fn):
-    """``fn`` for `tf.data.Dataset.map` without AutoGraph conversion (see `make_dataset`)."""
-    return tf.autograph.experimental.do_not_convert(fn)
 
 
 def _bucketed_batches(order, bucket_of, batch_size, rng):
@@ -674,7 +669,7 @@ def make_text_dataset(
     text = tf.constant(ids)
     positions = tf.range(context + 1)
 
-    @_no_autograph
+    @tf.autograph.experimental.do_not_convert
     def windows(o):
         w = tf.gather(text, o[:, None] + positions[None, :])  # (B, context + 1)
         return w[:, :-1], w[:, 1:]

@@ -908,7 +908,7 @@ def _seed_states(model) -> list:
 def _restore_backup(model, backup_dir: str, state: dict) -> tuple[int, int]:
     import numpy as np
 
-    _build_optimizer(model)
+    build_optimizer(model)
     model.load_weights(os.path.join(backup_dir, state["weights"]))
     with np.load(os.path.join(backup_dir, state["seeds"])) as seeds:
         for i, variable in enumerate(_seed_states(model)):
@@ -1079,12 +1079,13 @@ def _compile(model, config: TrainingConfig, steps: int) -> None:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
         metrics=metrics,
     )
-    _build_optimizer(model)
+    build_optimizer(model)
 
 
-def _build_optimizer(model) -> None:
+def build_optimizer(model) -> None:
     """Creates the optimizer's variables of a compiled ``model`` now, under the
-    current strategy scope.
+    current strategy scope (for every pipeline that compiles a model: this
+    module's and the hypermodels of `keras_seq.tuning`).
 
     Without a distribution strategy Keras creates them inside the first trace
     of the train step, and a `tf.function` that creates variables while

@@ -139,7 +139,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
-        training._build_optimizer(model)  # else each trial traces its train step twice
+        training.build_optimizer(model)  # else each trial traces its train step twice
         return model
 
 
@@ -219,7 +219,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
-        training._build_optimizer(model)  # else each trial traces its train step twice
+        training.build_optimizer(model)  # else each trial traces its train step twice
         return model
 
 

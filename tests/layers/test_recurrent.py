@@ -301,9 +301,11 @@ def test_inference_form_equals_training_form_for_any_length(case, steps, rng):
     assert "TensorScatterUpdate" not in _op_types(train.get_concrete_function(x, mask))
 
 
-def _op_types(concrete):
+def _op_types(concrete, loops_only=False):
+    """Op types of a traced function; ``loops_only``: inside its functions
+    (the while loops' bodies) only."""
     graph_def = concrete.graph.as_graph_def()
-    types = {node.op for node in graph_def.node}
+    types = set() if loops_only else {node.op for node in graph_def.node}
     for function in graph_def.library.function:
         types |= {node.op for node in function.node_def}
     return types
@@ -541,12 +543,6 @@ def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng
 # --- the step's matmul form --------------------------------------------------------
 
 
-def _loop_op_types(concrete):
-    """Op types inside the graph's functions (the while loops' bodies)."""
-    return [node.op for function in concrete.graph.as_graph_def().library.function
-            for node in function.node_def]
-
-
 @pytest.mark.parametrize("form", ["fused", "plain"])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
 def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypatch):
@@ -560,7 +556,7 @@ def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypat
     expected, _ = _np_run(step, [w.astype("float64") for w in weights], x.astype("float64"),
                           [np.zeros((B, U))] * n_states)
     np.testing.assert_allclose(infer(x), expected, atol=1e-5)
-    loop_ops = _loop_op_types(infer.get_concrete_function(x))
+    loop_ops = _op_types(infer.get_concrete_function(x), loops_only=True)
     assert "MatMul" in loop_ops
     assert ("BiasAdd" in loop_ops) == (form == "fused")
 
