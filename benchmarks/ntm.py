@@ -3,7 +3,7 @@
 A copy-task sized model (LSTM controller of 100 units, 128 x 20 memory, one
 read and one write head, shift range 1, 9 input and 8 output features) is
 trained with RMSprop on random bits. For each number of steps per loop
-iteration (`NTMCell._steps_per_iteration`), the script reports the first
+iteration (`NTMCell.steps_per_iteration`), the script reports the first
 training call (tracing, plus XLA compilation with --jit) and the median of
 interleaved repetitions of a training step and of a forward pass, all in one
 process.
@@ -25,7 +25,7 @@ from keras_seq.layers import NTM
 def build(steps_per_iteration: int, jit: bool) -> keras.Model:
     inputs = keras.Input((None, 9))
     layer = NTM(100, memory_size=128, memory_width=20, output_size=8, return_sequences=True)
-    layer.cell._steps_per_iteration = steps_per_iteration
+    layer.cell.steps_per_iteration = steps_per_iteration
     model = keras.Model(inputs, layer(inputs))
     model.compile(keras.optimizers.RMSprop(1e-4),
                   keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit)

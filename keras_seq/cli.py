@@ -16,6 +16,9 @@ Each command parses its arguments, calls a library function and prints:
 - ``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
   (`keras_seq.export.export_run`) and ``keras-seq verify OUT`` checks them
   against Keras without keras-seq (`keras_seq.export.verify`).
+
+Every command needs Keras on TensorFlow; on another backend the command stops
+with a one-line message before running it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+
+from keras_seq._backend import require_tensorflow
 
 
 def _family_default(training, key: str, lm: bool = True) -> str:
@@ -396,9 +401,17 @@ def _generate(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``keras-seq`` command."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Too late for this process: importing this module imported keras_seq, and
+    # so Keras, whose backend is then fixed (KERAS_BACKEND, else
+    # ~/.keras/keras.json, else TensorFlow). It reaches the processes a
+    # command starts; this one is checked below.
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        require_tensorflow("keras-seq", "run it with KERAS_BACKEND=tensorflow")
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
     if args.command == "train":
         _check_positive(
             parser, args, "epochs", "batch_size", "units", "layers", "train_size",

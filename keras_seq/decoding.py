@@ -35,6 +35,7 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
+from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_float, check_positive_int, invalid_type, shape_error
 from keras_seq.models.language_model import language_model_kind
 from keras_seq.models.seq2seq import seq2seq_kind
@@ -246,6 +247,7 @@ def decoder_steps(model: keras.Model) -> DecoderSteps:
     >>> tuple(logits.shape)
     (1, 12)
     """
+    require_tensorflow("keras_seq.decoding.decoder_steps")
     kind = seq2seq_kind(model)
     if kind == "rnn":
         return _RecurrentSteps(model)
@@ -309,6 +311,7 @@ def language_model_steps(model: keras.Model) -> DecoderSteps:
     >>> tuple(logits.shape)
     (1, 20)
     """
+    require_tensorflow("keras_seq.decoding.language_model_steps")
     kind = language_model_kind(model)
     if kind == "transformer":
         return _TransformerSteps(model, decoder_only=True)
@@ -378,6 +381,7 @@ def sample(
     >>> tuple(run(tf.constant([[5, 6, 7]])).shape)
     (1, 6)
     """
+    require_tensorflow("keras_seq.decoding.sample")
     from keras_seq._validation import check_bool, check_int
 
     where = "sample"
@@ -469,6 +473,7 @@ def attention_weights(model, encoder_inputs, decoder_inputs):
         Transformer gives the cross-attention of its last decoder block,
         averaged over the heads.
     """
+    require_tensorflow("keras_seq.decoding.attention_weights")
     return decoder_steps(model).attention(
         tf.cast(encoder_inputs, "int32"), tf.cast(decoder_inputs, "int32")
     )
@@ -540,6 +545,7 @@ def greedy_decode(
         ``(B, max_length)`` int32 ids; each row holds its tokens up to and
         including ``[END]``, then ``[PAD]`` (0).
     """
+    require_tensorflow("keras_seq.decoding.greedy_decode")
     encoder_inputs, max_length = _check_decode_args("greedy_decode", encoder_inputs, max_length)
     return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
@@ -569,6 +575,7 @@ def greedy_decode_steps(
     Returns:
         ``(B, max_length)`` int32 ids laid out as in `greedy_decode`.
     """
+    require_tensorflow("keras_seq.decoding.greedy_decode_steps")
     max_length = check_positive_int("greedy_decode_steps", "max_length", max_length)
     inputs = tf.convert_to_tensor(inputs)
     if inputs.shape.rank == 0:
@@ -671,6 +678,7 @@ def beam_search(
     References:
         Wu et al. Google's Neural Machine Translation System. arXiv:1609.08144, 2016.
     """
+    require_tensorflow("keras_seq.decoding.beam_search")
     beam_width = check_positive_int("beam_search", "beam_width", beam_width)
     length_penalty = check_float("beam_search", "length_penalty", length_penalty, low=0.0)
     encoder_inputs, max_length = _check_decode_args("beam_search", encoder_inputs, max_length)
@@ -701,6 +709,7 @@ def sequence_log_probability(
     Returns:
         ``(B,)`` float32.
     """
+    require_tensorflow("keras_seq.decoding.sequence_log_probability")
     output_ids = tf.cast(output_ids, tf.int32)
     batch_size = tf.shape(output_ids)[0]
     decoder_inputs = tf.concat(

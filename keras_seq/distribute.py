@@ -38,6 +38,8 @@ import os
 
 import tensorflow as tf
 
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+
 __all__ = ["STRATEGIES", "choose_strategy", "is_chief", "make_strategy"]
 
 STRATEGIES = ("auto", "none", "mirrored", "multi_worker")
@@ -74,6 +76,7 @@ def make_strategy(name: str = "none") -> tf.distribute.Strategy:
         ValueError: for an unknown name, or ``"multi_worker"`` without a
             ``TF_CONFIG`` that lists at least one worker.
     """
+    require_tensorflow("keras_seq.distribute.make_strategy", START_UNDER_TENSORFLOW)
     if name not in STRATEGIES:
         raise ValueError(
             f"make_strategy: `name` must be one of {list(STRATEGIES)}; received {name!r}."

@@ -93,6 +93,7 @@ from typing import Any
 
 import keras
 
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import (
     check_bool,
     check_choice,
@@ -361,6 +362,7 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
         FileExistsError: the run folder holds a finished run and ``fresh``
             is False.
     """
+    require_tensorflow("keras_seq.training.train", START_UNDER_TENSORFLOW)
     t_start = time.perf_counter()
     config = dataclasses.replace(config or TrainingConfig(), **options).resolved()
     policy = keras.config.dtype_policy()
@@ -717,6 +719,7 @@ def evaluate_and_save(
         attention: draw ``attention.png``.
         extra: further top-level entries of ``metrics.json``.
     """
+    require_tensorflow("keras_seq.training.evaluate_and_save")
     t_decode = time.perf_counter()
     tokenizer, test_pairs = prepared.tokenizer, prepared.test_pairs
     source_length, target_length = prepared.source_length, prepared.target_length
@@ -783,6 +786,7 @@ def text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> tu
     Returns:
         ``(mean loss, number of predicted ids)``; exp(mean loss) is the perplexity.
     """
+    require_tensorflow("keras_seq.training.text_loss")
     import numpy as np
     import tensorflow as tf
 
@@ -824,6 +828,7 @@ def evaluate_text_and_save(
     ``train_characters``, ``steps``, ``seconds`` and ``config`` (as
     `evaluate_and_save`), plus ``extra``.
     """
+    require_tensorflow("keras_seq.training.evaluate_text_and_save")
     import math
 
     t_evaluate = time.perf_counter()
@@ -1109,6 +1114,7 @@ def make_decoder(
     Greedy for ``beam_width=0``, else `keras_seq.decoding.beam_search` with
     that width and GNMT length penalty.
     """
+    require_tensorflow("keras_seq.training.make_decoder")
     import tensorflow as tf
 
     from keras_seq import decoding
@@ -1160,6 +1166,7 @@ def translate_texts(
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.json``.
     """
+    require_tensorflow("keras_seq.training.translate_texts", START_UNDER_TENSORFLOW)
     import keras
 
     import keras_seq.layers  # noqa: F401  (registers the layers for loading)
@@ -1221,6 +1228,7 @@ def generate_text(
         ValueError: the run is not a language model, the prompt is empty or
             has characters outside the vocabulary, or a bad argument.
     """
+    require_tensorflow("keras_seq.training.generate_text", START_UNDER_TENSORFLOW)
     import keras
     import tensorflow as tf
 

@@ -33,6 +33,7 @@ import keras
 import keras_tuner
 
 from keras_seq import models, training
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import (
     check_choice,
     check_float,
@@ -313,6 +314,7 @@ def search(
             ``"rnn"``, or ``distribute="multi_worker"``, which KerasTuner does
             not support (keras-team/keras-tuner#910).
     """
+    require_tensorflow("keras_seq.tuning.search", START_UNDER_TENSORFLOW)
     import tensorflow as tf
 
     from keras_seq.distribute import choose_strategy, make_strategy

@@ -53,6 +53,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_positive_int
 from keras_seq.export._checks import check_quantize
 from keras_seq.export._tracing import traceable
@@ -117,6 +118,7 @@ def convert_fused_lstm(
     >>> "UNIDIRECTIONAL_SEQUENCE_LSTM" in ops, "WHILE" in ops
     (True, False)
     """
+    require_tensorflow("keras_seq.export.convert_fused_lstm", EXPORT_THERE)
     where = "convert_fused_lstm"
     check_quantize(where, quantize)
     if batch_size is not None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_positive_int
 from keras_seq.export._checks import check_seq2seq
 from keras_seq.export._tracing import (
@@ -51,6 +52,7 @@ def convert_to_onnx(
     >>> os.path.basename(path), os.path.isfile(path)
     ('gru.onnx', True)
     """
+    require_tensorflow("keras_seq.export.convert_to_onnx", EXPORT_THERE)
     import tf2onnx
 
     opset = check_positive_int("convert_to_onnx", "opset", opset)
@@ -103,6 +105,7 @@ def convert_seq2seq_to_onnx(
     Returns:
         ``path`` as a string.
     """
+    require_tensorflow("keras_seq.export.convert_seq2seq_to_onnx", EXPORT_THERE)
     check_seq2seq("convert_seq2seq_to_onnx", model)
     return convert_to_onnx(seq2seq_forward(model), path, seq2seq_signature(), opset=opset)
 
@@ -130,6 +133,7 @@ def convert_decoder_steps_to_onnx(
     Returns:
         ``(encoder_path, decoder_step_path)`` as strings.
     """
+    require_tensorflow("keras_seq.export.convert_decoder_steps_to_onnx", EXPORT_THERE)
     where = "convert_decoder_steps_to_onnx"
     encode, encode_signature, step, step_signature = decoder_step_functions(
         where, model, target_length

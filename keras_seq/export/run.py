@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
 from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
@@ -82,6 +83,7 @@ def export_run(
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
         ``"reference"`` (when there are examples) and ``"manifest"``.
     """
+    require_tensorflow("keras_seq.export.export_run", START_UNDER_TENSORFLOW)
     where = "export_run"
     formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
     quantize = tuple(

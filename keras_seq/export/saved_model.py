@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_float, check_positive_int
 from keras_seq.export._checks import check_seq2seq, check_tokenizer
 
@@ -103,6 +104,7 @@ def export_saved_model(
     >>> serve(inputs=tf.constant(["21 Nov 2026"]))["outputs"].shape
     TensorShape([1])
     """
+    require_tensorflow("keras_seq.export.export_saved_model", EXPORT_THERE)
     where = "export_saved_model"
     check_seq2seq(where, model)
     check_tokenizer(where, "source_tokenizer", source_tokenizer)

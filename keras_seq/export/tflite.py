@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int
 from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._tracing import (
@@ -71,6 +72,7 @@ def convert_to_tflite(
     >>> sorted(op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM"))
     []
     """
+    require_tensorflow("keras_seq.export.convert_to_tflite", EXPORT_THERE)
     where = "convert_to_tflite"
     check_quantize(where, quantize)
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
@@ -188,6 +190,7 @@ def convert_seq2seq_to_tflite(model, quantize: str | None = None) -> bytes:
     Returns:
         The flatbuffer bytes.
     """
+    require_tensorflow("keras_seq.export.convert_seq2seq_to_tflite", EXPORT_THERE)
     where = "convert_seq2seq_to_tflite"
     check_seq2seq(where, model)
     check_quantize(where, quantize)
@@ -222,6 +225,7 @@ def convert_decoder_steps_to_tflite(
     Returns:
         ``(encoder_flatbuffer, step_flatbuffer)``.
     """
+    require_tensorflow("keras_seq.export.convert_decoder_steps_to_tflite", EXPORT_THERE)
     where = "convert_decoder_steps_to_tflite"
     check_quantize(where, quantize)
     encode, encode_signature, step, step_signature = decoder_step_functions(

@@ -1,7 +1,7 @@
 """Training with a hand-written gradient: backpropagation through time (BPTT) under XLA.
 
 `run_bptt_recurrence` is the ``"bptt"`` loop form (see `choose_loop`): the
-training form for cells that supply their derivative (the ``_bptt_*`` hooks
+training form for cells that supply their derivative (the ``bptt_*`` hooks
 of `keras_seq.layers._recurrent_base.RecurrentCell`). The forward loop keeps
 what the backward loop needs, the backward loop does one matmul per step
 (``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one large matmul over
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -29,9 +28,6 @@ from keras_seq.layers._recurrent_loops import (
     num_steps,
     processing_order,
 )
-
-if TYPE_CHECKING:
-    from keras_seq.layers._recurrent_base import RecurrentCell
 
 # Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
 # tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
@@ -84,7 +80,7 @@ def tanh_grad(y, dy):
 
 
 def run_bptt_recurrence(
-    cell: RecurrentCell,
+    cell,
     xw: tf.Tensor,
     initial_states: Sequence[tf.Tensor],
     kernel: tf.Tensor,
@@ -105,11 +101,12 @@ def run_bptt_recurrence(
     after the loop.
 
     Args:
-        cell: a cell with the ``_bptt_*`` hooks (see `RecurrentCell`).
+        cell: a cell with the ``bptt_*`` hooks
+            (`keras_seq.layers._recurrent_base.RecurrentCell`).
         xw: ``(T, B, P)`` input projection for every step, with the whole
-            bias (``cell._project_inputs(x, bias=True)``), time-major.
+            bias (``cell.project_inputs(x, bias=True)``), time-major.
         initial_states: list of ``(B, units)`` tensors, h first.
-        kernel, params: ``cell._recurrent_weights(bptt=True)``: the
+        kernel, params: ``cell.recurrent_weights(bptt=True)``: the
             ``(units, P)`` recurrent kernel U and the cell's other recurrent
             weights.
         mask, go_backwards, return_sequences, zero_output_for_mask: as in
@@ -242,7 +239,7 @@ def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
     def array(shape, size=steps):
         return tf.TensorArray(xw.dtype, size=size, element_shape=shape)
 
-    saved_tas = [array((batch, width)) for width in cell._bptt_saved_widths]
+    saved_tas = [array((batch, width)) for width in cell.bptt_saved_widths]
     # states[t] are the states before step t; states[t + 1] those after it.
     state_tas = [array(s.shape, steps + 1).write(0, s) for s in states0]
     collect_outputs = mask is not None and return_sequences
@@ -255,7 +252,7 @@ def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
     def body(t, saved_tas, state_tas, out_ta, *carry):
         states = list(carry[:n_states])
         h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
-        new_states, saved = cell._bptt_forward(
+        new_states, saved = cell.bptt_forward(
             tf.gather(xw, t), tf.matmul(h_in, kernel), states, params
         )
         output = new_states[0]
@@ -298,7 +295,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
     n_states = len(states0)
     d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
     d_r_ta = tf.TensorArray(
-        xw.dtype, size=0 if cell._bptt_d_r_is_d_xw else steps, element_shape=xw.shape[1:]
+        xw.dtype, size=0 if cell.bptt_d_r_is_d_xw else steps, element_shape=xw.shape[1:]
     )
     carry = list(d_states)
     if mask is None:
@@ -320,7 +317,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
             d_new, through, d_prev_output = mask_step_backward(
                 tf.gather(mask, t), d_new, d_output, zero_output_for_mask
             )
-        d_xw_t, d_r_t, d_prev, d_params_t = cell._bptt_backward(
+        d_xw_t, d_r_t, d_prev, d_params_t = cell.bptt_backward(
             [tf.gather(s, t) for s in saved],
             [tf.gather(h, t) for h in history],
             [tf.gather(h, t + 1) for h in history],
@@ -336,7 +333,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
             d_prev = [d + p for d, p in zip(d_prev, through)]
             d_prev.append(d_prev_output)
         d_xw_ta = d_xw_ta.write(t, d_xw_t)
-        if not cell._bptt_d_r_is_d_xw:
+        if not cell.bptt_d_r_is_d_xw:
             d_r_ta = d_r_ta.write(t, d_r_t)
         d_params = [a + g for a, g in zip(d_params, d_params_t)]
         return (t - 1, d_xw_ta, d_r_ta, d_params, *d_prev)
@@ -352,7 +349,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
         parallel_iterations=32,
     )
     d_xw = result[1].stack()
-    d_r = d_xw if cell._bptt_d_r_is_d_xw else result[2].stack()
+    d_r = d_xw if cell.bptt_d_r_is_d_xw else result[2].stack()
     d_params = [tf.reduce_sum(g, 0) for g in result[3]]
     d_states0 = list(result[4 : 4 + n_states])
     return d_xw, d_r, d_states0, d_params

@@ -1,23 +1,25 @@
 """The k-max selection over time shared by `KMaxPooling` and `DynamicKMaxPooling`.
 
-Written in TensorFlow ops that the TFLite converter maps to builtins with a
-dynamic batch and length, and that tf2onnx maps to ONNX: ``TOPK_V2`` (twice:
-once on the values, once on the negated step indices to put the chosen steps
-back in time order; both TopKs break ties towards the lower index, in
-TensorFlow, TFLite and ONNX alike), ``GATHER`` with batch dimensions, and
-``PADV2`` when the sequence is shorter than k. (Indexing with ``None`` is
-avoided: a strided slice that adds an axis to an integer or boolean tensor
-needs the Flex delegate.)
+Two forms of the same function, chosen once, at the bottom of this module:
+
+- on the TensorFlow backend, `_k_max_tf`: TensorFlow ops that the TFLite
+  converter and tf2onnx map to builtins (two TopKs and a batched gather);
+- on every other backend, the `keras.ops` form here. It ranks the steps by
+  counting, for each step, the valid steps that beat it (a larger value, or an
+  equal value at an earlier step), so the tie rule holds whatever sort or
+  TopK a backend has; then it sorts keys that are all distinct. The ranking
+  compares every pair of steps, ``(B, F, T, T)`` booleans.
 """
 
 from __future__ import annotations
 
 import math
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 
-def output_mask(mask: tf.Tensor, k_out, k_per_sequence=None) -> tf.Tensor:
+def output_mask_in_ops(mask, k_out, k_per_sequence=None):
     """``(B, k_out)`` bool: True at the first ``min(k, s)`` positions of each row.
 
     Args:
@@ -28,19 +30,19 @@ def output_mask(mask: tf.Tensor, k_out, k_per_sequence=None) -> tf.Tensor:
     A row keeps ``min(k, s)`` chosen steps, ``s`` its number of valid steps;
     this depends on the mask alone, not on the values.
     """
-    s = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)  # (B,)
-    k = k_out if k_per_sequence is None else k_per_sequence
-    kept = tf.minimum(s, k)
-    return tf.expand_dims(tf.range(k_out), 0) < tf.expand_dims(kept, 1)
+    s = ops.sum(ops.cast(mask, "int32"), axis=1)  # (B,)
+    k = k_out if k_per_sequence is None else ops.cast(k_per_sequence, "int32")
+    kept = ops.minimum(s, k)
+    return ops.expand_dims(ops.arange(k_out, dtype="int32"), 0) < ops.expand_dims(kept, 1)
 
 
-def k_max_over_time(x, mask, k_out, k_per_sequence=None):
+def k_max_over_time_in_ops(x, mask, k_out, k_per_sequence=None):
     """For each sequence and feature, the k largest values over time, in time order.
 
     Args:
         x: ``(B, T, *features)``.
         mask: ``(B, T)`` bool or None; masked steps are never chosen.
-        k_out: the output length (int or scalar int32 tensor), >= every k.
+        k_out: the output length (int), >= every k.
         k_per_sequence: ``(B,)`` int32, each sequence's own k (<= ``k_out``);
             None: ``k_out`` for every sequence.
 
@@ -50,43 +52,46 @@ def k_max_over_time(x, mask, k_out, k_per_sequence=None):
         followed by zeros where fewer than k valid steps were available or
         the row's k is smaller than ``k_out``.
     """
-    features = x.shape[2:]
-    shape = tf.shape(x)
-    batch, steps = shape[0], shape[1]
-    # The feature count written out, not -1: TFLite's RESHAPE takes at most one
-    # unknown size, and batch and steps may already be unknown.
-    v = tf.reshape(x, [batch, steps, math.prod(features)])
-    v = tf.transpose(v, [0, 2, 1])  # (B, F, T): top_k works on the last axis
-    # Masked steps rank below every valid one. The lowest finite value, not
-    # -inf: a converter may lower a select to arithmetic, and -inf * 0 is NaN.
-    scores = v
+    features = tuple(x.shape[2:])
+    batch, steps = ops.shape(x)[0], ops.shape(x)[1]
+    v = ops.reshape(x, (batch, steps, math.prod(features)))
+    v = ops.transpose(v, (0, 2, 1))  # (B, F, T)
     if mask is None:
-        valid = tf.ones(tf.stack([batch, steps]), tf.int32)
+        valid = ops.ones((batch, 1, steps), "bool")
     else:
-        valid = tf.cast(mask, tf.int32)  # (B, T)
-        scores = tf.where(tf.expand_dims(tf.cast(mask, tf.bool), 1), v, v.dtype.min)
-    # A sequence shorter than k: pad with invalid steps, so that top_k has
-    # k candidates; they are never kept.
-    pad = tf.maximum(k_out - steps, 0)
-    scores = tf.pad(scores, [[0, 0], [0, 0], [0, pad]], constant_values=v.dtype.min)
-    v = tf.pad(v, [[0, 0], [0, 0], [0, pad]])
-    valid = tf.pad(valid, [[0, 0], [0, pad]])
-    padded_steps = steps + pad
+        valid = ops.expand_dims(ops.cast(mask, "bool"), 1)  # (B, 1, T)
 
-    # Largest values first; equal values by increasing step.
-    _, index = tf.math.top_k(scores, k_out)  # (B, F, k)
-    keep = tf.gather(valid, index, batch_dims=1) > 0
-    if k_per_sequence is not None:
-        keep = keep & (tf.reshape(tf.range(k_out), [1, 1, -1])
-                       < tf.reshape(k_per_sequence, [-1, 1, 1]))
-    # Back to time order, the steps not kept last: sort the step indices
-    # ascending (TopK of their negation; kept indices are distinct).
-    key = tf.where(keep, index, padded_steps)
-    negated, _ = tf.math.top_k(-key, k_out)
-    index = -negated
-    keep = index < padded_steps
-    index = tf.minimum(index, padded_steps - 1)
-    out = tf.gather(v, index, batch_dims=2)  # (B, F, k)
-    out = tf.where(keep, out, tf.zeros_like(out))
-    out = tf.transpose(out, [0, 2, 1])  # (B, k, F)
-    return tf.reshape(out, [batch, k_out, *features])
+    # rank[b, f, t]: the valid steps s that beat step t (B, F, T)
+    t = ops.arange(steps, dtype="int32")
+    earlier = ops.expand_dims(t, 1) > ops.expand_dims(t, 0)  # (T, T): [t, s] = s < t
+    v_t, v_s = ops.expand_dims(v, 3), ops.expand_dims(v, 2)  # (B, F, T, 1), (B, F, 1, T)
+    beats = ops.logical_or(v_s > v_t, ops.logical_and(v_s == v_t, earlier))
+    beats = ops.logical_and(beats, ops.expand_dims(valid, 2))  # (B, F, T, T)
+    rank = ops.sum(ops.cast(beats, "int32"), axis=3)
+    if k_per_sequence is None:
+        k = k_out
+    else:
+        k = ops.reshape(ops.cast(k_per_sequence, "int32"), (-1, 1, 1))
+    keep = ops.logical_and(valid, rank < k)  # (B, F, T)
+
+    # The kept steps first, in time order. The keys are distinct, so a stable
+    # and an unstable sort agree.
+    key = ops.where(keep, t, t + steps)
+    index = ops.argsort(key, axis=-1)[..., :k_out]  # (B, F, min(T, k_out))
+    out = ops.take_along_axis(v, index, axis=-1)
+    out = ops.where(ops.take_along_axis(keep, index, axis=-1), out, ops.zeros_like(out))
+    # A sequence shorter than k: zeros after its steps.
+    out = ops.pad(out, ((0, 0), (0, 0), (0, max(k_out - steps, 0))))  # (B, F, k_out)
+    out = ops.transpose(out, (0, 2, 1))  # (B, k_out, F)
+    return ops.reshape(out, (batch, k_out, *features))
+
+
+# The one place the form is chosen: TensorFlow keeps the ops that convert to
+# TFLite builtins; the other backends (whose tensors TensorFlow ops reject,
+# as JAX tracers) use the `keras.ops` form.
+if keras.backend.backend() == "tensorflow":
+    from keras_seq.layers._k_max_tf import k_max_over_time, output_mask
+else:
+    k_max_over_time, output_mask = k_max_over_time_in_ops, output_mask_in_ops
+
+__all__ = ["k_max_over_time", "k_max_over_time_in_ops", "output_mask", "output_mask_in_ops"]

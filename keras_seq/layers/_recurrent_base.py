@@ -1,12 +1,14 @@
 """The recurrent cell protocol (`RecurrentCell`) and the layer that drives it.
 
-A cell splits its step into ``_project_inputs`` (``x @ W``, no recurrence)
-and ``_recurrent_step`` (everything that depends on the previous state); the
+A cell splits its step into ``project_inputs`` (``x @ W``, no recurrence)
+and ``recurrent_step`` (everything that depends on the previous state); the
 full list of hooks is `RecurrentCell`'s docstring. The cell's own ``call``
-runs both for one step, so ``keras.layers.RNN(cell)`` works; `RecurrentLayer`
-projects the whole sequence in one matmul and hands only the recurrent part
-to the loop that `choose_loop` picks (`keras_seq.layers._recurrent_loops`,
-or `keras_seq.layers._bptt` for training with a hand-written gradient).
+runs both for one step, so ``keras.layers.RNN(cell)`` works on every Keras
+backend; `RecurrentLayer` projects the whole sequence in one matmul and
+hands only the recurrent part to the loop that
+`keras_seq.layers._recurrent_driver.choose_loop` picks for the backend
+(on TensorFlow, `keras_seq.layers._bptt` for training with a hand-written
+gradient).
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from keras_seq._validation import (
     invalid_value,
     shape_error,
 )
-from keras_seq.layers._bptt import run_bptt_recurrence
-from keras_seq.layers._recurrent_loops import (
+from keras_seq.layers._recurrent_driver import (
     choose_loop,
     project,
     recurrent_matmul,
@@ -55,62 +56,73 @@ def validate_recurrent_args(owner: str, units, activation, recurrent_activation,
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """Base class of the recurrent cells, and the protocol the loops drive.
 
-    Arguments, validation, config, dropout masks and the one-step ``call``
-    are here; a cell fills in the hooks below. Checklist for a new cell:
+    Arguments, validation, config, dropout masks, the default input
+    projection and the one-step ``call`` are here. A new cell is one file
+    that fills in the hooks below in ``keras.ops`` (so it runs on every Keras
+    backend), plus one line in the builders' registry
+    (`keras_seq.models.register_cell`). Checklist:
 
     1. ``__init__(units, <own arguments>, **kwargs)``: validate its own
        arguments with `keras_seq._validation`, call ``super().__init__(units,
        **kwargs)`` and set ``state_size`` (an int, or a list with h first).
-    2. ``build(input_shape)``: ``input_dim = self._check_input_shape(...)``;
-       ``self._add_kernels(input_dim, gates)`` creates ``kernel (in, P)`` and
-       ``recurrent_kernel (units, P)``; then the cell's own weights (in
-       ``get_weights()`` order); ``self.built = True``.
-    3. ``_project_inputs(x, bias=True) -> xw``: ``x @ W`` of a ``(..., in)``
-       input (all steps at once, outside the loop). ``bias=True`` adds the
-       whole bias (the ``"bptt"`` loop's convention); ``bias=False`` only the
-       part that ``_recurrent_step`` does not add itself.
-    4. ``_recurrent_weights(batch_size=None, bptt=False) -> list``: the one
+       The number of states is read from ``state_size`` everywhere.
+    2. ``build(input_shape)``: ``input_dim = self.check_input_shape(...)``;
+       ``self.add_kernels(input_dim, gates)`` creates ``kernel (in, P)`` and
+       ``recurrent_kernel (units, P)``; ``self.add_bias(gates)`` the
+       ``(P,)`` bias; then the cell's own weights (in ``get_weights()``
+       order); ``self.built = True``.
+    3. ``project_inputs(x, bias=True) -> xw``: ``x @ W`` of a ``(..., in)``
+       input (all steps at once, outside the loop). The default is ``x @
+       kernel (+ bias)``: ``bias=True`` adds the whole bias (the ``"bptt"``
+       loop's convention); ``bias=False`` none of it, the step adds it after
+       ``h @ U`` (`recurrent_matmul`). Override it only for another split of
+       the bias (`GRUCell`).
+    4. ``recurrent_weights(batch_size=None, bptt=False) -> list``: the one
        read of the weights the loop needs, once, before the loop (in the
-       compute dtype, `_read`). With ``bptt=False``, what
-       ``_recurrent_step`` unpacks; a ``batch_size`` asks for per-example
+       compute dtype, `read_weight`). With ``bptt=False``, what
+       ``recurrent_step`` unpacks; a ``batch_size`` asks for per-example
        ``(batch_size, units)`` copies of the elementwise weights (see
-       `_read_per_example`: that is what makes their gradient cheap in the
+       `read_per_example`: that is what makes their gradient cheap in the
        loops), ``None`` for them as stored (one step, through ``call``).
-       With ``bptt=True``, ``[U, *params]`` for `run_bptt_recurrence`: the
-       ``(units, P)`` recurrent kernel, then the weights ``_bptt_forward``
-       and ``_bptt_backward`` read, as stored (their gradients are summed
-       by the loop).
-    5. ``_recurrent_step(xw_t, states, weights, recurrent_mask=None) ->
-       (output, new_states)``: one step from ``xw_t`` (a row of
-       ``_project_inputs(x, bias=False)``), the list ``states`` and the
-       ``weights`` of hook 4; ``recurrent_mask`` (recurrent dropout)
-       multiplies h before ``U``. The output must be ``new_states[0]`` (h),
-       unless the cell sets ``_output_is_first_state = False`` and
-       ``output_size`` (an int): then the loop carries the previous output
-       as one more loop variable (`run_recurrence`'s ``initial_output``),
+       With ``bptt=True``, ``[U, *params]`` for the TensorFlow backend's
+       `keras_seq.layers._bptt.run_bptt_recurrence`: the ``(units, P)``
+       recurrent kernel, then the weights ``bptt_forward`` and
+       ``bptt_backward`` read, as stored (their gradients are summed by
+       the loop).
+    5. ``recurrent_step(xw_t, states, weights, recurrent_mask=None) ->
+       (output, new_states)``: one step, in ``keras.ops``, from ``xw_t`` (a
+       row of ``project_inputs(x, bias=False)``), the list ``states`` and
+       the ``weights`` of hook 4; ``recurrent_mask`` (recurrent dropout)
+       multiplies h before ``U``. Use `recurrent_matmul` for ``h @ U + b``
+       and `split` for static splits (their TensorFlow forms are faster).
+       The output must be ``new_states[0]`` (h), unless the cell sets
+       ``output_is_first_state = False`` and ``output_size`` (an int):
+       then the loop carries the previous output as one more loop variable,
        and the hand-written gradient (hooks 7-11) is not available.
     6. ``get_config()``: the cell's own arguments on top of ``super()``'s.
-       Optionally ``_steps_per_iteration`` (an int): the steps the loops run
-       per iteration (default `STEPS_PER_ITERATION`), for a cell whose step
-       is so large that copies of it only make the graph bigger.
+       Optionally ``steps_per_iteration`` (an int): the steps TensorFlow's
+       loops run per iteration (default
+       `keras_seq.layers._recurrent_loops.STEPS_PER_ITERATION`), for a cell
+       whose step is so large that copies of it only make the graph bigger.
 
-    Optional, for training with a hand-written gradient (backpropagation
-    through time, `keras_seq.layers._bptt`); without them the layer trains
-    through autodiff of the ``"tensor_array"`` loop:
+    Optional, for training on TensorFlow with a hand-written gradient
+    (backpropagation through time under XLA, `keras_seq.layers._bptt`);
+    without them, and on the other backends, the layer trains through
+    autodiff of its loop:
 
-    7. ``_bptt_supported() -> bool``: whether the derivative below is right
+    7. ``bptt_supported() -> bool``: whether the derivative below is right
        for this configuration (e.g. only with tanh/sigmoid: see
-       `_standard_activations`). Default False.
-    8. ``_bptt_saved_widths``: the width of each ``(B, width)`` tensor that
-       ``_bptt_forward`` keeps per step.
-    9. ``_bptt_d_r_is_d_xw``: True when the gradients of ``xw_t`` and of
+       `standard_activations`). Default False.
+    8. ``bptt_saved_widths``: the width of each ``(B, width)`` tensor that
+       ``bptt_forward`` keeps per step.
+    9. ``bptt_d_r_is_d_xw``: True when the gradients of ``xw_t`` and of
        ``r_t = h @ U`` are the same tensor (the loop then keeps one).
-    10. ``_bptt_forward(xw_t, r_t, states, params) -> (new_states, saved)``:
-        the step with ``xw_t`` from ``_project_inputs(x, bias=True)`` and
+    10. ``bptt_forward(xw_t, r_t, states, params) -> (new_states, saved)``:
+        the step with ``xw_t`` from ``project_inputs(x, bias=True)`` and
         ``r_t = h_in @ U`` computed by the loop; h must be ``new_states[0]``;
-        ``saved`` is what ``_bptt_backward`` needs (a list of
-        ``_bptt_saved_widths``). Write it with `fast_sigmoid`/`fast_tanh`.
-    11. ``_bptt_backward(saved, states_prev, states, d_states, params) ->
+        ``saved`` is what ``bptt_backward`` needs (a list of
+        ``bptt_saved_widths``). Write it with `fast_sigmoid`/`fast_tanh`.
+    11. ``bptt_backward(saved, states_prev, states, d_states, params) ->
         (d_xw_t, d_r_t, d_states_prev, d_params_t)``: from the gradients of
         the step's new states; ``d_r_t`` may be ``d_xw_t`` itself (hook 9),
         an entry of ``d_states_prev`` may be None (no direct path);
@@ -123,7 +135,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     registered with ``keras.saving.register_keras_serializable``; exported in
     ``keras_seq/layers/__init__.py``; tests that the layer's loops, the
     cell's ``call`` in ``keras.layers.RNN`` and (with hooks 7-11) the
-    hand-written gradient agree.
+    hand-written gradient agree with a NumPy reference.
     """
 
     def __init__(
@@ -173,46 +185,48 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     # --- hooks (see the class docstring) ---
 
-    def _project_inputs(self, x, bias=True):
-        raise NotImplementedError(f"{type(self).__name__} must implement `_project_inputs`.")
+    def project_inputs(self, x, bias=True):
+        """``x @ kernel``, plus the whole bias with ``bias=True`` (hook 3)."""
+        bias = self.read_weight(self.bias) if bias and self.use_bias else None
+        return project(x, self.read_weight(self.kernel), bias)
 
-    def _recurrent_weights(self, batch_size=None, bptt=False) -> list:
-        raise NotImplementedError(f"{type(self).__name__} must implement `_recurrent_weights`.")
+    def recurrent_weights(self, batch_size=None, bptt=False) -> list:
+        raise NotImplementedError(f"{type(self).__name__} must implement `recurrent_weights`.")
 
-    def _recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
-        raise NotImplementedError(f"{type(self).__name__} must implement `_recurrent_step`.")
+    def recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
+        raise NotImplementedError(f"{type(self).__name__} must implement `recurrent_step`.")
 
-    def _bptt_supported(self) -> bool:
+    def bptt_supported(self) -> bool:
         return False
 
-    _bptt_saved_widths: Sequence[int] = ()
-    _bptt_d_r_is_d_xw: bool = False
+    bptt_saved_widths: Sequence[int] = ()
+    bptt_d_r_is_d_xw: bool = False
     # Hook 5: False for a cell whose output is not its first state.
-    _output_is_first_state: bool = True
+    output_is_first_state: bool = True
     # Hook 6: steps per loop iteration (None: the loops' default).
-    _steps_per_iteration: int | None = None
+    steps_per_iteration: int | None = None
 
-    def _bptt_forward(self, xw_t, r_t, states, params):
+    def bptt_forward(self, xw_t, r_t, states, params):
         raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
 
-    def _bptt_backward(self, saved, states_prev, states, d_states, params):
+    def bptt_backward(self, saved, states_prev, states, d_states, params):
         raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")
 
     # --- helpers for the hooks ---
 
-    def _standard_activations(self) -> bool:
+    def standard_activations(self) -> bool:
         return (
             self.activation is activations.tanh
             and self.recurrent_activation is activations.sigmoid
         )
 
-    def _check_input_shape(self, input_shape) -> int:
+    def check_input_shape(self, input_shape) -> int:
         if len(input_shape) < 2 or input_shape[-1] is None:
             raise shape_error(self, "inputs", "(batch, features) with a known feature size",
                               input_shape)
         return int(input_shape[-1])
 
-    def _add_kernels(self, input_dim: int, gates: int) -> None:
+    def add_kernels(self, input_dim: int, gates: int) -> None:
         self.kernel = self.add_weight(
             shape=(input_dim, gates * self.units),
             name="kernel",
@@ -228,7 +242,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             constraint=self.recurrent_constraint,
         )
 
-    def _add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+    def add_bias(self, gates: int, forget_gate: int | None = None) -> None:
         """Bias of ``gates * units``; the part of gate ``forget_gate`` (when
         given) starts at 1 (Jozefowicz et al.)."""
         if not self.use_bias:
@@ -249,24 +263,24 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             constraint=self.bias_constraint,
         )
 
-    def _recurrent_bias(self):
+    def recurrent_bias(self):
         """The bias the step adds after ``h @ U`` (zeros without a bias: see
         `recurrent_matmul`)."""
         if self.use_bias:
-            return self._read(self.bias)
+            return self.read_weight(self.bias)
         return ops.zeros((self.recurrent_kernel.shape[1],), dtype=self.compute_dtype)
 
-    def _read(self, variable):
+    def read_weight(self, variable):
         """A variable's value in the compute dtype (float16 etc. under mixed precision)."""
         return ops.cast(variable, self.compute_dtype)
 
-    def _read_per_example(self, vector, batch_size):
+    def read_per_example(self, vector, batch_size):
         """A ``(units,)`` weight broadcast to ``(batch_size, units)`` once, before the loop.
 
         Same-shape products in the loop have a cheap gradient; a broadcast one
         would reduce over the batch at every step of the backward loop.
         """
-        vector = self._read(vector)
+        vector = self.read_weight(vector)
         if batch_size is None:
             return vector
         return ops.broadcast_to(vector, (batch_size, self.units))
@@ -280,8 +294,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         recurrent_mask = None
         if training and self.recurrent_dropout > 0.0:
             recurrent_mask = self.get_recurrent_dropout_mask(states[0])
-        output, new_states = self._recurrent_step(
-            self._project_inputs(inputs, bias=False), states, self._recurrent_weights(None),
+        output, new_states = self.recurrent_step(
+            self.project_inputs(inputs, bias=False), states, self.recurrent_weights(None),
             recurrent_mask,
         )
         if not nested and len(new_states) == 1:
@@ -334,10 +348,10 @@ class LSTMCellBase(RecurrentCell):
         self.peephole_constraint = constraints.get(peephole_constraint)
         self.state_size = [self.units, self.units]
 
-    def _add_bias(self, gates: int, forget_gate: int | None = None) -> None:
-        super()._add_bias(gates, forget_gate if self.unit_forget_bias else None)
+    def add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+        super().add_bias(gates, forget_gate if self.unit_forget_bias else None)
 
-    def _add_peephole(self, name: str):
+    def add_peephole(self, name: str):
         return self.add_weight(
             shape=(self.units,),
             name=name,
@@ -346,11 +360,7 @@ class LSTMCellBase(RecurrentCell):
             constraint=self.peephole_constraint,
         )
 
-    def _project_inputs(self, x, bias=True):
-        bias = self._read(self.bias) if bias and self.use_bias else None
-        return project(x, self._read(self.kernel), bias)
-
-    def _gate_inputs(self, xw_t, h_in, U, b):
+    def gate_inputs(self, xw_t, h_in, U, b):
         """``x W + h U + b`` of every gate: ``xw_t`` holds ``x W`` (no bias)."""
         return xw_t + recurrent_matmul(h_in, U, b)
 
@@ -476,18 +486,25 @@ class RecurrentLayer(keras.layers.RNN):
         recurrent_mask = None
         if training and cell.recurrent_dropout > 0.0:
             recurrent_mask = cell.get_recurrent_dropout_mask(initial_state[0])
-        loop = choose_loop(training, self.unroll, cell._bptt_supported())
+        loop = choose_loop(training, self.unroll, cell.bptt_supported())
         bptt = loop == "bptt"
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         # (T, B, gates * units); the step adds (part of) the bias itself, the
         # hand-written training loop expects it in the projection.
-        xw = cell._project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=bptt)
+        xw = cell.project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=bptt)
+        initial_state = list(initial_state)
+        if self.stateful and keras.backend.backend() == "torch":
+            # As keras.layers.RNN: the state variables' tensors must not be
+            # modified in place under autograd.
+            initial_state = [ops.copy(s) for s in initial_state]
         if bptt:
-            kernel, *params = cell._recurrent_weights(bptt=True)
+            from keras_seq.layers._bptt import run_bptt_recurrence  # TensorFlow only
+
+            kernel, *params = cell.recurrent_weights(bptt=True)
             return run_bptt_recurrence(
                 cell,
                 xw,
-                list(initial_state),
+                initial_state,
                 kernel,
                 params,
                 mask=mask,
@@ -497,25 +514,25 @@ class RecurrentLayer(keras.layers.RNN):
                 zero_output_for_mask=self.zero_output_for_mask,
             )
         batch_size = ops.shape(sequences)[0]
-        weights = cell._recurrent_weights(batch_size)
+        weights = cell.recurrent_weights(batch_size)
         initial_output = None
-        if not cell._output_is_first_state:
+        if not cell.output_is_first_state:
             initial_output = ops.zeros((batch_size, cell.output_size), dtype=xw.dtype)
 
         def step(xw_t, states):
-            return cell._recurrent_step(xw_t, states, weights, recurrent_mask)
+            return cell.recurrent_step(xw_t, states, weights, recurrent_mask)
 
         return run_recurrence(
             step,
             xw,
-            list(initial_state),
+            initial_state,
             mask=mask,
             go_backwards=self.go_backwards,
             loop=loop,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
             initial_output=initial_output,
-            steps_per_iteration=cell._steps_per_iteration,
+            steps_per_iteration=cell.steps_per_iteration,
         )
 
     def get_config(self):

@@ -56,7 +56,7 @@ def choose_loop(training, unroll: bool = False, bptt: bool = False) -> str:
         training: the call's ``training`` argument; only ``True`` trains.
         unroll: a Python loop over the static length (``unroll=True``).
         bptt: the cell supplies a hand-written gradient for this
-            configuration (``cell._bptt_supported()``).
+            configuration (``cell.bptt_supported()``).
 
     Returns:
         ``"unrolled"`` with ``unroll``; when training, ``"bptt"`` if the

@@ -14,7 +14,7 @@ from keras_seq.layers._recurrent_base import (
     delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_loops import project, recurrent_matmul
+from keras_seq.layers._recurrent_driver import project, recurrent_matmul, split
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -62,8 +62,8 @@ class GRUCell(RecurrentCell):
         self.state_size = self.units
 
     def build(self, input_shape):
-        input_dim = self._check_input_shape(input_shape)
-        self._add_kernels(input_dim, gates=3)
+        input_dim = self.check_input_shape(input_shape)
+        self.add_kernels(input_dim, gates=3)
         self.bias = None
         if self.use_bias:
             self.bias = self.add_weight(
@@ -75,27 +75,27 @@ class GRUCell(RecurrentCell):
             )
         self.built = True
 
-    def _project_inputs(self, x, bias=True):
-        kernel = self._read(self.kernel)
+    def project_inputs(self, x, bias=True):
+        kernel = self.read_weight(self.kernel)
         if not self.use_bias:
             return project(x, kernel)
         if not self.reset_after:
             # The step adds b_zr and b_h after its two matmuls (`recurrent_matmul`).
-            return project(x, kernel, self._read(self.bias) if bias else None)
-        bias = self._read(self.bias)
+            return project(x, kernel, self.read_weight(self.bias) if bias else None)
+        bias = self.read_weight(self.bias)
         # The recurrent biases of z and r are plain sums too, so they join the
         # input bias here; only b_h (recurrent) must stay inside r ⊙ (...).
         u = self.units
         zeros = ops.zeros((u,), dtype=bias.dtype)
         return project(x, kernel, bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
 
-    def _recurrent_weights(self, batch_size=None, bptt=False):
-        U = self._read(self.recurrent_kernel)
+    def recurrent_weights(self, batch_size=None, bptt=False):
+        U = self.read_weight(self.recurrent_kernel)
         u = self.units
         if bptt:  # reset_after only: [U, recurrent b_h], or [U] without a bias
-            return [U, self._read(self.bias[1, 2 * u :])] if self.use_bias else [U]
+            return [U, self.read_weight(self.bias[1, 2 * u :])] if self.use_bias else [U]
         if self.use_bias:
-            bias = self._read(self.bias)
+            bias = self.read_weight(self.bias)
         else:
             bias = ops.zeros((2, 3 * u) if self.reset_after else (3 * u,), self.compute_dtype)
         if not self.reset_after:
@@ -105,17 +105,17 @@ class GRUCell(RecurrentCell):
         return [U, ops.concatenate([ops.zeros((2 * u,), dtype=bias.dtype), bias[1, 2 * u :]])]
 
     # Hand-written gradient for training, reset_after=True only (the
-    # _bptt_* hooks of RecurrentCell); reset_after=False trains with autodiff.
-    _bptt_d_r_is_d_xw = False
+    # bptt_* hooks of RecurrentCell); reset_after=False trains with autodiff.
+    bptt_d_r_is_d_xw = False
 
     @property
-    def _bptt_saved_widths(self):
+    def bptt_saved_widths(self):
         return [2 * self.units, self.units, self.units]  # [z, r], h̃, U_h h + b_h
 
-    def _bptt_supported(self):
-        return self.reset_after and self._standard_activations()
+    def bptt_supported(self):
+        return self.reset_after and self.standard_activations()
 
-    def _bptt_forward(self, xw_t, r_t, states, params):
+    def bptt_forward(self, xw_t, r_t, states, params):
         h_prev = states[0]
         u = self.units
         x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
@@ -127,7 +127,7 @@ class GRUCell(RecurrentCell):
         h_tilde = fast_tanh(x_h + r * r_h)
         return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
 
-    def _bptt_backward(self, saved, states_prev, states, d_states, params):
+    def bptt_backward(self, saved, states_prev, states, d_states, params):
         zr, h_tilde, r_h = saved
         d_h = d_states[0]
         z, r = tf.split(zr, 2, axis=-1)
@@ -139,17 +139,15 @@ class GRUCell(RecurrentCell):
         d_r = tf.concat([d_zr, d_r_h], axis=-1)
         return d_xw, d_r, [d_h_z], [d_r_h] if params else []
 
-    def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+    def recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1 = states[0]
         u = self.units
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        # tf.split with static sizes: ops.split with indices computes the sizes in
-        # the graph at every step.
-        x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
+        x_zr, x_h = split(xw_t, [2 * u, u])
         if self.reset_after:
             U, b_recurrent = params
             # One (u, 3u) matmul; r multiplies U_h h + b_h after it.
-            uh_zr, uh_h = tf.split(recurrent_matmul(h_in, U, b_recurrent), [2 * u, u], axis=-1)
+            uh_zr, uh_h = split(recurrent_matmul(h_in, U, b_recurrent), [2 * u, u])
         else:
             U_zr, U_h, b_zr, b_h = params
             uh_zr = recurrent_matmul(h_in, U_zr, b_zr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import initializers, ops
 
 from keras_seq._validation import (
@@ -20,7 +19,7 @@ from keras_seq.layers._recurrent_base import (
     delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_loops import project, recurrent_matmul
+from keras_seq.layers._recurrent_driver import matmul, recurrent_matmul, split
 
 # Guards that keep every value and gradient finite (see `cosine_similarity`
 # and `sharpen`); far below the values they are added to in normal operation.
@@ -41,7 +40,7 @@ def cosine_similarity(k, memory):
         where ``|k| |M(i)|`` would divide by zero and the gradient of a norm
         at 0 is infinite.
     """
-    dot = tf.matmul(k, memory, transpose_b=True)  # (B, H, N)
+    dot = matmul(k, memory, transpose_b=True)  # (B, H, N)
     k_sq = ops.sum(k * k, axis=-1, keepdims=True)  # (B, H, 1)
     m_sq = ops.expand_dims(ops.sum(memory * memory, axis=-1), 1)  # (B, 1, N)
     return dot / ops.sqrt(k_sq * m_sq + COSINE_EPSILON)
@@ -192,11 +191,11 @@ class NTMCell(RecurrentCell):
         Collier & Beel, "Implementing Neural Turing Machines", ICANN 2018.
     """
 
-    _output_is_first_state = False
+    output_is_first_state = False
     # One step per loop iteration: the step is large, and copies of it made
     # XLA compilation and export much slower without making a step faster
     # (benchmarks/RESULTS.md, "NTM").
-    _steps_per_iteration = 1
+    steps_per_iteration = 1
 
     def __init__(
         self,
@@ -243,7 +242,7 @@ class NTMCell(RecurrentCell):
         return self.memory_width + 2 * self.shift_range + 4
 
     def build(self, input_shape):
-        input_dim = self._check_input_shape(input_shape)
+        input_dim = self.check_input_shape(input_shape)
         u, reads = self.units, self.num_read_heads * self.memory_width
         heads = self.num_read_heads + self.num_write_heads
         head_params = heads * self._addressing_size + 2 * self.num_write_heads * self.memory_width
@@ -270,7 +269,7 @@ class NTMCell(RecurrentCell):
             regularizer=self.recurrent_regularizer,
             constraint=self.recurrent_constraint,
         )
-        self._add_bias(gates=4, forget_gate=1 if self.unit_forget_bias else None)
+        self.add_bias(gates=4, forget_gate=1 if self.unit_forget_bias else None)
         self.head_kernel = kernel("head_kernel", (u, head_params))
         self.head_bias = bias("head_bias", head_params)
         self.output_kernel = kernel("output_kernel", (u + reads, self.output_size))
@@ -282,23 +281,19 @@ class NTMCell(RecurrentCell):
         )
         self.built = True
 
-    def _project_inputs(self, x, bias=True):
-        bias = self._read(self.bias) if bias and self.use_bias else None
-        return project(x, self._read(self.kernel), bias)
-
     def _bias_or_zeros(self, bias, size):
         # recurrent_matmul always takes a bias (fused or added: see step_matmul_form).
-        return self._read(bias) if bias is not None else ops.zeros((size,), self.compute_dtype)
+        return self.read_weight(bias) if bias is not None else ops.zeros((size,), self.compute_dtype)
 
-    def _recurrent_weights(self, batch_size=None, bptt=False):
+    def recurrent_weights(self, batch_size=None, bptt=False):
         if bptt:
             raise NotImplementedError("NTMCell has no hand-written gradient.")
         return [
-            self._read(self.recurrent_kernel),
-            self._recurrent_bias(),
-            self._read(self.head_kernel),
+            self.read_weight(self.recurrent_kernel),
+            self.recurrent_bias(),
+            self.read_weight(self.head_kernel),
             self._bias_or_zeros(self.head_bias, self.head_kernel.shape[1]),
-            self._read(self.output_kernel),
+            self.read_weight(self.output_kernel),
             self._bias_or_zeros(self.output_bias, self.output_size),
         ]
 
@@ -307,7 +302,7 @@ class NTMCell(RecurrentCell):
             return x
         return ops.clip(x, -self.clip_value, self.clip_value)
 
-    def _recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
+    def recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
         h_tm1, c_tm1, r_tm1, w_tm1, memory_tm1 = states
         U, b, W_p, b_p, W_y, b_y = weights
         n, width, S = self.memory_size, self.memory_width, self.shift_range
@@ -317,7 +312,7 @@ class NTMCell(RecurrentCell):
 
         # Controller: an LSTM on [x_t, r_{t-1}]; h_{t-1} and r_{t-1} in one matmul.
         z = xw_t + recurrent_matmul(ops.concatenate([h_in, r_tm1], axis=-1), U, b)
-        z_i, z_f, z_c, z_o = tf.split(z, 4, axis=-1)
+        z_i, z_f, z_c, z_o = split(z, 4)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)
         c = f * c_tm1 + i * self.activation(z_c)
@@ -328,10 +323,9 @@ class NTMCell(RecurrentCell):
         p = self._clip(recurrent_matmul(h, W_p, b_p))
         dtype = "float32" if self.compute_dtype in ("float16", "bfloat16") else self.compute_dtype
         p, w_tm1, memory_tm1 = (ops.cast(t, dtype) for t in (p, w_tm1, memory_tm1))
-        p_addr, p_write = tf.split(p, [H * self._addressing_size, 2 * H_w * width], axis=-1)
-        k, beta, g, s, gamma = tf.split(
-            ops.reshape(p_addr, (-1, H, self._addressing_size)), [width, 1, 1, 2 * S + 1, 1],
-            axis=-1,
+        p_addr, p_write = split(p, [H * self._addressing_size, 2 * H_w * width])
+        k, beta, g, s, gamma = split(
+            ops.reshape(p_addr, (-1, H, self._addressing_size)), [width, 1, 1, 2 * S + 1, 1]
         )
         k = ops.tanh(k)  # (B, H, W)
         beta = ops.softplus(beta)  # (B, H, 1)
@@ -347,11 +341,11 @@ class NTMCell(RecurrentCell):
         w_read, w_write = w[:, :R], w[:, R:]
 
         r = ops.matmul(w_read, memory)  # (B, R, W), from M_{t-1}
-        e, a = tf.split(ops.reshape(p_write, (-1, H_w, 2 * width)), 2, axis=-1)
+        e, a = split(ops.reshape(p_write, (-1, H_w, 2 * width)), 2)
         e, a = ops.sigmoid(e), ops.tanh(a)  # (B, H_w, W)
         for j in range(H_w):  # the erase products (H_w is small)
             memory = memory * (1.0 - w_write[:, j, :, None] * e[:, j, None, :])
-        memory = memory + tf.matmul(w_write, a, transpose_a=True)  # Σ_h w_h a_hᵀ
+        memory = memory + matmul(w_write, a, transpose_a=True)  # Σ_h w_h a_hᵀ
 
         dtype = self.compute_dtype
         r = ops.cast(ops.reshape(r, (-1, R * width)), dtype)
@@ -366,7 +360,7 @@ class NTMCell(RecurrentCell):
         heads = self.num_read_heads + self.num_write_heads
         dtype = self.compute_dtype
         zeros = ops.zeros((batch_size, self.units), dtype=dtype)
-        r = ops.reshape(ops.tanh(self._read(self.initial_read)), (1, -1))
+        r = ops.reshape(ops.tanh(self.read_weight(self.initial_read)), (1, -1))
         one_hot = np.zeros((heads, n), dtype=dtype)
         one_hot[:, 0] = 1.0
         return [

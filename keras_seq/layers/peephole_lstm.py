@@ -67,33 +67,33 @@ class PeepholeLSTMCell(LSTMCellBase):
     """
 
     def build(self, input_shape):
-        input_dim = self._check_input_shape(input_shape)
-        self._add_kernels(input_dim, gates=4)
-        self._add_bias(gates=4, forget_gate=1)
-        self.input_peephole = self._add_peephole("input_peephole")
-        self.forget_peephole = self._add_peephole("forget_peephole")
-        self.output_peephole = self._add_peephole("output_peephole")
+        input_dim = self.check_input_shape(input_shape)
+        self.add_kernels(input_dim, gates=4)
+        self.add_bias(gates=4, forget_gate=1)
+        self.input_peephole = self.add_peephole("input_peephole")
+        self.forget_peephole = self.add_peephole("forget_peephole")
+        self.output_peephole = self.add_peephole("output_peephole")
         self.built = True
 
-    def _recurrent_weights(self, batch_size=None, bptt=False):
+    def recurrent_weights(self, batch_size=None, bptt=False):
         peepholes = (self.input_peephole, self.forget_peephole, self.output_peephole)
-        U = self._read(self.recurrent_kernel)
+        U = self.read_weight(self.recurrent_kernel)
         if bptt:  # the bias is in the projection
-            return [U, *(self._read(p) for p in peepholes)]
-        return [U, self._recurrent_bias(),
-                *(self._read_per_example(p, batch_size) for p in peepholes)]
+            return [U, *(self.read_weight(p) for p in peepholes)]
+        return [U, self.recurrent_bias(),
+                *(self.read_per_example(p, batch_size) for p in peepholes)]
 
-    # Hand-written gradient for training (the _bptt_* hooks of RecurrentCell).
-    _bptt_d_r_is_d_xw = True
+    # Hand-written gradient for training (the bptt_* hooks of RecurrentCell).
+    bptt_d_r_is_d_xw = True
 
     @property
-    def _bptt_saved_widths(self):
+    def bptt_saved_widths(self):
         return [self.units] * 4  # i, f, g = tanh(z_c), o (tanh(c) is recomputed)
 
-    def _bptt_supported(self):
-        return self._standard_activations()
+    def bptt_supported(self):
+        return self.standard_activations()
 
-    def _bptt_forward(self, xw_t, r_t, states, params):
+    def bptt_forward(self, xw_t, r_t, states, params):
         c_prev = states[1]
         p_i, p_f, p_o = params
         z_i, z_f, z_c, z_o = tf.split(xw_t + r_t, 4, axis=-1)
@@ -105,7 +105,7 @@ class PeepholeLSTMCell(LSTMCellBase):
         tanh_c = fast_tanh(c)
         return [o * tanh_c, c], [i, f, g, o]
 
-    def _bptt_backward(self, saved, states_prev, states, d_states, params):
+    def bptt_backward(self, saved, states_prev, states, d_states, params):
         i, f, g, o = saved
         c_prev, c = states_prev[1], states[1]
         tanh_c = fast_tanh(c)  # cheaper to recompute than to store and read back
@@ -120,12 +120,12 @@ class PeepholeLSTMCell(LSTMCellBase):
         d_c_prev = d_c * f + d_zi * p_i + d_zf * p_f
         return d_z, d_z, [None, d_c_prev], [d_zi * c_prev, d_zf * c_prev, d_zo * c]
 
-    def _recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+    def recurrent_step(self, xw_t, states, params, recurrent_mask=None):
         h_tm1, c_tm1 = states
         U, b, p_i, p_f, p_o = params
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
         # All four gates' recurrent terms in one (u, 4u) matmul.
-        z_i, z_f, z_c, z_o = ops.split(self._gate_inputs(xw_t, h_in, U, b), 4, axis=-1)
+        z_i, z_f, z_c, z_o = ops.split(self.gate_inputs(xw_t, h_in, U, b), 4, axis=-1)
         i = self.recurrent_activation(z_i + p_i * c_tm1)
         f = self.recurrent_activation(z_f + p_f * c_tm1)
         c = f * c_tm1 + i * self.activation(z_c)

@@ -1,53 +1,74 @@
-"""Maps the ``cell=`` names accepted by the model builders to layer classes."""
+"""The registry of ``cell=`` names accepted by the model builders.
+
+`CELLS` maps each name to its ``(layer_class, cell_class)``; a new cell is
+one `register_cell` line. How many states a cell carries is read from its
+class's ``state_size``, never from its name.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import keras
 from keras import ops
 
 from keras_seq import layers
 from keras_seq._validation import check_choice
-from keras_seq.layers._recurrent_loops import (
+from keras_seq.layers._recurrent_driver import (
     choose_loop,
     project,
     recurrent_matmul,
     run_recurrence,
 )
 
-CELL_NAMES = ("gru", "lstm", "peephole", "coupled", "simple")
+# name -> (layer class, cell class); filled by `register_cell` below.
+CELLS: dict[str, tuple[type, type]] = {}
+# The registered names, in registration order.
+CELL_NAMES: tuple[str, ...] = ()
+
+
+def register_cell(name: str, layer_class: type, cell_class: type) -> None:
+    """Makes ``cell=name`` build ``layer_class`` (and ``cell_class`` in the decoders).
+
+    ``cell_class(units)`` must take the units as its first argument and set
+    ``state_size``; ``layer_class(units, return_sequences=..., ...)`` must take
+    Keras' recurrent layer arguments.
+    """
+    CELLS[name] = (layer_class, cell_class)
+    global CELL_NAMES
+    CELL_NAMES = tuple(CELLS)
 
 
 def check_cell(cell: str, where: str) -> str:
-    return check_choice(where, "cell", cell, CELL_NAMES)
+    return check_choice(where, "cell", cell, tuple(CELLS))
 
 
 def recurrent_classes(cell: str):
-    """Returns ``(layer_class, cell_class)`` for a cell name.
+    """Returns ``(layer_class, cell_class)`` for a registered cell name.
 
     ``"lstm"`` and ``"simple"`` are Keras' own LSTM and SimpleRNN (Elman)
     cells, driven by `ConvertibleLSTM` and `ConvertibleSimpleRNN`; the others
     are this package's layers.
     """
-    if cell == "gru":
-        return layers.GRU, layers.GRUCell
-    if cell == "peephole":
-        return layers.PeepholeLSTM, layers.PeepholeLSTMCell
-    if cell == "coupled":
-        return layers.CoupledGateLSTM, layers.CoupledGateLSTMCell
-    if cell == "simple":
-        return ConvertibleSimpleRNN, keras.layers.SimpleRNNCell
-    return ConvertibleLSTM, keras.layers.LSTMCell
+    return CELLS[check_cell(cell, "recurrent_classes")]
 
 
+@functools.cache
 def num_states(cell: str) -> int:
-    """The GRU and the Elman RNN carry one state (h); the LSTM family two (h, c)."""
-    return 1 if cell in ("gru", "simple") else 2
+    """The number of states of the registered cell ``cell`` (from its ``state_size``).
+
+    Read from a one-unit instance of its cell class, once per name (a cell
+    creates a seed variable: not inside a traced function).
+    """
+    state_size = recurrent_classes(cell)[1](1).state_size
+    return len(state_size) if isinstance(state_size, (list, tuple)) else 1
 
 
 def is_lstm(cell: str) -> bool:
-    """The LSTM family (``"lstm"``, ``"peephole"``, ``"coupled"``): two states, and
-    TFLite's fused LSTM kernel applies (`keras_seq.export.convert_to_tflite`)."""
-    return num_states(cell) == 2
+    """The LSTM family (``"lstm"``, ``"peephole"``, ``"coupled"``): an (h, c)
+    state, and TFLite's fused LSTM kernel applies
+    (`keras_seq.export.convert_to_tflite`)."""
+    return cell in ("lstm", "peephole", "coupled")
 
 
 class _ConvertibleInference:
@@ -63,14 +84,15 @@ class _ConvertibleInference:
     (training, ``unroll=True``), Keras' own loop runs, so training (cuDNN
     included) is untouched.
 
-    A subclass supplies `recurrent_step`: the per-step recurrence of its
-    cell, given the cast recurrent kernel and bias. Dropout is not part of
+    A subclass supplies `inference_step`: the per-step recurrence of its
+    cell, given the cast recurrent kernel and bias. On JAX and PyTorch
+    Keras' own loop always runs. Dropout is not part of
     it: Keras applies dropout only in training, which Keras' loop runs.
     """
 
-    def recurrent_step(self, recurrent_kernel, bias):
+    def inference_step(self, recurrent_kernel, bias):
         """``step(xw_t, states) -> (h, new_states)`` for `run_recurrence`."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement `inference_step`.")
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
         loop = choose_loop(training, self.unroll)
@@ -90,7 +112,7 @@ class _ConvertibleInference:
             initial_state
         ]
         return run_recurrence(
-            self.recurrent_step(recurrent_kernel, bias),
+            self.inference_step(recurrent_kernel, bias),
             xw,
             list(initial_state),
             mask=mask,
@@ -111,7 +133,7 @@ class ConvertibleLSTM(_ConvertibleInference, keras.layers.LSTM):
     `_ConvertibleInference`).
     """
 
-    def recurrent_step(self, recurrent_kernel, bias):
+    def inference_step(self, recurrent_kernel, bias):
         cell = self.cell
 
         def step(xw_t, states):
@@ -140,7 +162,7 @@ class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
         Elman. Finding Structure in Time. Cognitive Science 14(2), 1990.
     """
 
-    def recurrent_step(self, recurrent_kernel, bias):
+    def inference_step(self, recurrent_kernel, bias):
         activation = self.cell.activation or (lambda z: z)
 
         def step(xw_t, states):
@@ -148,3 +170,10 @@ class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
             return h, [h]
 
         return step
+
+
+register_cell("gru", layers.GRU, layers.GRUCell)
+register_cell("lstm", ConvertibleLSTM, keras.layers.LSTMCell)
+register_cell("peephole", layers.PeepholeLSTM, layers.PeepholeLSTMCell)
+register_cell("coupled", layers.CoupledGateLSTM, layers.CoupledGateLSTMCell)
+register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)

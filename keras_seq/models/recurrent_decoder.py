@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from keras_seq._validation import check_bool, check_positive_int, invalid_value
-from keras_seq.layers._recurrent_loops import choose_loop, scan
+from keras_seq.layers._recurrent_driver import choose_loop, scan
 from keras_seq.models._cells import check_cell, recurrent_classes
 from keras_seq.models._cells import num_states as cell_num_states
 
@@ -91,6 +90,9 @@ class RecurrentDecoder(keras.layers.Layer):
 
     @property
     def num_states(self) -> int:
+        if getattr(self, "cell", None) is not None:
+            state_size = self.cell.state_size
+            return len(state_size) if isinstance(state_size, (list, tuple)) else 1
         return cell_num_states(self.cell_name)
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
@@ -194,13 +196,14 @@ class RecurrentDecoder(keras.layers.Layer):
         # avoids the while-loop's per-iteration overhead in the gradient.
         steps = inputs.shape[1]
         loop = choose_loop(training, unroll=steps is not None and steps <= _MAX_UNROLL)
-        y_seq = tf.transpose(inputs, [1, 0, 2])  # (T, B, E): the loops run over the first axis
+        y_seq = keras.ops.transpose(inputs, (1, 0, 2))  # (T, B, E): the loops run over the first axis
         o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
-        o0 = tf.zeros([batch_size, o_dim], dtype=self.compute_dtype)
+        o0 = keras.ops.zeros((batch_size, o_dim), dtype=self.compute_dtype)
         alpha0 = (
-            tf.zeros([batch_size, tf.shape(encoder_outputs)[1]], dtype=self.compute_dtype)
+            keras.ops.zeros((batch_size, keras.ops.shape(encoder_outputs)[1]),
+                            dtype=self.compute_dtype)
             if self.attention is not None
-            else tf.zeros([batch_size, 0], dtype=self.compute_dtype)
+            else keras.ops.zeros((batch_size, 0), dtype=self.compute_dtype)
         )
         templates = [o0, alpha0] if return_attention_scores else [o0]
 
@@ -210,7 +213,7 @@ class RecurrentDecoder(keras.layers.Layer):
             )
             if not return_attention_scores:
                 return [o], list(new_states)
-            return [o, alpha0 if alpha is None else tf.cast(alpha, self.compute_dtype)], list(
+            return [o, alpha0 if alpha is None else keras.ops.cast(alpha, self.compute_dtype)], list(
                 new_states
             )
 

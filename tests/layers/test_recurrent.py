@@ -395,12 +395,12 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
     """The hand-written BPTT (training=True) against float64 central differences
     of the NumPy forward reference, for the inputs, every weight and the
     initial states, with sequence and final-state losses."""
-    from keras_seq.layers import _recurrent_base
+    from keras_seq.layers import _bptt
 
     bptt_calls = []
-    real = _recurrent_base.run_bptt_recurrence
+    real = _bptt.run_bptt_recurrence
     monkeypatch.setattr(
-        _recurrent_base, "run_bptt_recurrence",
+        _bptt, "run_bptt_recurrence",
         lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
     )
     cls, extra, step, n_states = CASES[case]
@@ -464,15 +464,15 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
         return tape.gradient(loss, [xw, *states, *cell.trainable_weights])
 
     def autodiff():
-        weights = cell._recurrent_weights(B)
+        weights = cell.recurrent_weights(B)
         return run_recurrence(
-            lambda xw_t, s: cell._recurrent_step(xw_t, s, weights, keep),
+            lambda xw_t, s: cell.recurrent_step(xw_t, s, weights, keep),
             xw, states, mask=mask, return_sequences=True,
             zero_output_for_mask=zero_output_for_mask, loop="tensor_array",
         )
 
     def bptt():
-        kernel, *params = cell._recurrent_weights(bptt=True)
+        kernel, *params = cell.recurrent_weights(bptt=True)
         # The hand-written loop takes the whole bias in the projection; the
         # LSTM steps add theirs after h @ U (GRU's xw is the same for both).
         in_step = 0.0 if case == "gru" else cell.bias

@@ -1,0 +1,50 @@
+"""Run by `test_every_backend.py` under TensorFlow: for each case name, loads
+``DIR/<name>.keras`` (saved on another backend) with ``safe_mode=True``, and
+builds the case anew with the saved weights; prints, as one JSON line, the
+largest absolute difference of each from the outputs recorded on the other
+backend."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import backend_cases  # noqa: E402
+
+import keras_seq  # noqa: E402,F401  (registers the classes for loading)
+
+
+def _max_error(model, inputs, expected):
+    outputs = model.predict(inputs, batch_size=backend_cases.B, verbose=0)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return max(float(np.max(np.abs(np.asarray(o) - e))) for o, e in zip(outputs, expected))
+
+
+def main(directory: str, names: list[str]) -> None:
+    assert keras.backend.backend() == "tensorflow"
+    cases = backend_cases.cases()
+    errors = {}
+    for name in names:
+        path = Path(directory) / f"{name}.keras"
+        build, inputs = cases[name]
+        with np.load(path.with_suffix(".outputs.npz")) as f:
+            expected = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+        with np.load(path.with_suffix(".weights.npz")) as f:
+            weights = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+        loaded = keras.saving.load_model(path, safe_mode=True)
+        rebuilt = build()
+        rebuilt.set_weights(weights)
+        errors[name] = {
+            "loaded": _max_error(loaded, inputs, expected),
+            "same_weights": _max_error(rebuilt, inputs, expected),
+        }
+    print(json.dumps(errors))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

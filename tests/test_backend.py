@@ -1,0 +1,81 @@
+"""The TensorFlow-only parts refuse another Keras backend with one clear message."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
+
+
+def _run(backend, *args):
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_require_tensorflow_names_the_function_the_backend_and_the_way_there(monkeypatch):
+    require_tensorflow("keras_seq.export.convert_to_tflite", EXPORT_THERE)  # TensorFlow: passes
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(RuntimeError) as error:
+        require_tensorflow("keras_seq.export.convert_to_tflite", EXPORT_THERE)
+    assert str(error.value) == (
+        "keras_seq.export.convert_to_tflite needs the TensorFlow backend "
+        "(KERAS_BACKEND=tensorflow); Keras is running on 'jax'. To use it, save the model "
+        "as .keras, load it under TensorFlow and export there."
+    )
+
+
+def test_on_jax_the_package_imports_and_tensorflow_only_functions_refuse():
+    script = textwrap.dedent(
+        """
+        import keras
+        import keras_seq
+        from keras_seq import decoding, distribute, export, models, training, tuning
+
+        model = models.transformer_seq2seq(
+            20, 15, num_layers=1, model_dim=8, num_heads=2, intermediate_dim=16
+        )
+        calls = {
+            "export.convert_to_tflite": lambda: export.convert_to_tflite(model),
+            "export.export_saved_model": lambda: export.export_saved_model(model, None, None, "out", 8, 8),
+            "decoding.greedy_decode": lambda: decoding.greedy_decode(model, [[3, 4]], 5),
+            "training.train": lambda: training.train(),
+            "distribute.make_strategy": lambda: distribute.make_strategy(),
+            "tuning.search": lambda: tuning.search(),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+            except RuntimeError as error:
+                print(name, "|", error)
+            else:
+                print(name, "| no error")
+        """
+    )
+    result = _run("jax", "-c", script)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" | ") for line in result.stdout.splitlines() if " | " in line)
+    assert len(lines) == 6, result.stdout
+    for name, message in lines.items():
+        assert message.startswith(
+            f"keras_seq.{name} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); "
+            "Keras is running on 'jax'. To use it, "
+        ), message
+    assert lines["export.convert_to_tflite"].endswith(
+        "save the model as .keras, load it under TensorFlow and export there."
+    )
+
+
+def test_command_line_on_torch_stops_with_one_line_and_no_traceback():
+    result = _run("torch", "-m", "keras_seq.cli", "train", "--epochs", "1")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "keras-seq needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is running "
+        "on 'torch'. To use it, run it with KERAS_BACKEND=tensorflow."
+    )
