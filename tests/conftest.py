@@ -10,6 +10,31 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+BACKEND = keras.backend.backend()
+
+if BACKEND == "torch":
+    import torch
+
+    _tensor_array = torch.Tensor.__array__
+
+    def _detached_array(self, *args, **kwargs):
+        # np.asarray(layer(x)) in a test, as on the other backends: a tensor
+        # that requires grad cannot become an array until it is detached.
+        return _tensor_array(self.detach().cpu(), *args, **kwargs)
+
+    torch.Tensor.__array__ = _detached_array
+
+
+def pytest_collection_modifyitems(config, items):
+    """On JAX and PyTorch, tests marked ``tensorflow_only`` (TensorFlow's own
+    loops, the hand-written BPTT, export, tf.function) are skipped."""
+    if BACKEND == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason=f"TensorFlow-only path; Keras runs on {BACKEND}")
+    for item in items:
+        if item.get_closest_marker("tensorflow_only"):
+            item.add_marker(skip)
+
 
 @pytest.fixture(autouse=True)
 def _reset_dtype_policy():
