@@ -94,7 +94,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
        row of ``project_inputs(x, bias=False)``), the list ``states`` and
        the ``weights`` of hook 4; ``recurrent_mask`` (recurrent dropout)
        multiplies h before ``U``. Use `recurrent_matmul` for ``h @ U + b``
-       and `split` for static splits (their TensorFlow forms are faster).
+       (or `gate_inputs`) and `split` for static splits (their
+       TensorFlow forms are faster).
        The output must be ``new_states[0]`` (h), unless the cell sets
        ``output_is_first_state = False`` and ``output_size`` (an int):
        then the loop carries the previous output as one more loop variable,
@@ -270,6 +271,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             return self.read_weight(self.bias)
         return ops.zeros((self.recurrent_kernel.shape[1],), dtype=self.compute_dtype)
 
+    def gate_inputs(self, xw_t, h_in, U, b):
+        """``x W + h U + b`` of every gate: ``xw_t`` holds ``x W`` (no bias);
+        ``h U + b`` in the step's best form (`recurrent_matmul`)."""
+        return xw_t + recurrent_matmul(h_in, U, b)
+
     def read_weight(self, variable):
         """A variable's value in the compute dtype (float16 etc. under mixed precision)."""
         return ops.cast(variable, self.compute_dtype)
@@ -359,10 +365,6 @@ class LSTMCellBase(RecurrentCell):
             regularizer=self.peephole_regularizer,
             constraint=self.peephole_constraint,
         )
-
-    def gate_inputs(self, xw_t, h_in, U, b):
-        """``x W + h U + b`` of every gate: ``xw_t`` holds ``x W`` (no bias)."""
-        return xw_t + recurrent_matmul(h_in, U, b)
 
     def get_config(self):
         config = {

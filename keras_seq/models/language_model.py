@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
-from keras_seq.models._cells import CELL_NAMES, recurrent_classes
+from keras_seq.models._cells import check_cell, recurrent_classes
 from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
 
 _KINDS = ("transformer", "rnn")
@@ -97,7 +97,7 @@ def language_model(
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         layer_class, _ = recurrent_classes(
-            check_choice(where, "cell", cell, CELL_NAMES)
+            check_cell(cell, where)
         )
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids
@@ -179,7 +179,7 @@ def sequence_classifier(
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         layer_class, _ = recurrent_classes(
-            check_choice(where, "cell", cell, CELL_NAMES)
+            check_cell(cell, where)
         )
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids

@@ -21,7 +21,7 @@ from __future__ import annotations
 import keras
 
 from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
-from keras_seq.models._cells import CELL_NAMES, num_states, recurrent_classes
+from keras_seq.models._cells import check_cell, num_states, recurrent_classes
 from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
 from keras_seq.models.recurrent_decoder import RecurrentDecoder
 
@@ -129,7 +129,7 @@ def rnn_seq2seq(
     )
     units = check_positive_int(where, "units", units)
     embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim)
-    check_choice(where, "cell", cell, CELL_NAMES)
+    check_cell(cell, where)
     check_choice(where, "attention", attention, ("bahdanau", None))
     if attention_units is None:
         attention_units = units

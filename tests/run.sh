@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole suite on TensorFlow, then the layer, model and backend tests on
+# JAX and on PyTorch (everything that runs off TensorFlow; tests marked
+# tensorflow_only are skipped there). Extra arguments go to every pytest run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+OFF_TF=(tests/layers tests/models tests/backends)
+KERAS_BACKEND=tensorflow pytest -q -n 2 --dist loadfile "$@"
+KERAS_BACKEND=jax pytest -q -n 2 --dist loadfile "$@" "${OFF_TF[@]}"
+KERAS_BACKEND=torch pytest -q -n 2 --dist loadfile "$@" "${OFF_TF[@]}"
