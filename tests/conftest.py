@@ -87,3 +87,49 @@ def _k_max_reference(x, mask, k):
 @pytest.fixture
 def k_max_reference():
     return _k_max_reference
+
+
+def _gradients(loss_fn, inputs=(), variables=()):
+    """``(loss, grads)``: the scalar ``loss_fn(*inputs)`` and its gradients with
+    respect to the arrays ``inputs`` and then the Keras ``variables``, as NumPy
+    (``None`` where the loss does not depend on one), by the backend's own
+    autodiff: ``tf.GradientTape``, ``jax.value_and_grad`` or torch autograd."""
+    from keras import ops
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        xs = [tf.convert_to_tensor(a) for a in inputs]
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            loss = loss_fn(*xs)
+        grads = tape.gradient(loss, [*xs, *variables])
+    elif BACKEND == "jax":
+        import jax
+
+        def stateless_loss(xs, values):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return loss_fn(*xs)
+
+        xs = [ops.convert_to_tensor(a) for a in inputs]
+        loss, (x_grads, variable_grads) = jax.value_and_grad(stateless_loss, argnums=(0, 1))(
+            xs, [v.value for v in variables]
+        )
+        grads = [*x_grads, *variable_grads]
+    elif BACKEND == "torch":
+        import torch
+
+        xs = [ops.convert_to_tensor(a).requires_grad_(True) for a in inputs]
+        loss = loss_fn(*xs)
+        grads = torch.autograd.grad(loss, [*xs, *(v.value for v in variables)], allow_unused=True)
+    else:
+        raise NotImplementedError(f"no gradients helper for the {BACKEND} backend")
+    return ops.convert_to_numpy(loss), [
+        None if g is None else ops.convert_to_numpy(g) for g in grads
+    ]
+
+
+@pytest.fixture
+def gradients():
+    """``gradients(loss_fn, inputs, variables)``: see `_gradients`."""
+    return _gradients

@@ -32,6 +32,7 @@ from keras_seq._validation import (
 )
 from keras_seq.layers._recurrent_driver import (
     choose_loop,
+    hoist_projection,
     project,
     recurrent_matmul,
     run_recurrence,
@@ -493,7 +494,9 @@ class RecurrentLayer(keras.layers.RNN):
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         # (T, B, gates * units); the step adds (part of) the bias itself, the
         # hand-written training loop expects it in the projection.
-        xw = cell.project_inputs(ops.transpose(sequences, (1, 0, 2)), bias=bptt)
+        hoisted = hoist_projection(loop)
+        xs = ops.transpose(sequences, (1, 0, 2))
+        xw = cell.project_inputs(xs, bias=bptt) if hoisted else xs
         initial_state = list(initial_state)
         if self.stateful and keras.backend.backend() == "torch":
             # As keras.layers.RNN: the state variables' tensors must not be
@@ -519,9 +522,11 @@ class RecurrentLayer(keras.layers.RNN):
         weights = cell.recurrent_weights(batch_size)
         initial_output = None
         if not cell.output_is_first_state:
-            initial_output = ops.zeros((batch_size, cell.output_size), dtype=xw.dtype)
+            initial_output = ops.zeros((batch_size, cell.output_size), dtype=cell.compute_dtype)
 
         def step(xw_t, states):
+            if not hoisted:  # xw_t is x_t
+                xw_t = cell.project_inputs(xw_t, bias=False)
             return cell.recurrent_step(xw_t, states, weights, recurrent_mask)
 
         return run_recurrence(

@@ -64,6 +64,22 @@ def choose_loop(training, unroll: bool = False, bptt: bool = False) -> str:
     return "convertible"
 
 
+def hoist_projection(loop: str) -> bool:
+    """Whether the input projection ``x @ W`` of all steps runs before the
+    loop (one large matmul) or inside each step.
+
+    Hoisted everywhere but in JAX's scan on the CPU: there XLA runs the loop
+    faster with each step's ``x_t @ W`` next to its ``h @ U`` than reading a
+    step of a precomputed ``(T, B, P)`` projection (forward and training;
+    benchmarks/RESULTS.md, "Every backend").
+    """
+    if loop != "scan" or keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
 # --- operations whose TensorFlow form matters ---
 
 

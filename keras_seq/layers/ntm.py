@@ -363,12 +363,13 @@ class NTMCell(RecurrentCell):
         r = ops.reshape(ops.tanh(self.read_weight(self.initial_read)), (1, -1))
         one_hot = np.zeros((heads, n), dtype=dtype)
         one_hot[:, 0] = 1.0
+        # Tiled, not broadcast: on PyTorch a broadcast is a view whose rows share
+        # memory, and a stateful layer's state variables cannot be assigned to.
         return [
             zeros,
             zeros,
-            ops.broadcast_to(r, (batch_size, self.num_read_heads * width)),
-            ops.broadcast_to(ops.convert_to_tensor(one_hot.reshape(1, -1)),
-                             (batch_size, heads * n)),
+            ops.tile(r, (batch_size, 1)),
+            ops.tile(ops.convert_to_tensor(one_hot.reshape(1, -1)), (batch_size, 1)),
             ops.full((batch_size, n * width), self.initial_memory, dtype=dtype),
         ]
 

@@ -3,9 +3,11 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from keras_seq import layers
+
+BACKEND = keras.backend.backend()
 
 B, T, IN, U = 3, 5, 4, 6
 
@@ -153,18 +155,22 @@ def test_layer_and_cell_match_numpy_reference(case, variant, rng):
 # --- against the Keras built-ins -------------------------------------------------
 
 
-def _grads(layer, x, mask, probe, training=False):
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(tf.cast(layer(x, mask=mask, training=training), probe.dtype) * probe)
-    return tape.gradient(loss, [x, *layer.trainable_weights])
+def _grads(gradients, layer, x, mask, probe, training=False):
+    """Gradients of ``sum(layer(x) * probe)`` for ``x`` and the layer's trainable weights."""
+
+    def loss(x):
+        y = ops.cast(layer(x, mask=mask, training=training), "float32")
+        return ops.sum(y * ops.convert_to_tensor(probe))
+
+    return gradients(loss, [x], layer.trainable_weights)[1]
 
 
-# training=True takes the hand-written gradient, training=False TensorFlow's autodiff.
+# On TensorFlow training=True takes the hand-written gradient, training=False
+# autodiff; elsewhere both are autodiff of the driver's loop.
 @pytest.mark.parametrize("training", [False, True])
-def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(training, rng):
-    x = tf.constant(_inputs(rng))
-    mask = tf.constant(_ragged_mask([5, 4, 2]))
+def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(training, rng, gradients):
+    x = _inputs(rng)
+    mask = _ragged_mask([5, 4, 2])
     ours = layers.PeepholeLSTM(U, return_sequences=True)
     ours.build((None, None, IN))
     kernel, recurrent, bias = _randomize(ours, rng)[:3]
@@ -173,19 +179,19 @@ def test_peephole_lstm_with_zero_peepholes_equals_keras_lstm(training, rng):
     reference.build((None, None, IN))
     reference.set_weights([kernel, recurrent, bias])
 
-    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    probe = rng.normal(size=(B, T, U)).astype("float32")
     np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
-    ours_grads = _grads(ours, x, mask, probe, training)
-    reference_grads = _grads(reference, x, mask, probe, training)
+    ours_grads = _grads(gradients, ours, x, mask, probe, training)
+    reference_grads = _grads(gradients, reference, x, mask, probe, training)
     for got, want in zip(ours_grads[:4], reference_grads):  # x, kernel, recurrent, bias
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("reset_after", [True, False])
-def test_gru_equals_keras_gru_with_copied_weights(reset_after, training, rng):
-    x = tf.constant(_inputs(rng))
-    mask = tf.constant(_ragged_mask([5, 4, 2]))
+def test_gru_equals_keras_gru_with_copied_weights(reset_after, training, rng, gradients):
+    x = _inputs(rng)
+    mask = _ragged_mask([5, 4, 2])
     reference = keras.layers.GRU(U, return_sequences=True, reset_after=reset_after)
     reference.build((None, None, IN))
     weights = _randomize(reference, rng)
@@ -194,10 +200,11 @@ def test_gru_equals_keras_gru_with_copied_weights(reset_after, training, rng):
     ours.set_weights(reference.get_weights())
     assert [w.shape for w in ours.get_weights()] == [w.shape for w in weights]
 
-    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    probe = rng.normal(size=(B, T, U)).astype("float32")
     np.testing.assert_allclose(ours(x, mask=mask), reference(x, mask=mask), atol=1e-6)
     for got, want in zip(
-        _grads(ours, x, mask, probe, training), _grads(reference, x, mask, probe, training)
+        _grads(gradients, ours, x, mask, probe, training),
+        _grads(gradients, reference, x, mask, probe, training),
     ):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
@@ -262,7 +269,7 @@ def test_padded_batch_equals_unpadded(case, go_backwards, rng):
 def test_all_masked_sequence_gives_finite_zero_output(case, rng):
     layer, _, _, _ = _make(case, rng, return_sequences=True, return_state=True)
     mask = _ragged_mask([5, 0, 2])
-    sequence, *states = layer(_inputs(rng), mask=mask)
+    sequence, *states = (np.asarray(o) for o in layer(_inputs(rng), mask=mask))
     assert np.all(np.isfinite(sequence)) and all(np.all(np.isfinite(s)) for s in states)
     # Nothing was processed: the initial (zero) states come back.
     np.testing.assert_array_equal(sequence[1], 0.0)
@@ -273,11 +280,14 @@ def test_all_masked_sequence_gives_finite_zero_output(case, rng):
 # --- driver forms ----------------------------------------------------------------
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("steps", [5, 16, 37])  # remainder only, blocks only, both
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru_reset_before"])
 def test_inference_form_equals_training_form_for_any_length(case, steps, rng):
     """The convertible inference loop (blocks of steps + remainder) equals the
     training loop (hand-written gradient under XLA, or the TensorArray loop)."""
+    import tensorflow as tf
+
     layer, weights, step, n_states = _make(
         case, rng, return_sequences=True, return_state=True, go_backwards=True
     )
@@ -322,19 +332,38 @@ def test_unrolled_equals_loop(case, rng):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+def _xla_grads(layer, x, mask, probe, training):
+    """`_grads` taken by a GradientTape inside an XLA-compiled tf.function."""
+    import tensorflow as tf
+
+    x, probe = tf.constant(x), tf.constant(probe)
+
+    def grads():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(layer(x, mask=mask, training=training) * probe)
+        return tape.gradient(loss, [x, *layer.trainable_weights])
+
+    return tf.function(grads, jit_compile=True)()
+
+
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("training", [False, True])
-def test_jit_compiled_gradients_equal_eager(training, rng):
+def test_jit_compiled_gradients_equal_eager(training, rng, gradients):
     layer, _, _, _ = _make("peephole", rng, return_sequences=True)
-    x = tf.constant(_inputs(rng))
-    mask = tf.constant(_ragged_mask([5, 3, 2]))
-    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
-    expected = _grads(layer, x, mask, probe)  # eager autodiff
-    got = tf.function(lambda: _grads(layer, x, mask, probe, training), jit_compile=True)()
+    x = _inputs(rng)
+    mask = _ragged_mask([5, 3, 2])
+    probe = rng.normal(size=(B, T, U)).astype("float32")
+    expected = _grads(gradients, layer, x, mask, probe)  # eager autodiff
+    got = _xla_grads(layer, x, mask, probe, training)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-5)
 
 
+@pytest.mark.tensorflow_only
 def test_distribute_strategy_training_step_matches_plain(rng):
+    import tensorflow as tf
+
     x, y = _inputs(rng, batch=4), rng.normal(size=(4, U)).astype("float32")
 
     def fit_once():
@@ -390,19 +419,33 @@ def _finite_difference_grads(loss, arrays, eps=1e-6):
 @pytest.mark.parametrize("case", ["peephole", "cifg", "cifg_peepholes", "gru"])
 @pytest.mark.parametrize("variant", ["plain", "masked_backwards_initial_state"])
 def test_training_gradient_matches_finite_differences_of_numpy_reference(
-    case, variant, rng, monkeypatch
+    case, variant, rng, monkeypatch, gradients
 ):
-    """The hand-written BPTT (training=True) against float64 central differences
-    of the NumPy forward reference, for the inputs, every weight and the
-    initial states, with sequence and final-state losses."""
-    from keras_seq.layers import _bptt
-
+    """The training gradient (training=True: TensorFlow's hand-written BPTT,
+    autodiff of the loop elsewhere) against float64 central differences of
+    the NumPy forward reference, for the inputs, every weight and the initial
+    states, with sequence and final-state losses."""
     bptt_calls = []
-    real = _bptt.run_bptt_recurrence
-    monkeypatch.setattr(
-        _bptt, "run_bptt_recurrence",
-        lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
-    )
+    if BACKEND == "tensorflow":
+        from keras_seq.layers import _bptt
+
+        real = _bptt.run_bptt_recurrence
+        monkeypatch.setattr(
+            _bptt, "run_bptt_recurrence",
+            lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
+        )
+    if BACKEND == "jax":  # float64 needs JAX's 64-bit mode
+        import jax
+
+        with jax.enable_x64(True):
+            _check_float64_gradient(case, variant, rng, gradients)
+    else:
+        _check_float64_gradient(case, variant, rng, gradients)
+    if BACKEND == "tensorflow":
+        assert bptt_calls, "training=True did not take the hand-written gradient"
+
+
+def _check_float64_gradient(case, variant, rng, gradients):
     cls, extra, step, n_states = CASES[case]
     masked = variant != "plain"
     layer = cls(U, **extra, return_sequences=True, return_state=True, go_backwards=masked,
@@ -421,21 +464,20 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
 
     expected = _finite_difference_grads(numpy_loss, [x, *weights, *states])
 
-    x_t = tf.constant(x)
-    initial = [tf.constant(s) for s in states] if masked else None
-    with tf.GradientTape() as tape:
-        tape.watch(x_t)
-        if masked:
-            tape.watch(initial)
-        outputs = layer(x_t, mask=mask, initial_state=initial, training=True)
-        loss = sum(tf.reduce_sum(o * p) for o, p in zip(outputs, probes))
-    got = tape.gradient(loss, [x_t, *layer.trainable_weights, *(initial or [])])
-    assert bptt_calls, "training=True did not take the hand-written gradient"
-    np.testing.assert_allclose(float(loss), numpy_loss(), rtol=1e-10)
+    def loss(x, *initial):
+        outputs = layer(x, mask=mask, initial_state=list(initial) or None, training=True)
+        return sum(ops.sum(o * ops.convert_to_tensor(p)) for o, p in zip(outputs, probes))
+
+    inputs = [x, *states] if masked else [x]
+    value, grads = gradients(loss, inputs, layer.trainable_weights)
+    # In the order of `expected`: x, the weights, then the initial states.
+    got = [grads[0], *grads[len(inputs) :], *grads[1 : len(inputs)]]
+    np.testing.assert_allclose(float(value), numpy_loss(), rtol=1e-10)
     for g, e in zip(got, expected[: len(got)]):
         np.testing.assert_allclose(g, e, atol=1e-6)
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
 def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
@@ -443,6 +485,8 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
 ):
     """With a recurrent dropout mask (and padding), the driver's hand-written
     gradient equals TensorFlow's autodiff through the per-step cell."""
+    import tensorflow as tf
+
     from keras_seq.layers._bptt import run_bptt_recurrence
     from keras_seq.layers._recurrent_loops import run_recurrence
 
@@ -496,25 +540,28 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
 
 @pytest.mark.parametrize("policy, rtol", [("mixed_float16", 3e-2), ("mixed_bfloat16", 1e-1)])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
-def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case, rng):
+def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case, rng, gradients):
     reference, weights, _, _ = _make(case, rng, return_sequences=True)
-    x = tf.constant(_inputs(rng))
-    mask = tf.constant(_ragged_mask([5, 3, 2]))
-    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
-    expected = _grads(reference, x, mask, probe, training=True)
+    x = _inputs(rng)
+    mask = _ragged_mask([5, 3, 2])
+    probe = rng.normal(size=(B, T, U)).astype("float32")
+    expected = _grads(gradients, reference, x, mask, probe, training=True)
     keras.mixed_precision.set_global_policy(policy)
     layer = _make(case, rng, return_sequences=True)[0]
     layer.set_weights(weights)
-    got = _grads(layer, x, mask, probe, training=True)
+    got = _grads(gradients, layer, x, mask, probe, training=True)
     for g, e in zip(got, expected):
-        g = tf.cast(g, "float32").numpy()
+        g = np.asarray(g, "float32")
         assert np.all(np.isfinite(g))
         scale = np.max(np.abs(e))
         np.testing.assert_allclose(g / scale, np.asarray(e) / scale, atol=rtol)
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("dtype, atol", [("float32", 1e-6), ("float16", 1e-3), ("float64", 1e-15)])
 def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
+    import tensorflow as tf
+
     from keras_seq.layers._bptt import fast_sigmoid, fast_tanh
 
     x = np.concatenate([np.linspace(-30.0, 30.0, 20001), [0.0, 1e-8, -1e-8, 7.9, -7.9]])
@@ -526,16 +573,17 @@ def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
     assert np.all(np.abs(got_tanh) <= 1.0) and np.all((got_sigmoid >= 0) & (got_sigmoid <= 1))
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("steps", [1, 3, 4, 5, 8])
-def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng):
+def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng, gradients):
     """The TensorArray loop runs several steps per iteration plus a remainder
     loop; any length, including fewer steps than one iteration holds, must
     differentiate under XLA like eagerly."""
     layer, _, _, _ = _make("gru_reset_before", rng, return_sequences=True)  # autodiff path
-    x = tf.constant(_inputs(rng, steps=steps))
-    probe = tf.constant(rng.normal(size=(B, steps, U)).astype("float32"))
-    expected = _grads(layer, x, None, probe, training=True)
-    got = tf.function(lambda: _grads(layer, x, None, probe, training=True), jit_compile=True)()
+    x = _inputs(rng, steps=steps)
+    probe = rng.normal(size=(B, steps, U)).astype("float32")
+    expected = _grads(gradients, layer, x, None, probe, training=True)
+    got = _xla_grads(layer, x, None, probe, training=True)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-5)
 
@@ -543,10 +591,13 @@ def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng
 # --- the step's matmul form --------------------------------------------------------
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("form", ["fused", "plain"])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
 def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypatch):
     """Whichever form the timing picks on a machine, the other one is right too."""
+    import tensorflow as tf
+
     from keras_seq.layers import _recurrent_loops
 
     monkeypatch.setattr(_recurrent_loops, "_step_matmul", form)
@@ -561,6 +612,7 @@ def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypat
     assert ("BiasAdd" in loop_ops) == (form == "fused")
 
 
+@pytest.mark.tensorflow_only
 def test_step_matmul_form_is_chosen_once_and_env_fixes_it(monkeypatch):
     from keras_seq.layers import _recurrent_loops
 
@@ -587,9 +639,12 @@ def test_step_matmul_form_is_chosen_once_and_env_fixes_it(monkeypatch):
         _recurrent_loops.step_matmul_form()
 
 
+@pytest.mark.tensorflow_only
 def test_step_matmul_timing_returns_a_form_eagerly_inside_a_trace():
     """The timing runs at the first trace of a step, i.e. inside a tf.function:
     it must lift itself out and execute (not add its loops to the caller's graph)."""
+    import tensorflow as tf
+
     from keras_seq.layers import _recurrent_loops
 
     @tf.function
