@@ -16,6 +16,7 @@ are in ``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 from collections.abc import Sequence
@@ -183,7 +184,9 @@ def _bptt_loops(cell, return_sequences, zero_output_for_mask):
     in the caller's thread).
     """
     key = (type(cell), _config_key(cell.get_config()), return_sequences, zero_output_for_mask)
-    if key not in _LOOPS:
+    if key in _LOOPS:
+        _LOOPS.move_to_end(key)
+    else:
 
         def forward_loop(*args):
             return _forward_loop(
@@ -198,6 +201,8 @@ def _bptt_loops(cell, return_sequences, zero_output_for_mask):
             tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
             tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
         )
+        while len(_LOOPS) > MAX_CACHED_LOOPS:
+            _LOOPS.popitem(last=False)  # the least recently used
     return _LOOPS[key]
 
 
@@ -216,8 +221,12 @@ def _called_by(cell):
 
 
 # (cell class, configuration, return_sequences, zero_output_for_mask) -> the
-# compiled (forward, backward) loops; see `_bptt_loops`.
-_LOOPS: dict = {}
+# compiled (forward, backward) loops, least recently used first; see
+# `_bptt_loops`. Bounded: a process that builds many differently configured
+# cells (a hyperparameter search) keeps the compiled loops of the last
+# `MAX_CACHED_LOOPS` configurations only.
+MAX_CACHED_LOOPS = 64
+_LOOPS: collections.OrderedDict = collections.OrderedDict()
 
 
 def _config_key(config):
