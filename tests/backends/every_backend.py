@@ -1,8 +1,9 @@
-"""Every public layer and builder trains, predicts, saves and reloads on the
-current Keras backend, and a model saved on JAX or PyTorch loads under
-TensorFlow with the same outputs (the issue's "one model, any backend").
-
-The suite runs this file under each backend (see the README's test command).
+"""The checks behind `test_layers_every_backend.py` and
+`test_builders_every_backend.py`: every public layer and builder trains,
+predicts, saves and reloads on the current Keras backend, and a model saved
+on JAX or PyTorch loads under TensorFlow with the same outputs ("one model,
+any backend"). Two test files share the cases so that the two pytest
+processes share the work.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import keras
 import numpy as np
-import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -24,10 +24,16 @@ import backend_cases  # noqa: E402
 
 CASES = backend_cases.cases()
 BACKEND = keras.backend.backend()
+BUILDERS = sorted(name for name in CASES if name[0].islower() or name.startswith("Recurrent"))
+LAYERS = sorted(name for name in CASES if name not in BUILDERS)
 
 
 def _as_list(outputs):
     return [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+
+
+def _predict(model, inputs):
+    return _as_list(model.predict(inputs, batch_size=backend_cases.B, verbose=0))
 
 
 def _target_like(outputs):
@@ -51,7 +57,7 @@ def trained(name: str):
     keras.utils.set_random_seed(0)
     build, inputs = CASES[name]
     model = build()
-    outputs = _as_list(model.predict(inputs, batch_size=backend_cases.B, verbose=0))
+    outputs = _predict(model, inputs)
     model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
     before = [w.copy() for w in model.get_weights()]
     history = model.fit(inputs, _target_like(outputs), epochs=2, batch_size=backend_cases.B,
@@ -59,7 +65,7 @@ def trained(name: str):
     assert np.all(np.isfinite(history.history["loss"])), name
     changed = [not np.array_equal(a, b) for a, b in zip(before, model.get_weights())]
     assert any(changed), f"{name}: fit changed no weight"
-    outputs = _as_list(model.predict(inputs, batch_size=backend_cases.B, verbose=0))
+    outputs = _predict(model, inputs)
     path = _saved_dir() / f"{name}.keras"
     model.save(path)
     np.savez(path.with_suffix(".outputs.npz"), *outputs)
@@ -67,24 +73,22 @@ def trained(name: str):
     return model, inputs, outputs, path
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_case_trains_predicts_and_reloads_with_equal_outputs(name):
+def check_trains_predicts_and_reloads(name):
     model, inputs, outputs, path = trained(name)
     for o in outputs:
         assert np.all(np.isfinite(o)), name
     reloaded = keras.saving.load_model(path, safe_mode=True)
-    again = _as_list(reloaded.predict(inputs, batch_size=backend_cases.B, verbose=0))
+    again = _predict(reloaded, inputs)
     for a, b in zip(outputs, again):
         np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(BACKEND == "tensorflow", reason="moves models from another backend to "
-                    "TensorFlow; the TensorFlow run is the receiving end")
-def test_models_saved_on_this_backend_load_under_tensorflow_with_equal_outputs():
+def check_loads_under_tensorflow(names):
     """One TensorFlow subprocess loads every ``.keras`` saved here (and builds
-    every case anew with the saved weights) and predicts the same inputs."""
-    names = sorted(CASES)
+    every case anew with the saved weights) and predicts the same inputs; a
+    few of the loaded models are exported to builtin-only TFLite there and
+    run in LiteRT."""
+    names = sorted(names)
     for name in names:
         trained(name)
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -95,5 +99,7 @@ def test_models_saved_on_this_backend_load_under_tensorflow_with_equal_outputs()
     assert result.returncode == 0, result.stderr[-3000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
     assert sorted(errors) == names
+    exported = [name for name in names if "tflite" in errors[name]]
+    assert exported, "no case was exported to TFLite under TensorFlow"
     bad = {name: e for name, e in errors.items() if max(e.values()) > 1e-5}
     assert not bad, bad
