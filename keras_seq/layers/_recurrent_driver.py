@@ -83,6 +83,15 @@ def hoist_projection(loop: str) -> bool:
 # --- operations whose TensorFlow form matters ---
 
 
+def _ops_matmul(a, b):
+    """``ops.matmul``, except that float64 stays float64: Keras' type promotion
+    caps at 32 bits, so its PyTorch matmul computes float64 operands in
+    float32; ``ops.einsum`` keeps the dtype."""
+    if keras.backend.standardize_dtype(a.dtype) == "float64":
+        return ops.einsum("...ij,...jk->...ik", a, b)
+    return ops.matmul(a, b)
+
+
 def project(x, kernel, bias=None):
     """``x @ kernel + bias`` over the last axis of a rank-2 or rank-3 ``x``.
 
@@ -93,7 +102,7 @@ def project(x, kernel, bias=None):
         from keras_seq.layers._recurrent_loops import project as tf_project
 
         return tf_project(x, kernel, bias)
-    y = ops.matmul(x, kernel)
+    y = _ops_matmul(x, kernel)
     return y if bias is None else y + bias
 
 
@@ -104,7 +113,7 @@ def recurrent_matmul(h, kernel, bias):
         from keras_seq.layers._recurrent_loops import recurrent_matmul as tf_recurrent_matmul
 
         return tf_recurrent_matmul(h, kernel, bias)
-    return ops.matmul(h, kernel) + bias
+    return _ops_matmul(h, kernel) + bias
 
 
 def split(x, sizes: Sequence[int] | int, axis: int = -1) -> list:
@@ -138,7 +147,7 @@ def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
         a = ops.swapaxes(a, -1, -2)
     if transpose_b:
         b = ops.swapaxes(b, -1, -2)
-    return ops.matmul(a, b)
+    return _ops_matmul(a, b)
 
 
 # --- the loops ---

@@ -79,7 +79,7 @@ def sharpen(w, gamma):
         every w̃(i)^γ underflows, and ε (`SHARPEN_EPSILON`) keeps the log and
         the gradient of the power finite where w̃(i) = 0.
     """
-    return ops.softmax(gamma * ops.log(w + SHARPEN_EPSILON), axis=-1)
+    return ops.softmax(ops.multiply(gamma, ops.log(w + SHARPEN_EPSILON)), axis=-1)
 
 
 def validate_ntm_args(owner: str, controller_units, memory_size, memory_width, num_read_heads,
@@ -340,7 +340,7 @@ class NTMCell(RecurrentCell):
         w = sharpen(circular_shift(w_g, s, S), gamma)  # (B, H, N)
         w_read, w_write = w[:, :R], w[:, R:]
 
-        r = ops.matmul(w_read, memory)  # (B, R, W), from M_{t-1}
+        r = matmul(w_read, memory)  # (B, R, W), from M_{t-1}
         e, a = split(ops.reshape(p_write, (-1, H_w, 2 * width)), 2)
         e, a = ops.sigmoid(e), ops.tanh(a)  # (B, H_w, W)
         for j in range(H_w):  # the erase products (H_w is small)
@@ -359,15 +359,15 @@ class NTMCell(RecurrentCell):
         n, width = self.memory_size, self.memory_width
         heads = self.num_read_heads + self.num_write_heads
         dtype = self.compute_dtype
-        zeros = ops.zeros((batch_size, self.units), dtype=dtype)
         r = ops.reshape(ops.tanh(self.read_weight(self.initial_read)), (1, -1))
         one_hot = np.zeros((heads, n), dtype=dtype)
         one_hot[:, 0] = 1.0
-        # Tiled, not broadcast: on PyTorch a broadcast is a view whose rows share
-        # memory, and a stateful layer's state variables cannot be assigned to.
+        # One new tensor per state, tiled rather than broadcast: on PyTorch a
+        # stateful layer's state variables hold these tensors' memory, which
+        # must be neither shared between states nor between rows.
         return [
-            zeros,
-            zeros,
+            ops.zeros((batch_size, self.units), dtype=dtype),
+            ops.zeros((batch_size, self.units), dtype=dtype),
             ops.tile(r, (batch_size, 1)),
             ops.tile(ops.convert_to_tensor(one_hot.reshape(1, -1)), (batch_size, 1)),
             ops.full((batch_size, n * width), self.initial_memory, dtype=dtype),

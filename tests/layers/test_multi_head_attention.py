@@ -5,10 +5,8 @@ import re
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_seq import layers
-from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
 from keras_seq.layers import _masking
 
 
@@ -142,8 +140,8 @@ def test_explicit_query_mask_equals_keras_with_implicit_mask(rng):
     q, v = _x(rng, 2, 5, 8), _x(rng, 2, 6, 8)
     query_mask = np.array([[1] * 5, [1] * 2 + [0] * 3], bool)
     y, scores = ours(q, v, query_mask=query_mask, return_attention_scores=True)
-    masked_q = tf.constant(q)
-    _masking.set_keras_mask(masked_q, tf.constant(query_mask))
+    masked_q = keras.ops.convert_to_tensor(q)
+    _masking.set_keras_mask(masked_q, keras.ops.convert_to_tensor(query_mask))
     y_ref, scores_ref = reference(masked_q, v, return_attention_scores=True)
     np.testing.assert_allclose(scores, scores_ref, atol=1e-6)
     np.testing.assert_allclose(np.asarray(y)[query_mask], np.asarray(y_ref)[query_mask], atol=1e-5)
@@ -234,7 +232,7 @@ def test_fully_masked_row_is_finite(rng, policy):
     q, v = _x(rng, 2, 3, 8) * 30, _x(rng, 2, 4, 8) * 30
     mask = np.array([[1] * 4, [0] * 4], bool)  # the second example has no key at all
     y, scores = mha(q, v, value_mask=mask, return_attention_scores=True)
-    y, scores = np.asarray(y, "float32"), np.asarray(scores, "float32")
+    y, scores = (keras.ops.convert_to_numpy(keras.ops.cast(t, "float32")) for t in (y, scores))
     assert np.isfinite(y).all() and np.isfinite(scores).all()
     np.testing.assert_array_equal(scores[1], 0.0)
     tolerance = 1e-5 if policy == "float32" else 1e-2
@@ -349,7 +347,12 @@ def test_keras_file_round_trip_in_functional_model(rng, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_matches_keras_full_and_cached_step(rng):
+    import tensorflow as tf
+
+    from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+
     mha = layers.MultiHeadAttention(num_heads=2, key_dim=4)
     x_in = keras.Input((None, 8))
     model = keras.Model(x_in, mha(x_in, x_in, use_causal_mask=True))
@@ -376,8 +379,11 @@ def test_tflite_matches_keras_full_and_cached_step(rng):
         np.testing.assert_allclose(cache_tflite, cache, atol=1e-5)
 
 
+@pytest.mark.tensorflow_only  # the ops of a TensorFlow graph, for ONNX and TF Serving
 def test_cache_update_traces_to_core_ops_without_xla(rng):
     # XlaDynamicUpdateSlice has no ONNX mapping and needs XLA in TF Serving.
+    import tensorflow as tf
+
     mha = layers.MultiHeadAttention(num_heads=2, key_dim=4)
     mha.build((None, None, 8), (None, None, 8))
     step = tf.function(

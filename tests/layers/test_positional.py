@@ -5,10 +5,8 @@ import re
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_seq import layers
-from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
 from keras_seq.layers import _masking
 
 
@@ -45,12 +43,15 @@ def test_start_index_continues_the_sequence(rng):
     pe = layers.SinusoidalPositionalEncoding()
     full = np.asarray(pe(x))
     for start in (0, 5, 11):
-        step = pe(x[:, start : start + 1], start_index=tf.constant(start))
+        step = pe(x[:, start : start + 1], start_index=keras.ops.convert_to_tensor(start))
         np.testing.assert_allclose(step, full[:, start : start + 1], atol=1e-6)
     np.testing.assert_allclose(pe(x[:, 4:9], start_index=4), full[:, 4:9], atol=1e-6)
 
 
+@pytest.mark.tensorflow_only  # XLA compilation with tf.function and its tracing count
 def test_compiled_step_traces_once_for_every_position():
+    import tensorflow as tf
+
     pe = layers.SinusoidalPositionalEncoding()
     step = tf.function(lambda x, i: pe(x, start_index=i), jit_compile=True)
     x = tf.zeros((2, 1, 8))
@@ -112,7 +113,12 @@ def test_keras_file_round_trip(rng, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_matches_keras_with_tensor_start_index(rng):
+    import tensorflow as tf
+
+    from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+
     pe = layers.SinusoidalPositionalEncoding()
     flatbuffer = convert_to_tflite(
         lambda x, i: pe(x, start_index=i),

@@ -147,6 +147,11 @@ def test_layer_and_cell_match_numpy_reference(case, variant, rng):
         layer.cell, return_sequences=True, return_state=True, go_backwards=go_backwards
     )
     cell_sequence, *cell_states = rnn(x, mask=mask, initial_state=initial)
+    if BACKEND == "jax" and mask is not None:
+        # Keras' JAX loop outputs the initial state h_0, not zeros, at the
+        # masked steps before the first valid one: compare the valid steps.
+        valid = mask[:, ::-1] if go_backwards else mask  # in processing order
+        cell_sequence, expected = np.asarray(cell_sequence)[valid], expected[valid]
     np.testing.assert_allclose(cell_sequence, expected, atol=1e-5)
     for got, want in zip(cell_states, expected_states):
         np.testing.assert_allclose(got, want, atol=1e-5)
@@ -434,22 +439,17 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
             _bptt, "run_bptt_recurrence",
             lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
         )
-    if BACKEND == "jax":  # float64 needs JAX's 64-bit mode
-        import jax
-
-        with jax.enable_x64(True):
-            _check_float64_gradient(case, variant, rng, gradients)
+    # Keras' JAX ops compute float64 in float32 (its type promotion caps at 32
+    # bits, x64 mode or not): there the layer runs in float32, to float32's
+    # tolerances.
+    if BACKEND == "jax":
+        dtype, loss_tolerance, atol = "float32", {"atol": 1e-5}, 2e-5
     else:
-        _check_float64_gradient(case, variant, rng, gradients)
-    if BACKEND == "tensorflow":
-        assert bptt_calls, "training=True did not take the hand-written gradient"
-
-
-def _check_float64_gradient(case, variant, rng, gradients):
+        dtype, loss_tolerance, atol = "float64", {"rtol": 1e-10}, 1e-6
     cls, extra, step, n_states = CASES[case]
     masked = variant != "plain"
     layer = cls(U, **extra, return_sequences=True, return_state=True, go_backwards=masked,
-                dtype="float64")
+                dtype=dtype)
     layer.build((None, None, IN))
     weights = [rng.normal(0.0, 0.5, w.shape) for w in layer.get_weights()]
     layer.set_weights(weights)
@@ -472,9 +472,11 @@ def _check_float64_gradient(case, variant, rng, gradients):
     value, grads = gradients(loss, inputs, layer.trainable_weights)
     # In the order of `expected`: x, the weights, then the initial states.
     got = [grads[0], *grads[len(inputs) :], *grads[1 : len(inputs)]]
-    np.testing.assert_allclose(float(value), numpy_loss(), rtol=1e-10)
+    if BACKEND == "tensorflow":
+        assert bptt_calls, "training=True did not take the hand-written gradient"
+    np.testing.assert_allclose(float(value), numpy_loss(), **loss_tolerance)
     for g, e in zip(got, expected[: len(got)]):
-        np.testing.assert_allclose(g, e, atol=1e-6)
+        np.testing.assert_allclose(g, e, atol=atol)
 
 
 @pytest.mark.tensorflow_only

@@ -7,7 +7,7 @@ import pytest
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow_only]
 
 
 @pytest.mark.parametrize("cls, kwargs", [

@@ -3,7 +3,6 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_seq import layers
 
@@ -157,9 +156,14 @@ def test_stateful_without_static_batch_raises_naming_layer(cls):
         layer(keras.Input((T, IN)))
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("cls", LAYERS)
 def test_dynamic_length_mask_still_runs_in_a_function(cls, rng):
-    """Unknown lengths cannot be checked statically; the call must still work."""
+    """Unknown lengths cannot be checked statically; the call must still work
+    (a tf.function with unknown batch and length; JAX and PyTorch trace
+    static shapes)."""
+    import tensorflow as tf
+
     layer = cls(U)
     x = _x(rng)
     mask = np.ones((B, T), bool)

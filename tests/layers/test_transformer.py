@@ -5,10 +5,8 @@ import re
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_seq import layers
-from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
 from keras_seq.layers import _masking
 
 # ---------------------------------------------------------------- references
@@ -110,7 +108,10 @@ def test_feed_forward_matches_numpy_and_keeps_width(rng):
 
 
 @pytest.mark.slow
+@pytest.mark.tensorflow_only  # TFLite export
 def test_feed_forward_tflite_matches_keras(rng):
+    from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+
     inputs = keras.Input((None, 6))
     model = keras.Model(inputs, layers.PositionwiseFeedForward(16)(inputs))
     flatbuffer = convert_to_tflite(model)
@@ -191,7 +192,7 @@ def test_fully_padded_sequence_is_finite_under_mixed_precision(rng, policy):
     none = np.zeros((2, 4), bool)
     y = encoder(x, padding_mask=none)
     z = decoder(x, y, decoder_padding_mask=none, encoder_padding_mask=none)
-    assert np.isfinite(np.asarray(z, "float32")).all()
+    assert np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(z, "float32"))).all()
 
 
 # ---------------------------------------------------------------- decoder
@@ -513,7 +514,12 @@ def test_keras_file_round_trip_of_encoder_decoder_model(rng, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_encoder_and_cached_decoder_step_match_keras(rng):
+    import tensorflow as tf
+
+    from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
+
     encoder = layers.TransformerEncoder(12, 2)
     source, padding = keras.Input((None, 8)), keras.Input((None,), dtype="bool")
     model = keras.Model([source, padding], encoder(source, padding_mask=padding))
