@@ -28,11 +28,25 @@ CELL_NAMES: tuple[str, ...] = ()
 
 
 def register_cell(name: str, layer_class: type, cell_class: type) -> None:
-    """Makes ``cell=name`` build ``layer_class`` (and ``cell_class`` in the decoders).
+    """Makes ``cell=name`` build ``layer_class`` in the model builders (and
+    ``cell_class`` in their decoders).
 
-    ``cell_class(units)`` must take the units as its first argument and set
-    ``state_size``; ``layer_class(units, return_sequences=..., ...)`` must take
-    Keras' recurrent layer arguments.
+    The one line that a new recurrent cell needs beside its own file (the
+    checklist of `keras_seq.layers._recurrent_base.RecurrentCell`); the
+    builders read how many states it carries from ``cell_class``'s
+    ``state_size``.
+
+    Args:
+        name: the ``cell=`` name, e.g. ``"peephole"``.
+        layer_class: the recurrent layer; ``layer_class(units,
+            return_sequences=..., return_state=...)`` must build it.
+        cell_class: its cell; ``cell_class(units)`` must build it and set
+            ``state_size``.
+
+    Example:
+
+    >>> from keras_seq import layers, models
+    >>> models.register_cell("peephole", layers.PeepholeLSTM, layers.PeepholeLSTMCell)
     """
     CELLS[name] = (layer_class, cell_class)
     global CELL_NAMES
