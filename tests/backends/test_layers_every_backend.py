@@ -15,6 +15,8 @@ from every_backend import (  # noqa: E402
 )
 
 
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow", reason="on TensorFlow, "
+                    "tests/layers and tests/models cover training, saving and reloading")
 @pytest.mark.parametrize("name", LAYERS)
 def test_layer_trains_predicts_and_reloads_with_equal_outputs(name):
     check_trains_predicts_and_reloads(name)
