@@ -83,6 +83,10 @@ def hoist_projection(loop: str) -> bool:
 # --- operations whose TensorFlow form matters ---
 
 
+def _is_torch() -> bool:
+    return keras.backend.backend() == "torch"
+
+
 def _ops_matmul(a, b):
     """``ops.matmul``, except that float64 stays float64: Keras' type promotion
     caps at 32 bits, so its PyTorch matmul computes float64 operands in
@@ -102,6 +106,11 @@ def project(x, kernel, bias=None):
         from keras_seq.layers._recurrent_loops import project as tf_project
 
         return tf_project(x, kernel, bias)
+    if _is_torch():  # eager: torch's own op, without keras.ops' conversions
+        import torch
+
+        y = torch.matmul(x, kernel)
+        return y if bias is None else y + bias
     y = _ops_matmul(x, kernel)
     return y if bias is None else y + bias
 
@@ -113,6 +122,10 @@ def recurrent_matmul(h, kernel, bias):
         from keras_seq.layers._recurrent_loops import recurrent_matmul as tf_recurrent_matmul
 
         return tf_recurrent_matmul(h, kernel, bias)
+    if _is_torch():  # one fused kernel; the step runs eagerly, op by op
+        import torch
+
+        return torch.addmm(bias, h, kernel)
     return _ops_matmul(h, kernel) + bias
 
 
@@ -127,6 +140,12 @@ def split(x, sizes: Sequence[int] | int, axis: int = -1) -> list:
         import tensorflow as tf
 
         return tf.split(x, sizes, axis=axis)
+    if _is_torch():
+        import torch
+
+        if isinstance(sizes, int):
+            return list(torch.chunk(x, sizes, dim=axis))
+        return list(torch.split(x, list(sizes), dim=axis))
     if isinstance(sizes, int):
         return ops.split(x, sizes, axis=axis)
     indices, total = [], 0
