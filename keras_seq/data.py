@@ -164,13 +164,12 @@ def date_task(
         `{"train": [...], "validation": [...], "test": [...]}`, each a list of
         `(source, target)` pairs such as `("Nov 21st, 2026", "2026-11-21")`.
 
-    Example:
-
-    >>> task = date_task(train_size=3, validation_size=1, test_size=1, seed=1)
-    >>> sorted(task)
-    ['test', 'train', 'validation']
-    >>> len(task["train"])
-    3
+    Examples:
+        >>> task = date_task(train_size=3, validation_size=1, test_size=1, seed=1)
+        >>> sorted(task)
+        ['test', 'train', 'validation']
+        >>> len(task["train"])
+        3
     """
     sizes = {"test": test_size, "validation": validation_size, "train": train_size}
     sizes = {name: check_int("date_task", f"{name}_size", n, minimum=0) for name, n in sizes.items()}
@@ -265,11 +264,10 @@ def split_pairs(
     Returns:
         ``{"train": [...], "validation": [...], "test": [...]}`` as `date_task`.
 
-    Example:
-
-    >>> split = split_pairs([(str(i), str(i)) for i in range(40)], 10, 10)
-    >>> [len(split[k]) for k in ("train", "validation", "test")]
-    [34, 2, 4]
+    Examples:
+        >>> split = split_pairs([(str(i), str(i)) for i in range(40)], 10, 10)
+        >>> [len(split[k]) for k in ("train", "validation", "test")]
+        [34, 2, 4]
     """
     where = "split_pairs"
     validation_size = check_int(where, "validation_size", validation_size, minimum=1)
@@ -344,15 +342,14 @@ def make_dataset(
         A dataset of `({"encoder_inputs": int32 (B, Ts), "decoder_inputs":
         int32 (B, Tt)}, targets int32 (B, Tt))`.
 
-    Example:
-
-    >>> from keras_seq import text
-    >>> pairs = [("21 Nov 2026", "2026-11-21")]
-    >>> source = text.CharTokenizer.from_corpus(s for s, _ in pairs)
-    >>> target = text.CharTokenizer.from_corpus(t for _, t in pairs)
-    >>> inputs, targets = next(iter(make_dataset(pairs, source, target, 1, 16, 12)))
-    >>> tuple(targets.shape)
-    (1, 12)
+    Examples:
+        >>> from keras_seq import text
+        >>> pairs = [("21 Nov 2026", "2026-11-21")]
+        >>> source = text.CharTokenizer.from_corpus(s for s, _ in pairs)
+        >>> target = text.CharTokenizer.from_corpus(t for _, t in pairs)
+        >>> inputs, targets = next(iter(make_dataset(pairs, source, target, 1, 16, 12)))
+        >>> tuple(targets.shape)
+        (1, 12)
     """
     where = "make_dataset"
     batch_size = check_int(where, "batch_size", batch_size, minimum=1)
@@ -562,10 +559,9 @@ def split_text(text: str, held_out_fraction: float = HELD_OUT_FRACTION) -> tuple
     The held-out part is the end of the text, as in nanoGPT's character
     Shakespeare (its first 90% train, the last 10% validate).
 
-    Example:
-
-    >>> split_text("abcdefghij")
-    ('abcdefghi', 'j')
+    Examples:
+        >>> split_text("abcdefghij")
+        ('abcdefghi', 'j')
     """
     fraction = check_float("split_text", "held_out_fraction", held_out_fraction,
                            low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
@@ -591,11 +587,10 @@ def text_windows(ids, context: int) -> tuple[np.ndarray, np.ndarray]:
         ``(inputs, targets)``, two ``(⌈(N − 1) / context⌉, context)`` int32
         arrays; the targets hold N − 1 nonzero ids.
 
-    Example:
-
-    >>> inputs, targets = text_windows([5, 6, 7, 8, 9], context=3)
-    >>> inputs.tolist(), targets.tolist()
-    ([[5, 6, 7], [8, 0, 0]], [[6, 7, 8], [9, 0, 0]])
+    Examples:
+        >>> inputs, targets = text_windows([5, 6, 7, 8, 9], context=3)
+        >>> inputs.tolist(), targets.tolist()
+        ([[5, 6, 7], [8, 0, 0]], [[6, 7, 8], [9, 0, 0]])
     """
     context = check_int("text_windows", "context", context, minimum=1)
     ids = np.asarray(ids, dtype=np.int32).reshape(-1)
@@ -641,12 +636,11 @@ def make_text_dataset(
     Returns:
         A dataset of ``(inputs, targets)``, both int32 ``(batch_size, context)``.
 
-    Example:
-
-    >>> inputs, targets = next(iter(make_text_dataset(
-    ...     list(range(4, 40)), batch_size=2, context=5, steps_per_epoch=3, seed=0, epochs=1)))
-    >>> bool((inputs[:, 1:] == targets[:, :-1]).numpy().all())
-    True
+    Examples:
+        >>> inputs, targets = next(iter(make_text_dataset(
+        ...     list(range(4, 40)), batch_size=2, context=5, steps_per_epoch=3, seed=0, epochs=1)))
+        >>> bool((inputs[:, 1:] == targets[:, :-1]).numpy().all())
+        True
     """
     where = "make_text_dataset"
     batch_size = check_int(where, "batch_size", batch_size, minimum=1)
@@ -848,13 +842,12 @@ def copy_task(
         A dataset of `(inputs (B, T, bits + 2), targets (B, T, bits),
         sample_weight (B, T))` float32 tuples, ready for `Model.fit`.
 
-    Example:
-
-    >>> inputs, targets, weights = next(iter(copy_task(2, 3, 3, num_batches=1)))
-    >>> tuple(inputs.shape), tuple(targets.shape), weights[0].numpy().tolist()
-    ((2, 7, 10), (2, 7, 8), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
-    >>> bool((targets[:, 4:] == inputs[:, :3, :8]).numpy().all())
-    True
+    Examples:
+        >>> inputs, targets, weights = next(iter(copy_task(2, 3, 3, num_batches=1)))
+        >>> tuple(inputs.shape), tuple(targets.shape), weights[0].numpy().tolist()
+        ((2, 7, 10), (2, 7, 8), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+        >>> bool((targets[:, 4:] == inputs[:, :3, :8]).numpy().all())
+        True
     """
     where = "copy_task"
     bits = check_int(where, "bits", bits, minimum=1)
@@ -912,12 +905,11 @@ def repeat_copy_task(
         A dataset of `(inputs (B, T, bits + 2), targets (B, T, bits + 1),
         sample_weight (B, T))` float32 tuples.
 
-    Example:
-
-    >>> batch = repeat_copy_task(1, 2, 2, 3, 3, num_batches=1)
-    >>> inputs, targets, weights = next(iter(batch))
-    >>> tuple(inputs.shape), round(float(inputs[0, 2, 9]), 6), targets[0, -1].numpy().tolist()
-    ((1, 10, 10), 0.3, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    Examples:
+        >>> batch = repeat_copy_task(1, 2, 2, 3, 3, num_batches=1)
+        >>> inputs, targets, weights = next(iter(batch))
+        >>> tuple(inputs.shape), round(float(inputs[0, 2, 9]), 6), targets[0, -1].numpy().tolist()
+        ((1, 10, 10), 0.3, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
     """
     where = "repeat_copy_task"
     bits = check_int(where, "bits", bits, minimum=1)
@@ -979,14 +971,13 @@ def associative_recall_task(
         A dataset of `(inputs (B, T, bits + 2), targets (B, T, bits),
         sample_weight (B, T))` float32 tuples.
 
-    Example:
-
-    >>> batch = associative_recall_task(1, 2, 2, item_length=1, bits=4, num_batches=1)
-    >>> inputs, targets, weights = next(iter(batch))
-    >>> inputs[0, :, 4:].numpy().astype(int).tolist()
-    [[1, 0], [0, 0], [1, 0], [0, 0], [0, 1], [0, 0], [0, 1], [0, 0]]
-    >>> bool((targets[0, -1] == inputs[0, 3, :4]).numpy().all())
-    True
+    Examples:
+        >>> batch = associative_recall_task(1, 2, 2, item_length=1, bits=4, num_batches=1)
+        >>> inputs, targets, weights = next(iter(batch))
+        >>> inputs[0, :, 4:].numpy().astype(int).tolist()
+        [[1, 0], [0, 0], [1, 0], [0, 0], [0, 1], [0, 0], [0, 1], [0, 0]]
+        >>> bool((targets[0, -1] == inputs[0, 3, :4]).numpy().all())
+        True
     """
     where = "associative_recall_task"
     bits = check_int(where, "bits", bits, minimum=1)
@@ -1042,12 +1033,11 @@ def priority_sort_task(
         A dataset of `(inputs (B, T, bits + 2), targets (B, T, bits),
         sample_weight (B, T))` float32 tuples.
 
-    Example:
-
-    >>> batch = priority_sort_task(1, num_inputs=3, num_outputs=2, num_batches=1)
-    >>> inputs, targets, weights = next(iter(batch))
-    >>> tuple(inputs.shape), weights[0].numpy().tolist()
-    ((1, 6, 10), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    Examples:
+        >>> batch = priority_sort_task(1, num_inputs=3, num_outputs=2, num_batches=1)
+        >>> inputs, targets, weights = next(iter(batch))
+        >>> tuple(inputs.shape), weights[0].numpy().tolist()
+        ((1, 6, 10), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
     """
     where = "priority_sort_task"
     bits = check_int(where, "bits", bits, minimum=1)
@@ -1078,12 +1068,11 @@ def bit_errors(targets, outputs, sample_weight, from_logits: bool = True) -> flo
     Returns:
         The mean over the B sequences of each one's number of wrong bits.
 
-    Example:
-
-    >>> targets = [[[1, 0], [1, 1]], [[0, 0], [0, 1]]]
-    >>> logits = [[[3.0, -1.0], [-2.0, 2.0]], [[5.0, 5.0], [-1.0, 1.0]]]
-    >>> bit_errors(targets, logits, [[0, 1], [1, 1]])
-    1.5
+    Examples:
+        >>> targets = [[[1, 0], [1, 1]], [[0, 0], [0, 1]]]
+        >>> logits = [[[3.0, -1.0], [-2.0, 2.0]], [[5.0, 5.0], [-1.0, 1.0]]]
+        >>> bit_errors(targets, logits, [[0, 1], [1, 1]])
+        1.5
     """
     where = "bit_errors"
     targets = np.asarray(targets, np.float32)

@@ -17,14 +17,13 @@ encoder and a decoder-step model for decoding loops outside TensorFlow.
 Transformer's blocks with the same caches, without cross-attention), which
 `sample` drives.
 
-Example:
-
->>> import tensorflow as tf
->>> from keras_seq import models, decoding
->>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
->>> decode = tf.function(lambda ids: decoding.greedy_decode(model, ids, max_length=5))
->>> tuple(decode(tf.constant([[5, 6, 7, 0], [4, 4, 0, 0]])).shape)
-(2, 5)
+Examples:
+    >>> import tensorflow as tf
+    >>> from keras_seq import models, decoding
+    >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
+    >>> decode = tf.function(lambda ids: decoding.greedy_decode(model, ids, max_length=5))
+    >>> tuple(decode(tf.constant([[5, 6, 7, 0], [4, 4, 0, 0]])).shape)
+    (2, 5)
 """
 
 from __future__ import annotations
@@ -237,15 +236,14 @@ def decoder_steps(model: keras.Model) -> DecoderSteps:
     Raises:
         ValueError: the model lacks the named layers of those builders.
 
-    Example:
-
-    >>> from keras_seq import models, decoding
-    >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
-    >>> steps = decoding.decoder_steps(model)
-    >>> constants, state = steps.start(tf.constant([[5, 6, 7]]), max_length=4)
-    >>> logits, state = steps.step(tf.constant([2]), tf.constant(0), constants, state)
-    >>> tuple(logits.shape)
-    (1, 12)
+    Examples:
+        >>> from keras_seq import models, decoding
+        >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
+        >>> steps = decoding.decoder_steps(model)
+        >>> constants, state = steps.start(tf.constant([[5, 6, 7]]), max_length=4)
+        >>> logits, state = steps.step(tf.constant([2]), tf.constant(0), constants, state)
+        >>> tuple(logits.shape)
+        (1, 12)
     """
     require_tensorflow("keras_seq.decoding.decoder_steps")
     kind = seq2seq_kind(model)
@@ -301,15 +299,14 @@ def language_model_steps(model: keras.Model) -> DecoderSteps:
     Raises:
         ValueError: the model was not built by `models.language_model`.
 
-    Example:
-
-    >>> from keras_seq import models, decoding
-    >>> model = models.language_model(20, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
-    >>> steps = decoding.language_model_steps(model)
-    >>> constants, state = steps.start(tf.constant([[5, 6]]), max_length=4)
-    >>> logits, state = steps.step(tf.constant([5]), tf.constant(0), constants, state)
-    >>> tuple(logits.shape)
-    (1, 20)
+    Examples:
+        >>> from keras_seq import models, decoding
+        >>> model = models.language_model(20, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
+        >>> steps = decoding.language_model_steps(model)
+        >>> constants, state = steps.start(tf.constant([[5, 6]]), max_length=4)
+        >>> logits, state = steps.step(tf.constant([5]), tf.constant(0), constants, state)
+        >>> tuple(logits.shape)
+        (1, 20)
     """
     require_tensorflow("keras_seq.decoding.language_model_steps")
     kind = language_model_kind(model)
@@ -373,13 +370,12 @@ def sample(
         ``(B, length)`` int32 ids; with ``return_logits``, also the
         ``(B, length, V)`` float32 logits z_i (before the temperature).
 
-    Example:
-
-    >>> from keras_seq import models
-    >>> model = models.language_model(20, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
-    >>> run = tf.function(lambda ids: sample(model, ids, length=6, seed=1, context=4))
-    >>> tuple(run(tf.constant([[5, 6, 7]])).shape)
-    (1, 6)
+    Examples:
+        >>> from keras_seq import models
+        >>> model = models.language_model(20, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
+        >>> run = tf.function(lambda ids: sample(model, ids, length=6, seed=1, context=4))
+        >>> tuple(run(tf.constant([[5, 6, 7]])).shape)
+        (1, 6)
     """
     require_tensorflow("keras_seq.decoding.sample")
     from keras_seq._validation import check_bool, check_int

@@ -53,9 +53,10 @@ def choose_strategy() -> str:
     GPU, else ``"none"``. Creates no strategy (creating a multi-worker one
     waits for the other workers).
 
-    >>> import os
-    >>> "TF_CONFIG" in os.environ or choose_strategy() in ("none", "mirrored")
-    True
+    Examples:
+        >>> import os
+        >>> "TF_CONFIG" in os.environ or choose_strategy() in ("none", "mirrored")
+        True
     """
     tasks = sum(len(addresses) for addresses in _tf_config().get("cluster", {}).values())
     if tasks > 1:

@@ -41,15 +41,14 @@ class Perplexity(keras.metrics.Metric):
     ``y_pred`` of shape ``S + (V,)`` and weights of shape ``S`` or a prefix of
     it (``(B,)`` weighs whole sequences).
 
-    Example:
-
-    >>> import numpy as np
-    >>> metric = Perplexity(mask_token_id=0)
-    >>> y_true = np.array([[1, 2, 0]])
-    >>> logits = np.zeros((1, 3, 4))  # uniform over 4 tokens
-    >>> metric.update_state(y_true, logits)
-    >>> round(float(metric.result()), 4)
-    4.0
+    Examples:
+        >>> import numpy as np
+        >>> metric = Perplexity(mask_token_id=0)
+        >>> y_true = np.array([[1, 2, 0]])
+        >>> logits = np.zeros((1, 3, 4))  # uniform over 4 tokens
+        >>> metric.update_state(y_true, logits)
+        >>> round(float(metric.result()), 4)
+        4.0
 
     References:
         Jelinek et al. Perplexity — a measure of the difficulty of speech

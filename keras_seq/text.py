@@ -333,12 +333,11 @@ class CharTokenizer(_Tokenizer):
             increasing code-point order (as `from_corpus` builds it).
         name: module name.
 
-    Example:
-
-    >>> tokenizer = CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
-    >>> ids = tokenizer.encode(["21 Nov 2026"], max_length=16, add_end=True)
-    >>> tokenizer.detokenize(ids).numpy()[0].decode()
-    '21 Nov 2026'
+    Examples:
+        >>> tokenizer = CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
+        >>> ids = tokenizer.encode(["21 Nov 2026"], max_length=16, add_end=True)
+        >>> tokenizer.detokenize(ids).numpy()[0].decode()
+        '21 Nov 2026'
     """
 
     _kind = "char"
@@ -425,12 +424,11 @@ class WordPieceTokenizer(_Tokenizer):
         max_bytes_per_word: longer words become one `[UNK]`.
         name: module name.
 
-    Example:
-
-    >>> tokenizer = WordPieceTokenizer.from_corpus(
-    ...     ["Nov 21st, 2026", "2026-11-21"], vocab_size=100)
-    >>> tokenizer.detokenize(tokenizer.tokenize(["Nov 21st, 2026"])).numpy()[0].decode()
-    'Nov 21st, 2026'
+    Examples:
+        >>> tokenizer = WordPieceTokenizer.from_corpus(
+        ...     ["Nov 21st, 2026", "2026-11-21"], vocab_size=100)
+        >>> tokenizer.detokenize(tokenizer.tokenize(["Nov 21st, 2026"])).numpy()[0].decode()
+        'Nov 21st, 2026'
 
     References:
         Schuster & Nakajima, "Japanese and Korean voice search", ICASSP 2012.

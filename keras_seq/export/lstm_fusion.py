@@ -107,16 +107,15 @@ def convert_fused_lstm(
         RuntimeError: the converter did not fuse a layer that was routed to
             the fused kernel (the edit would otherwise give wrong numbers).
 
-    Example:
-
-    >>> import keras
-    >>> from keras_seq import layers
-    >>> from keras_seq.export import convert_to_tflite, tflite_op_names
-    >>> inputs = keras.Input((None, 3))
-    >>> model = keras.Model(inputs, layers.PeepholeLSTM(4)(inputs))
-    >>> ops = tflite_op_names(convert_to_tflite(model, fuse_lstm=True))
-    >>> "UNIDIRECTIONAL_SEQUENCE_LSTM" in ops, "WHILE" in ops
-    (True, False)
+    Examples:
+        >>> import keras
+        >>> from keras_seq import layers
+        >>> from keras_seq.export import convert_to_tflite, tflite_op_names
+        >>> inputs = keras.Input((None, 3))
+        >>> model = keras.Model(inputs, layers.PeepholeLSTM(4)(inputs))
+        >>> ops = tflite_op_names(convert_to_tflite(model, fuse_lstm=True))
+        >>> "UNIDIRECTIONAL_SEQUENCE_LSTM" in ops, "WHILE" in ops
+        (True, False)
     """
     require_tensorflow("keras_seq.export.convert_fused_lstm", EXPORT_THERE)
     where = "convert_fused_lstm"

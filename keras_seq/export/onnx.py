@@ -42,15 +42,14 @@ def convert_to_onnx(
     Returns:
         ``path`` as a string.
 
-    Example:
-
-    >>> import keras, os, tempfile
-    >>> from keras_seq import layers
-    >>> inputs = keras.Input((None, 3), name="x")
-    >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
-    >>> path = convert_to_onnx(model, os.path.join(tempfile.mkdtemp(), "gru.onnx"))
-    >>> os.path.basename(path), os.path.isfile(path)
-    ('gru.onnx', True)
+    Examples:
+        >>> import keras, os, tempfile
+        >>> from keras_seq import layers
+        >>> inputs = keras.Input((None, 3), name="x")
+        >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
+        >>> path = convert_to_onnx(model, os.path.join(tempfile.mkdtemp(), "gru.onnx"))
+        >>> os.path.basename(path), os.path.isfile(path)
+        ('gru.onnx', True)
     """
     require_tensorflow("keras_seq.export.convert_to_onnx", EXPORT_THERE)
     import tf2onnx

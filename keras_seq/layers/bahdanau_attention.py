@@ -56,21 +56,20 @@ class BahdanauAttention(keras.layers.Layer):
     Returns:
         The context `(B, Tq, dv)` (or `(B, dv)`), and α if asked.
 
-    Example:
+    Examples:
+        ```python
+        import numpy as np
+        from keras_seq.layers import BahdanauAttention
 
-    ```python
-    import numpy as np
-    from keras_seq.layers import BahdanauAttention
-
-    attention = BahdanauAttention(units=16)
-    encoder_states = np.random.rand(2, 7, 8).astype("float32")
-    decoder_state = np.random.rand(2, 12).astype("float32")
-    attention.build(query_shape=(None, 12), value_shape=(None, None, 8))
-    keys = attention.precompute_keys(encoder_states)      # once per source
-    context, alpha = attention(decoder_state, encoder_states,
-                               processed_key=keys,
-                               return_attention_scores=True)  # (2, 8), (2, 7)
-    ```
+        attention = BahdanauAttention(units=16)
+        encoder_states = np.random.rand(2, 7, 8).astype("float32")
+        decoder_state = np.random.rand(2, 12).astype("float32")
+        attention.build(query_shape=(None, 12), value_shape=(None, None, 8))
+        keys = attention.precompute_keys(encoder_states)      # once per source
+        context, alpha = attention(decoder_state, encoder_states,
+                                   processed_key=keys,
+                                   return_attention_scores=True)  # (2, 8), (2, 7)
+        ```
 
     References:
         - Bahdanau et al., 2015. Neural Machine Translation by Jointly Learning

@@ -41,12 +41,12 @@ class CoupledGateLSTMCell(LSTMCellBase):
             `*_constraint`, `dropout`, `recurrent_dropout`, `seed`: as in
             `PeepholeLSTMCell`.
 
-    Example:
-    >>> import numpy as np, keras
-    >>> from keras_seq.layers import CoupledGateLSTMCell
-    >>> rnn = keras.layers.RNN(CoupledGateLSTMCell(4, use_peepholes=True))
-    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
-    TensorShape([2, 4])
+    Examples:
+        >>> import numpy as np, keras
+        >>> from keras_seq.layers import CoupledGateLSTMCell
+        >>> rnn = keras.layers.RNN(CoupledGateLSTMCell(4, use_peepholes=True))
+        >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 4])
 
     References:
         Greff, Srivastava, Koutník, Steunebrink & Schmidhuber, "LSTM: A Search
@@ -155,13 +155,13 @@ class CoupledGateLSTM(RecurrentLayer):
     Call arguments: `inputs (B, T, in)`, `mask (B, T)`, `training`,
     `initial_state` `[h, c]`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_seq.layers import CoupledGateLSTM
-    >>> layer = CoupledGateLSTM(8, return_state=True)
-    >>> output, h, c = layer(np.zeros((2, 5, 3), "float32"))
-    >>> output.shape, c.shape
-    (TensorShape([2, 8]), TensorShape([2, 8]))
+    Examples:
+        >>> import numpy as np
+        >>> from keras_seq.layers import CoupledGateLSTM
+        >>> layer = CoupledGateLSTM(8, return_state=True)
+        >>> output, h, c = layer(np.zeros((2, 5, 3), "float32"))
+        >>> output.shape, c.shape
+        (TensorShape([2, 8]), TensorShape([2, 8]))
 
     References:
         Greff et al., "LSTM: A Search Space Odyssey", IEEE TNNLS 2017.

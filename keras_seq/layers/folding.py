@@ -20,13 +20,12 @@ class Folding(keras.layers.Layer):
     layer, at no cost in parameters. The last axis must be even (an odd one
     is a ``ValueError`` at build time). The Keras mask passes through.
 
-    Example:
-
-    >>> import numpy as np
-    >>> x = np.arange(8, dtype="float32").reshape(1, 2, 4)
-    >>> Folding()(x).numpy()
-    array([[[ 1.,  5.],
-            [ 9., 13.]]], dtype=float32)
+    Examples:
+        >>> import numpy as np
+        >>> x = np.arange(8, dtype="float32").reshape(1, 2, 4)
+        >>> Folding()(x).numpy()
+        array([[[ 1.,  5.],
+                [ 9., 13.]]], dtype=float32)
 
     References:
         Kalchbrenner, Grefenstette, Blunsom. A Convolutional Neural Network

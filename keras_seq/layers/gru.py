@@ -44,12 +44,12 @@ class GRUCell(RecurrentCell):
             `*_regularizer`, `*_constraint`, `dropout`, `recurrent_dropout`,
             `seed`: as in `keras.layers.GRUCell`.
 
-    Example:
-    >>> import numpy as np, keras
-    >>> from keras_seq.layers import GRUCell
-    >>> rnn = keras.layers.RNN(GRUCell(4))
-    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
-    TensorShape([2, 4])
+    Examples:
+        >>> import numpy as np, keras
+        >>> from keras_seq.layers import GRUCell
+        >>> rnn = keras.layers.RNN(GRUCell(4))
+        >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 4])
 
     References:
         Cho et al., "Learning Phrase Representations using RNN Encoder-Decoder
@@ -181,13 +181,13 @@ class GRU(RecurrentLayer):
     `initial_state` `h` (or `[h]`). With `return_state=True` it returns
     `[output, h]`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_seq.layers import GRU
-    >>> layer = GRU(8, return_sequences=True, return_state=True)
-    >>> sequence, h = layer(np.zeros((2, 5, 3), "float32"))
-    >>> sequence.shape, h.shape
-    (TensorShape([2, 5, 8]), TensorShape([2, 8]))
+    Examples:
+        >>> import numpy as np
+        >>> from keras_seq.layers import GRU
+        >>> layer = GRU(8, return_sequences=True, return_state=True)
+        >>> sequence, h = layer(np.zeros((2, 5, 3), "float32"))
+        >>> sequence.shape, h.shape
+        (TensorShape([2, 5, 8]), TensorShape([2, 8]))
 
     References:
         Cho et al., "Learning Phrase Representations using RNN Encoder-Decoder

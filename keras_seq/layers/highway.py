@@ -37,15 +37,14 @@ class Highway(keras.layers.Layer):
         kernel_constraint: constraint of both kernels. Default None.
         bias_constraint: constraint of both biases. Default None.
 
-    Example:
-
-    >>> import numpy as np
-    >>> highway = Highway()
-    >>> x = np.ones((2, 5, 8), "float32")
-    >>> tuple(highway(x).shape), [tuple(w.shape) for w in highway.get_weights()]
-    ((2, 5, 8), [(8, 8), (8,), (8, 8), (8,)])
-    >>> highway.transform_bias.numpy()[:3]
-    array([-1., -1., -1.], dtype=float32)
+    Examples:
+        >>> import numpy as np
+        >>> highway = Highway()
+        >>> x = np.ones((2, 5, 8), "float32")
+        >>> tuple(highway(x).shape), [tuple(w.shape) for w in highway.get_weights()]
+        ((2, 5, 8), [(8, 8), (8,), (8, 8), (8,)])
+        >>> highway.transform_bias.numpy()[:3]
+        array([-1., -1., -1.], dtype=float32)
 
     References:
         Srivastava, Greff, Schmidhuber. Highway Networks. 2015.

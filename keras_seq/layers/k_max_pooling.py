@@ -118,15 +118,14 @@ class KMaxPooling(_KMaxPoolingBase):
     Args:
         k: int, the number of steps kept (>= 1).
 
-    Example:
-
-    >>> import numpy as np
-    >>> x = np.array([[[1.], [5.], [2.], [5.], [3.]]], "float32")   # (1, 5, 1)
-    >>> KMaxPooling(3)(x)[0, :, 0].numpy()     # 5, 5, 3 in time order
-    array([5., 5., 3.], dtype=float32)
-    >>> mask = np.array([[True, False, True, True, True]])
-    >>> KMaxPooling(3)(x, mask=mask)[0, :, 0].numpy()
-    array([2., 5., 3.], dtype=float32)
+    Examples:
+        >>> import numpy as np
+        >>> x = np.array([[[1.], [5.], [2.], [5.], [3.]]], "float32")   # (1, 5, 1)
+        >>> KMaxPooling(3)(x)[0, :, 0].numpy()     # 5, 5, 3 in time order
+        array([5., 5., 3.], dtype=float32)
+        >>> mask = np.array([[True, False, True, True, True]])
+        >>> KMaxPooling(3)(x, mask=mask)[0, :, 0].numpy()
+        array([2., 5., 3.], dtype=float32)
 
     References:
         Kalchbrenner, Grefenstette, Blunsom. A Convolutional Neural Network
@@ -170,16 +169,15 @@ class DynamicKMaxPooling(_KMaxPoolingBase):
             convolutional layers (1 <= l <= ``num_layers``).
         num_layers: int, L, the number of convolutional layers (>= 1).
 
-    Example:
-
-    >>> import numpy as np
-    >>> pool = DynamicKMaxPooling(k_top=2, layer_index=1, num_layers=3)
-    >>> x = np.arange(7, dtype="float32").reshape(1, 7, 1)   # s = 7: k = ceil(2 * 7 / 3) = 5
-    >>> pool(x)[0, :, 0].numpy()
-    array([2., 3., 4., 5., 6.], dtype=float32)
-    >>> mask = np.array([[True] * 3 + [False] * 4])             # s = 3: k = max(2, 2) = 2
-    >>> pool(x, mask=mask)[0, :, 0].numpy(), pool.compute_mask(x, mask)[0].numpy()
-    (array([1., 2., 0., 0., 0.], dtype=float32), array([ True,  True, False, False, False]))
+    Examples:
+        >>> import numpy as np
+        >>> pool = DynamicKMaxPooling(k_top=2, layer_index=1, num_layers=3)
+        >>> x = np.arange(7, dtype="float32").reshape(1, 7, 1)   # s = 7: k = ceil(2 * 7 / 3) = 5
+        >>> pool(x)[0, :, 0].numpy()
+        array([2., 3., 4., 5., 6.], dtype=float32)
+        >>> mask = np.array([[True] * 3 + [False] * 4])             # s = 3: k = max(2, 2) = 2
+        >>> pool(x, mask=mask)[0, :, 0].numpy(), pool.compute_mask(x, mask)[0].numpy()
+        (array([1., 2., 0., 0., 0.], dtype=float32), array([ True,  True, False, False, False]))
 
     References:
         Kalchbrenner, Grefenstette, Blunsom. A Convolutional Neural Network

@@ -88,19 +88,18 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         **kwargs: every other `keras.layers.MultiHeadAttention` argument
             (`kernel_initializer`, `seed`, ...).
 
-    Example:
+    Examples:
+        ```python
+        import numpy as np
+        from keras_seq.layers import MultiHeadAttention
 
-    ```python
-    import numpy as np
-    from keras_seq.layers import MultiHeadAttention
-
-    mha = MultiHeadAttention(num_heads=2, key_dim=4)
-    x = np.random.rand(3, 5, 8).astype("float32")
-    y = mha(x, x, use_causal_mask=True)                      # (3, 5, 8)
-    cache = np.zeros((3, 2, 5, 2, 4), "float32")
-    y0, cache = mha(x[:, :1], x[:, :1], cache=cache,
-                    cache_update_index=0, use_causal_mask=True)  # step 0
-    ```
+        mha = MultiHeadAttention(num_heads=2, key_dim=4)
+        x = np.random.rand(3, 5, 8).astype("float32")
+        y = mha(x, x, use_causal_mask=True)                      # (3, 5, 8)
+        cache = np.zeros((3, 2, 5, 2, 4), "float32")
+        y0, cache = mha(x[:, :1], x[:, :1], cache=cache,
+                        cache_update_index=0, use_causal_mask=True)  # step 0
+        ```
 
     References:
         - Vaswani et al., 2017. Attention Is All You Need.

@@ -176,15 +176,15 @@ class NTMCell(RecurrentCell):
             `recurrent_dropout` (of h_{t-1}), `seed`: as in
             `PeepholeLSTMCell`; and `keras.layers.Layer`'s.
 
-    Example:
-    >>> import numpy as np, keras
-    >>> from keras_seq.layers import NTMCell
-    >>> cell = NTMCell(8, memory_size=16, memory_width=4, output_size=5)
-    >>> rnn = keras.layers.RNN(cell, return_sequences=True)
-    >>> rnn(np.zeros((2, 7, 3), "float32")).shape
-    TensorShape([2, 7, 5])
-    >>> cell.state_size
-    [8, 8, 4, 32, 64]
+    Examples:
+        >>> import numpy as np, keras
+        >>> from keras_seq.layers import NTMCell
+        >>> cell = NTMCell(8, memory_size=16, memory_width=4, output_size=5)
+        >>> rnn = keras.layers.RNN(cell, return_sequences=True)
+        >>> rnn(np.zeros((2, 7, 3), "float32")).shape
+        TensorShape([2, 7, 5])
+        >>> cell.state_size
+        [8, 8, 4, 32, 64]
 
     References:
         Graves, Wayne & Danihelka, "Neural Turing Machines", arXiv:1410.5401, 2014.
@@ -416,13 +416,13 @@ class NTM(RecurrentLayer):
     `training`, `initial_state` (the five states of `NTMCell`). With
     `return_state=True` it returns `[output, h, c, r, w, M]`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_seq.layers import NTM
-    >>> layer = NTM(16, memory_size=32, memory_width=8, output_size=4,
-    ...             return_sequences=True)
-    >>> layer(np.zeros((2, 6, 3), "float32")).shape
-    TensorShape([2, 6, 4])
+    Examples:
+        >>> import numpy as np
+        >>> from keras_seq.layers import NTM
+        >>> layer = NTM(16, memory_size=32, memory_width=8, output_size=4,
+        ...             return_sequences=True)
+        >>> layer(np.zeros((2, 6, 3), "float32")).shape
+        TensorShape([2, 6, 4])
 
     References:
         Graves, Wayne & Danihelka, "Neural Turing Machines", arXiv:1410.5401, 2014.

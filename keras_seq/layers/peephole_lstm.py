@@ -53,12 +53,12 @@ class PeepholeLSTMCell(LSTMCellBase):
         recurrent_dropout: float in [0, 1), dropout on h_{t-1} before U.
         seed: int, seed of the dropout masks.
 
-    Example:
-    >>> import numpy as np, keras
-    >>> from keras_seq.layers import PeepholeLSTMCell
-    >>> rnn = keras.layers.RNN(PeepholeLSTMCell(4))
-    >>> rnn(np.zeros((2, 5, 3), "float32")).shape
-    TensorShape([2, 4])
+    Examples:
+        >>> import numpy as np, keras
+        >>> from keras_seq.layers import PeepholeLSTMCell
+        >>> rnn = keras.layers.RNN(PeepholeLSTMCell(4))
+        >>> rnn(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 4])
 
     References:
         Gers & Schmidhuber, "Recurrent nets that time and count", IJCNN 2000.
@@ -160,12 +160,12 @@ class PeepholeLSTM(RecurrentLayer):
     Call arguments: `inputs (B, T, in)`, `mask (B, T)` bool (True = keep),
     `training`, `initial_state` `[h, c]`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_seq.layers import PeepholeLSTM
-    >>> layer = PeepholeLSTM(8, return_sequences=True)
-    >>> layer(np.zeros((2, 5, 3), "float32")).shape
-    TensorShape([2, 5, 8])
+    Examples:
+        >>> import numpy as np
+        >>> from keras_seq.layers import PeepholeLSTM
+        >>> layer = PeepholeLSTM(8, return_sequences=True)
+        >>> layer(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 5, 8])
 
     References:
         Gers & Schmidhuber, "Recurrent nets that time and count", IJCNN 2000.

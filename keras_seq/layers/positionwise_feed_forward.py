@@ -25,15 +25,14 @@ class PositionwiseFeedForward(keras.layers.Layer):
         kernel_initializer: initializer of both kernels.
         bias_initializer: initializer of both biases.
 
-    Example:
+    Examples:
+        ```python
+        import numpy as np
+        from keras_seq.layers import PositionwiseFeedForward
 
-    ```python
-    import numpy as np
-    from keras_seq.layers import PositionwiseFeedForward
-
-    ffn = PositionwiseFeedForward(intermediate_dim=32)
-    y = ffn(np.random.rand(2, 5, 8).astype("float32"))   # (2, 5, 8)
-    ```
+        ffn = PositionwiseFeedForward(intermediate_dim=32)
+        y = ffn(np.random.rand(2, 5, 8).astype("float32"))   # (2, 5, 8)
+        ```
 
     References:
         - Vaswani et al., 2017. Attention Is All You Need, section 3.3.

@@ -47,13 +47,12 @@ class WideConvolution1D(keras.layers.Layer):
             ``"glorot_uniform"``.
         bias_initializer: initializer of ``bias``. Default ``"zeros"``.
 
-    Example:
-
-    >>> import numpy as np
-    >>> conv = WideConvolution1D(filters=3, kernel_size=4)
-    >>> y = conv(np.ones((2, 6, 8), "float32"), mask=np.arange(6)[None] < np.array([[6], [2]]))
-    >>> tuple(y.shape), conv.compute_mask(None, np.arange(6)[None] < np.array([[6], [2]]))[1].numpy()
-    ((2, 9, 3, 8), array([ True,  True,  True,  True,  True, False, False, False, False]))
+    Examples:
+        >>> import numpy as np
+        >>> conv = WideConvolution1D(filters=3, kernel_size=4)
+        >>> y = conv(np.ones((2, 6, 8), "float32"), mask=np.arange(6)[None] < np.array([[6], [2]]))
+        >>> tuple(y.shape), conv.compute_mask(None, np.arange(6)[None] < np.array([[6], [2]]))[1].numpy()
+        ((2, 9, 3, 8), array([ True,  True,  True,  True,  True, False, False, False, False]))
 
     References:
         Kalchbrenner, Grefenstette, Blunsom. A Convolutional Neural Network
@@ -206,11 +205,10 @@ def dcnn_classifier(
     Returns:
         A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``.
 
-    Example:
-
-    >>> model = dcnn_classifier(30, 3, embedding_dim=8, filters=(2, 3), kernel_sizes=(3, 2))
-    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
-    (2, 3)
+    Examples:
+        >>> model = dcnn_classifier(30, 3, embedding_dim=8, filters=(2, 3), kernel_sizes=(3, 2))
+        >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+        (2, 3)
 
     References:
         Kalchbrenner, Grefenstette, Blunsom. A Convolutional Neural Network

@@ -28,12 +28,11 @@ class TokenEmbedding(keras.layers.Layer):
         embeddings_initializer: initializer of E, shape ``(V, d)``. Default
             normal with standard deviation d^-1/2, so that √d·E has unit scale.
 
-    Example:
-
-    >>> embed = TokenEmbedding(10, 4)
-    >>> x = embed(keras.ops.array([[2, 5, 0]]))
-    >>> tuple(embed(x, reverse=True).shape)
-    (1, 3, 10)
+    Examples:
+        >>> embed = TokenEmbedding(10, 4)
+        >>> x = embed(keras.ops.array([[2, 5, 0]]))
+        >>> tuple(embed(x, reverse=True).shape)
+        (1, 3, 10)
 
     References:
         Vaswani et al. Attention Is All You Need. NeurIPS 2017.
@@ -112,11 +111,10 @@ class TokenEmbedding(keras.layers.Layer):
 class PaddingMask(keras.layers.Layer):
     """Boolean padding mask ``ids != pad_id`` as an explicit model tensor.
 
-    Example:
-
-    >>> mask = PaddingMask()(keras.ops.array([[4, 0]]))
-    >>> keras.ops.convert_to_numpy(mask).tolist()
-    [[True, False]]
+    Examples:
+        >>> mask = PaddingMask()(keras.ops.array([[4, 0]]))
+        >>> keras.ops.convert_to_numpy(mask).tolist()
+        [[True, False]]
     """
 
     def __init__(self, pad_id: int = 0, **kwargs):

@@ -21,12 +21,11 @@ def language_model_kind(model) -> str | None:
     one place that knows those names. A model loaded from a ``.keras`` file
     keeps them.
 
-    Example:
-
-    >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
-    'rnn'
-    >>> language_model_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
-    True
+    Examples:
+        >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
+        'rnn'
+        >>> language_model_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
+        True
     """
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         return None
@@ -77,11 +76,10 @@ def language_model(
     Returns:
         A `keras.Model` ``token_ids (B, T) -> logits (B, T, vocabulary_size)``.
 
-    Example:
-
-    >>> model = language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
-    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
-    (2, 5, 30)
+    Examples:
+        >>> model = language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
+        >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+        (2, 5, 30)
 
     References:
         Radford et al. Improving Language Understanding by Generative
@@ -163,11 +161,10 @@ def sequence_classifier(
     Returns:
         A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``.
 
-    Example:
-
-    >>> model = sequence_classifier(30, 3, units=8)
-    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
-    (2, 3)
+    Examples:
+        >>> model = sequence_classifier(30, 3, units=8)
+        >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+        (2, 3)
     """
     where = "sequence_classifier"
     vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)

@@ -55,12 +55,11 @@ class RecurrentDecoder(keras.layers.Layer):
         ``(B, T, units + D)`` with attention, ``(B, T, units)`` without
         (and α when asked).
 
-    Example:
-
-    >>> decoder = RecurrentDecoder(16, cell="gru", attention_units=8)
-    >>> o = decoder(keras.ops.ones((2, 5, 4)), keras.ops.ones((2, 7, 6)))
-    >>> tuple(o.shape)
-    (2, 5, 22)
+    Examples:
+        >>> decoder = RecurrentDecoder(16, cell="gru", attention_units=8)
+        >>> o = decoder(keras.ops.ones((2, 5, 4)), keras.ops.ones((2, 7, 6)))
+        >>> tuple(o.shape)
+        (2, 5, 22)
 
     References:
         Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning

@@ -41,12 +41,11 @@ def seq2seq_kind(model) -> str | None:
         ``"rnn"`` for `rnn_seq2seq`, ``"transformer"`` for
         `transformer_seq2seq`, None for anything else.
 
-    Example:
-
-    >>> seq2seq_kind(rnn_seq2seq(20, 15, units=8, embedding_dim=4))
-    'rnn'
-    >>> seq2seq_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
-    True
+    Examples:
+        >>> seq2seq_kind(rnn_seq2seq(20, 15, units=8, embedding_dim=4))
+        'rnn'
+        >>> seq2seq_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
+        True
     """
     if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
         return None
@@ -106,13 +105,12 @@ def rnn_seq2seq(
         An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
         logits (B, T, target_vocabulary_size)``.
 
-    Example:
-
-    >>> model = rnn_seq2seq(20, 15, units=8, embedding_dim=4)
-    >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
-    ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
-    >>> tuple(logits.shape)
-    (2, 3, 15)
+    Examples:
+        >>> model = rnn_seq2seq(20, 15, units=8, embedding_dim=4)
+        >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
+        ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
+        >>> tuple(logits.shape)
+        (2, 3, 15)
 
     References:
         Bahdanau, Cho, Bengio. Neural Machine Translation by Jointly Learning
@@ -226,14 +224,13 @@ def transformer_seq2seq(
         An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
         logits (B, T, target_vocabulary_size)``.
 
-    Example:
-
-    >>> model = transformer_seq2seq(20, 15, num_layers=1, model_dim=8,
-    ...                             num_heads=2, intermediate_dim=16)
-    >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
-    ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
-    >>> tuple(logits.shape)
-    (2, 3, 15)
+    Examples:
+        >>> model = transformer_seq2seq(20, 15, num_layers=1, model_dim=8,
+        ...                             num_heads=2, intermediate_dim=16)
+        >>> logits = model({"encoder_inputs": keras.ops.ones((2, 6), "int32"),
+        ...                 "decoder_inputs": keras.ops.ones((2, 3), "int32")})
+        >>> tuple(logits.shape)
+        (2, 3, 15)
 
     References:
         Vaswani et al. Attention Is All You Need. NeurIPS 2017.
