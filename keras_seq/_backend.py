@@ -11,8 +11,6 @@ from deep inside TensorFlow.
 
 from __future__ import annotations
 
-import keras
-
 # How to get to the TensorFlow backend, the end of the message.
 CALL_THERE = "save the model as .keras, load it under TensorFlow and call it there"
 EXPORT_THERE = "save the model as .keras, load it under TensorFlow and export there"
@@ -28,10 +26,11 @@ def require_tensorflow(what: str, how: str = CALL_THERE) -> None:
             message: `CALL_THERE` (default), `EXPORT_THERE` or
             `START_UNDER_TENSORFLOW`.
 
-    Example:
-
-    >>> require_tensorflow("keras_seq.export.convert_to_tflite")  # on TensorFlow: nothing
+    Examples:
+        >>> require_tensorflow("keras_seq.export.convert_to_tflite")  # on TensorFlow: nothing
     """
+    import keras
+
     backend = keras.backend.backend()
     if backend != "tensorflow":
         raise RuntimeError(

@@ -26,7 +26,6 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import keras
 import numpy as np
 
 __all__ = [
@@ -38,6 +37,7 @@ __all__ = [
     "check_positive_int",
     "check_rate",
     "check_selection",
+    "float_inputs",
     "invalid_type",
     "invalid_value",
     "owner_name",
@@ -77,6 +77,23 @@ def shape_error(owner: Any, argument: str, expected: str, shape: Iterable) -> Va
         f"{owner_name(owner)}: invalid shape for argument `{argument}`: expected "
         f"{expected}, received shape {shape}."
     )
+
+
+def float_inputs(layer: Any, inputs: Any) -> Any:
+    """``inputs`` cast to ``layer.compute_dtype`` when its dtype is not floating.
+
+    Keras casts only floating inputs to the compute dtype (autocast); its own
+    layers take integer inputs through their ops' type promotion. Ours cast
+    integer (and bool) inputs here, at the start of ``call``, so every backend
+    and every fast path sees the compute dtype. ``None`` passes through.
+    """
+    if inputs is None:
+        return None
+    from keras import backend, ops
+
+    if backend.is_float_dtype(backend.standardize_dtype(inputs.dtype)):
+        return inputs
+    return ops.cast(inputs, layer.compute_dtype)
 
 
 def _is_bool(value) -> bool:
@@ -222,6 +239,8 @@ def check_activation(owner: Any, argument: str, identifier: Any):
         identifier
     ):
         raise invalid_type(owner, argument, "a Keras activation name or a callable", identifier)
+    import keras
+
     try:
         return keras.activations.get(identifier)
     except (ValueError, TypeError) as error:

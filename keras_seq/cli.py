@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import tempfile
+import warnings
 from collections.abc import Sequence
 
+from keras_seq import run_config
 from keras_seq._backend import require_tensorflow
 
 
@@ -59,10 +63,9 @@ def _lm_default(training, key: str) -> str:
     return ", ".join(f"{v} ({m})" for m, v in values.items())
 
 
-def _parser() -> argparse.ArgumentParser:
-    # Imported here, after `main` has set the environment: it loads Keras.
-    from keras_seq import training
-
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and each command's own (for its usage line)."""
+    training = run_config  # the choices and defaults, without Keras
     config = training.TrainingConfig()
     parser = argparse.ArgumentParser(
         prog="keras-seq",
@@ -96,8 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--attention",
         choices=training.ATTENTIONS,
-        default=config.attention,
-        help="attention of --model rnn (default: %(default)s)",
+        help=f"attention of --model rnn translation models (default: {config.attention})",
     )
     train.add_argument(
         "--data", metavar="FILE",
@@ -122,7 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
     )
-    train.add_argument("--name", help="run name (default: <model>-<cell>-<time>)")
+    train.add_argument(
+        "--name",
+        help="run name (default: rnn-<cell>-<time>, transformer-<layers>x<units>-<time>; "
+        "with --task lm, the same prefixed lm-)",
+    )
     train.add_argument("--seed", type=int, default=config.seed, help="default: %(default)s")
     # Advanced knobs, mostly for quick experiments and tests.
     hidden = argparse.SUPPRESS
@@ -186,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     translate.add_argument("texts", metavar="TEXT", nargs="+")
     translate.add_argument("--beam", type=int, default=0, help="beam width; 0: greedy (default: %(default)s)")
     translate.add_argument(
-        "--length-penalty", type=float, default=0.0, help="GNMT length penalty α for --beam (default: %(default)s)"
+        "--length-penalty", type=float, metavar="ALPHA",
+        help="GNMT length penalty α of the beam search; needs --beam (default: 0)",
     )
 
     generate = commands.add_parser(
@@ -233,6 +240,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--beam", type=int, default=1, help="beam width of the SavedModel (default: %(default)s)")
     export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing OUT whole; the new export is written beside it and swapped "
+        "in only when complete (without it, an OUT that exists and is not empty is refused)",
+    )
+    export.add_argument(
         "--examples",
         type=int,
         default=200,
@@ -250,16 +263,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")
-    return parser
+    return parser, commands.choices
 
 
 def _add_tune_parser(commands, training, config) -> None:
-    import inspect
-
-    from keras_seq import tuning
-
-    space = inspect.signature(tuning.Seq2SeqHyperModel).parameters
-
     tune = commands.add_parser(
         "tune",
         help="search cell types and sizes with KerasTuner; save the best model as a run",
@@ -270,7 +277,7 @@ def _add_tune_parser(commands, training, config) -> None:
     )
     tune.add_argument("--trials", type=int, default=10, help="most trials (models) to train "
                       "(default: %(default)s)")
-    tune.add_argument("--tuner", choices=tuning.TUNERS, default="random",
+    tune.add_argument("--tuner", choices=training.TUNERS, default="random",
                       help="KerasTuner's RandomSearch, Hyperband (max_epochs=--epochs) or "
                       "BayesianOptimization (default: %(default)s)")
     tune.add_argument(
@@ -286,10 +293,10 @@ def _add_tune_parser(commands, training, config) -> None:
                       help="cell types to search (default: all)")
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
-                      f"{' '.join(map(str, space['units'].default))})")
+                      f"{' '.join(map(str, training.SEARCH_UNITS))})")
     tune.add_argument("--embedding-dims", nargs="+", type=int, metavar="N",
                       help="embedding widths to search (default: "
-                      f"{' '.join(map(str, space['embedding_dims'].default))})")
+                      f"{' '.join(map(str, training.SEARCH_EMBEDDING_DIMS))})")
     tune.add_argument("--attention", nargs="+", choices=training.ATTENTIONS,
                       help="attention choices to search (default: both)")
     tune.add_argument(
@@ -299,10 +306,11 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument("--seed", type=int, default=config.seed, help="default: %(default)s")
     tune.add_argument(
         "--distribute",
-        choices=training.DISTRIBUTIONS,
+        choices=tuple(d for d in training.DISTRIBUTIONS if d != "multi_worker"),
         default=config.distribute,
-        help="'mirrored': every trial trains under MirroredStrategy; 'multi_worker' is "
-        "refused, KerasTuner does not support it (default: %(default)s)",
+        help="'auto' as for train; 'mirrored': every trial trains under MirroredStrategy. "
+        "There is no multi_worker: KerasTuner does not support it (keras-tuner#910), and "
+        "'auto' stops on a TF_CONFIG cluster (default: %(default)s)",
     )
     hidden = argparse.SUPPRESS
     tune.add_argument("--train-size", type=int, default=config.train_size, help=hidden)
@@ -317,17 +325,95 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument("--verbose", type=int, default=config.verbose, help=hidden)
 
 
+class _UsageError(ValueError):
+    """An argument error found after parsing: exit 2 with the command's usage."""
+
+
+def _positive(args, *names) -> None:
+    for name in names:
+        value = getattr(args, name, None)
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and v <= 0 for v in values):
+            raise _UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def _config_options(args, *search) -> dict:
+    """`TrainingConfig` fields from the parsed arguments (options left unset are
+    left out, so the config's own defaults apply)."""
+    return {
+        k: v for k, v in vars(args).items()
+        if k not in ("command", *search) and not (k == "attention" and v is None)
+    }
+
+
+def _check_train(args) -> None:
+    from keras_seq.run_config import TrainingConfig
+
+    _positive(
+        args, "epochs", "batch_size", "units", "layers", "train_size", "validation_size",
+        "test_size", "learning_rate", "backup_every_steps", "context", "steps_per_epoch",
+    )
+    try:
+        config = TrainingConfig(**_config_options(args)).resolved()
+    except (ValueError, TypeError) as error:
+        raise _UsageError(str(error)) from None
+    if config.model == "transformer" or config.task == "lm":
+        if args.cell is not None and config.model == "transformer":
+            raise _UsageError(
+                "--cell chooses the recurrent cell of --model rnn; a transformer has none "
+                "(leave --cell out, or add --model rnn)"
+            )
+        if args.attention is not None:
+            what = "language models" if config.task == "lm" else "--model transformer"
+            raise _UsageError(
+                f"--attention chooses the attention of --model rnn translation models; "
+                f"{what} have their own (leave --attention out)"
+            )
+
+
+def _check_tune(args) -> None:
+    from keras_seq.run_config import TrainingConfig
+
+    _positive(args, "trials", "epochs", "batch_size", "train_size", "validation_size",
+              "test_size", "units", "embedding_dims")
+    try:
+        TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)).resolved()
+    except (ValueError, TypeError) as error:
+        raise _UsageError(str(error)) from None
+
+
+def _check_translate(args) -> None:
+    if args.beam < 0:
+        raise _UsageError(f"--beam must be >= 0, got {args.beam}")
+    if args.length_penalty is not None:
+        if args.length_penalty < 0:
+            raise _UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
+        if args.beam == 0:
+            raise _UsageError(
+                "--length-penalty applies to beam search only; add --beam N (N >= 1)"
+            )
+
+
+def _check_generate(args) -> None:
+    _positive(args, "length")
+    if args.temperature < 0:
+        raise _UsageError(f"--temperature must be >= 0, got {args.temperature}")
+
+
+def _check_export(args) -> None:
+    _positive(args, "beam", "examples")
+
+
+_SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "attention")
+
+
 def _tune(args) -> int:
     from keras_seq import training, tuning
 
-    options = dict(vars(args))
-    search = {k: options.pop(k) for k in ("trials", "tuner", "cells", "units",
-                                          "embedding_dims", "attention")}
-    del options["command"]
-    try:
-        result = tuning.search(training.TrainingConfig(**options), **search)
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
-        raise SystemExit(f"keras-seq tune: {error}") from None
+    search = {k: getattr(args, k) for k in _SEARCH_OPTIONS}
+    result = tuning.search(
+        training.TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)), **search
+    )
     result.tuner.results_summary()
     metrics = result.metrics
     print(
@@ -339,21 +425,10 @@ def _tune(args) -> int:
     return 0
 
 
-def _check_positive(parser, args, *names):
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}")
-
-
 def _train(args) -> int:
     from keras_seq import training
 
-    options = {k: v for k, v in vars(args).items() if k != "command"}
-    try:
-        result = training.train(training.TrainingConfig(**options))
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
-        raise SystemExit(f"keras-seq train: {error}") from None
+    result = training.train(training.TrainingConfig(**_config_options(args)))
     metrics = result.metrics
     if metrics.get("task") == "lm":
         print(
@@ -373,12 +448,19 @@ def _train(args) -> int:
 def _translate(args) -> int:
     from keras_seq import training
 
-    try:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", training.InputWarning)
         outputs = training.translate_texts(
-            args.run_dir, args.texts, beam_width=args.beam, length_penalty=args.length_penalty
+            args.run_dir, args.texts, beam_width=args.beam,
+            length_penalty=args.length_penalty or 0.0,
         )
-    except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"keras-seq translate: {error}") from None
+    for warning in caught:
+        if issubclass(warning.category, training.InputWarning):
+            print(f"keras-seq translate: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     for output in outputs:
         print(output)
     return 0
@@ -387,81 +469,137 @@ def _translate(args) -> int:
 def _generate(args) -> int:
     from keras_seq import training
 
-    try:
-        text = training.generate_text(
-            args.run_dir, args.prompt, length=args.length, temperature=args.temperature,
-            seed=args.seed,
-        )
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        raise SystemExit(f"keras-seq generate: {error}") from None
+    text = training.generate_text(
+        args.run_dir, args.prompt, length=args.length, temperature=args.temperature,
+        seed=args.seed,
+    )
     print(args.prompt + text)
     return 0
 
 
+def _export(args) -> int:
+    from keras_seq.export import export_run
+
+    written = export_run(
+        args.run_dir, args.out, formats=tuple(args.formats), beam_width=args.beam,
+        quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
+    )
+    for kind, path in written.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def _verify(args) -> int:
+    from keras_seq.export import verification_table, verify
+
+    result = verify(args.out, json_path=args.json)
+    print(verification_table(result))
+    for failure in result["failures"]:
+        print(f"FAIL {failure}", file=sys.stderr)
+    return 0 if result["passed"] else 1
+
+
+# command -> (argument check without TensorFlow, the command)
+_COMMANDS = {
+    "train": (_check_train, _train),
+    "tune": (_check_tune, _tune),
+    "translate": (_check_translate, _translate),
+    "generate": (_check_generate, _generate),
+    "export": (_check_export, _export),
+    "verify": (None, _verify),
+}
+
+
+# TensorFlow's C++ start-up notes: absl-format INFO/WARNING lines
+# ("I0000 00:00:1795580816.342428  18897 cudart_stub.cc:31] ..."), absl's
+# banner before them, the second line of cpu_feature_guard's note, and the
+# CUDA probe's error on a machine without a GPU. Some are written before
+# TF_CPP_MIN_LOG_LEVEL is read, the last whatever it says.
+_TENSORFLOW_NOTE = re.compile(
+    r"^([IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] |E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|To enable the following instructions: )"
+)
+
+
+def _import_keras_quietly() -> None:
+    """Imports Keras (and so its backend, TensorFlow) with the backend's C++
+    start-up notes dropped from stderr; anything else it writes there is kept."""
+    if "keras" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras
+
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+
+                tf.config.list_logical_devices()  # the CUDA probe
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not _TENSORFLOW_NOTE.match(line):
+                    sys.stderr.write(line)
+
+
+def _quiet_tensorflow() -> None:
+    """TensorFlow's Python and absl loggers to errors only: their start-up and
+    conversion notes are not the command's output. (Its C++ log level is set
+    by TF_CPP_MIN_LOG_LEVEL in `main`, before TensorFlow is imported.)"""
+    import logging
+
+    _import_keras_quietly()
+
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:  # absl comes with TensorFlow
+        pass
+
+
+def _failure_message(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.strerror}: {error.filename}"
+    return str(error).strip().replace("\n", " ")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``keras-seq`` command."""
+    """Entry point of the ``keras-seq`` command.
+
+    Exit status: 0 on success; 1 when the command could not do its work (a
+    missing or invalid file, an existing export without ``--overwrite``, a
+    failed verification), with one line ``keras-seq <command>: <reason>`` on
+    stderr; 2 for an error in the arguments, found before anything is loaded,
+    with the command's usage.
+    """
+    # Set before TensorFlow is imported, which happens only once a command
+    # runs (the package defers Keras in this process, see keras_seq/__init__).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Too late for this process: importing this module imported keras_seq, and
-    # so Keras, whose backend is then fixed (KERAS_BACKEND, else
-    # ~/.keras/keras.json, else TensorFlow). It reaches the processes a
-    # command starts; this one is checked below.
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    parser = _parser()
+    parser, subparsers = _parser()
     args = parser.parse_args(argv)
+    check, run = _COMMANDS[args.command]
+    try:
+        if check is not None:
+            check(args)
+    except _UsageError as error:
+        subparsers[args.command].error(str(error))
+    _quiet_tensorflow()
     try:
         require_tensorflow("keras-seq", "run it with KERAS_BACKEND=tensorflow")
-    except RuntimeError as error:
-        raise SystemExit(str(error)) from None
-    if args.command == "train":
-        _check_positive(
-            parser, args, "epochs", "batch_size", "units", "layers", "train_size",
-            "validation_size", "test_size", "learning_rate", "backup_every_steps", "context",
-            "steps_per_epoch",
-        )
-        return _train(args)
-    if args.command == "generate":
-        _check_positive(parser, args, "length")
-        if args.temperature < 0:
-            parser.error(f"--temperature must be >= 0, got {args.temperature}")
-        return _generate(args)
-    if args.command == "tune":
-        _check_positive(
-            parser, args, "trials", "epochs", "batch_size", "train_size", "validation_size",
-            "test_size",
-        )
-        for name in ("units", "embedding_dims"):
-            if any(value <= 0 for value in getattr(args, name) or ()):
-                parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-        return _tune(args)
-    if args.command == "export":
-        _check_positive(parser, args, "beam", "examples")
-        from keras_seq.export import export_run
-
-        written = export_run(
-            args.run_dir,
-            args.out,
-            formats=tuple(args.formats),
-            beam_width=args.beam,
-            quantize=tuple(args.quantize),
-            examples=args.examples,
-        )
-        for kind, path in written.items():
-            print(f"{kind}: {path}")
-        return 0
-    if args.command == "verify":
-        from keras_seq.export import verification_table, verify
-
-        try:
-            result = verify(args.out, json_path=args.json)
-        except (FileNotFoundError, ValueError) as error:
-            raise SystemExit(f"keras-seq verify: {error}") from None
-        print(verification_table(result))
-        for failure in result["failures"]:
-            print(f"FAIL {failure}", file=sys.stderr)
-        return 0 if result["passed"] else 1
-    if args.beam < 0:
-        parser.error(f"--beam must be >= 0, got {args.beam}")
-    return _translate(args)
+        return run(args)
+    except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
+        print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 `train` is what ``keras-seq train`` runs; the command only parses its
 arguments into a `TrainingConfig` and prints the result:
 
->>> from keras_seq import training
->>> result = training.train(training.TrainingConfig(  # doctest: +SKIP
-...     train_size=2_000, epochs=1, out="runs", name="dates"))
->>> result.metrics["test_exact_match"]  # doctest: +SKIP
-0.93
+    >>> from keras_seq import training
+    >>> result = training.train(training.TrainingConfig(  # doctest: +SKIP
+    ...     train_size=2_000, epochs=1, out="runs", name="dates"))
+    >>> result.metrics["test_exact_match"]  # doctest: +SKIP
+    0.93
 
 Three tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
 (``data=`` a TSV file) train a translation model; ``"lm"`` trains a
@@ -88,6 +88,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,28 +96,48 @@ import keras
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import (
-    check_bool,
-    check_choice,
     check_float,
     check_int,
     check_positive_int,
     invalid_value,
 )
-from keras_seq.models._cells import CELL_NAMES, is_lstm
 from keras_seq.reserved_tokens import PAD_ID, START_ID
+from keras_seq.run_config import (
+    ATTENTIONS,
+    BACKUP_DIR,
+    CELLS,
+    DISTRIBUTIONS,
+    LM_DEFAULTS,
+    MODEL_DEFAULTS,
+    MODELS,
+    NOT_IN_BACKUP,
+    PRECISIONS,
+    TASKS,
+    TrainingConfig,
+    default_for,
+)
 
 __all__ = [
+    "ATTENTIONS",
+    "BACKUP_DIR",
+    "CELLS",
+    "DISTRIBUTIONS",
     "LM_DEFAULTS",
+    "MODELS",
     "MODEL_DEFAULTS",
+    "PRECISIONS",
     "PreparedData",
     "PreparedText",
+    "TASKS",
     "TrainingConfig",
     "TrainingResult",
     "default_for",
     "evaluate_and_save",
+    "InputWarning",
     "evaluate_text_and_save",
     "generate_text",
     "length_buckets",
+    "load_data",
     "load_pairs",
     "make_decoder",
     "prepare_data",
@@ -124,205 +145,11 @@ __all__ = [
     "train",
     "translate_strings",
     "translate_texts",
+    "warn_about_inputs",
 ]
 
-# Per model family: values measured to reach the accuracy targets on the date
-# task within the time budget on a 2-core CPU (see README). Width 96 for the
-# Transformer (4 heads, feed-forward 384): 99.95% like width 128 on the dates,
-# in three quarters of the time. The LSTM family learns the date task more
-# slowly per epoch than the GRU, hence its epochs; the Elman RNN ("simple")
-# takes the GRU's (see benchmarks/RESULTS.md for its accuracy).
-MODEL_DEFAULTS = {
-    "rnn": {"epochs": 2, "batch_size": 128, "learning_rate": 3e-3, "units": 64},
-    "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
-}
-_LSTM_FAMILY_DEFAULTS = {"epochs": 4}
-# Character language models (task="lm"): nanoGPT's CPU recipe for tiny
-# Shakespeare (4 blocks of width 128 and 4 heads, context 64, batch 12,
-# dropout 0, warm-up and cosine decay, Adam beta_2 0.99), with 1250 steps
-# instead of 2000 and so a 2e-3 peak instead of 1e-3: its validation loss in
-# less time on a 2-core CPU (see benchmarks/RESULTS.md). An epoch is
-# `steps_per_epoch` batches of random windows.
-LM_DEFAULTS = {
-    "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
-                    "learning_rate": 2e-3, "units": 128, "layers": 4, "context": 64,
-                    "validation_size": 256},
-    "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
-            "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
-            "validation_size": 256},
-}
-_SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
-_FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
-_LM_KEYS = ("steps_per_epoch", "context")
 _DECODE_BATCH = 1000
 _EVALUATE_BATCH = 256
-
-TASKS = ("dates", "translate", "lm")
-MODELS = ("rnn", "transformer")
-CELLS = CELL_NAMES  # the `cell=` names of the model builders
-ATTENTIONS = ("bahdanau", "none")
-DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")  # keras_seq.distribute.STRATEGIES
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-BACKUP_DIR = "backup"
-# Options that may change between a run and its resumption.
-_NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_steps")
-
-
-def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "dates") -> Any:
-    """The default of a per-family option of `TrainingConfig`.
-
-    ``epochs``, ``batch_size``, ``learning_rate``, ``units``, ``layers`` and
-    ``validation_size`` for every task; ``steps_per_epoch`` and ``context``
-    for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no part.
-
-    >>> default_for("epochs"), default_for("epochs", cell="lstm"), default_for("units", "transformer")
-    (2, 4, 96)
-    >>> default_for("layers", "transformer", task="lm"), default_for("context", "transformer", task="lm")
-    (4, 64)
-    """
-    if task == "lm":
-        return LM_DEFAULTS[model][key]
-    if key in _LM_KEYS:
-        raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
-    defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
-    if model == "rnn" and is_lstm(cell):
-        defaults.update(_LSTM_FAMILY_DEFAULTS)
-    return defaults[key]
-
-
-@dataclasses.dataclass
-class TrainingConfig:
-    """What `train` does; the fields are ``keras-seq train``'s options.
-
-    Attributes:
-        task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
-            file, ``data``) or ``"lm"`` (a character language model of a
-            text file, ``data``, by default tiny Shakespeare). None:
-            ``"translate"`` when ``data`` is given, else ``"dates"``.
-        model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
-            (`models.transformer_seq2seq`); for ``task="lm"``, the ``kind`` of
-            `models.language_model`. None: ``"rnn"``, or ``"transformer"``
-            for ``task="lm"``.
-        cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
-            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman). None: ``"gru"``, or ``"lstm"``
-            for ``task="lm"``.
-        attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``, translation).
-        data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
-            text (``task="lm"``).
-        epochs, batch_size, learning_rate, units, layers: None takes the
-            model family's default (`default_for`); ``units`` is the recurrent
-            width or the Transformer's model_dim; ``layers`` the Transformer
-            blocks (each side) or, for ``task="lm"``, the recurrent layers.
-        out: parent folder of the run folder.
-        name: run folder name; None: ``<model>-<cell or layers x units>-<time>``.
-        seed: seed of the data, the weights and the shuffling.
-        train_size, validation_size, test_size: pairs of the date task (for a
-            TSV file, the most validation and test pairs, see
-            `keras_seq.data.split_pairs`). For ``task="lm"``,
-            ``validation_size`` is the number of held-out windows scored
-            after each epoch (None: the family default); the others are unused.
-        context: ``task="lm"``: the window length the model trains on and
-            is scored with (None: the family default; other tasks: must be None).
-        steps_per_epoch: ``task="lm"``: batches per epoch (None: the family
-            default; other tasks: must be None, an epoch is a pass over the pairs).
-        max_source_length, max_target_length: caps on the padded lengths.
-        length_buckets: translation tasks: training batches hold sources of
-            similar length and are padded only as far as their bucket
-            (`length_buckets`; ``make_dataset``'s ``bucket_lengths``), so short
-            sources do not pay for the longest. False: every batch is padded to
-            the longest training source.
-        distribute: ``"auto"`` (`keras_seq.distribute.choose_strategy`:
-            multi-worker when ``TF_CONFIG`` describes a cluster, mirrored over
-            several local GPUs, else one device), ``"none"``, ``"mirrored"`` or
-            ``"multi_worker"`` (`keras_seq.distribute.make_strategy`).
-            ``batch_size`` is the global batch, a multiple of the replicas.
-        precision: ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``:
-            the Keras dtype policy of the run (the logits and the loss stay
-            float32; ``mixed_float16`` adds loss scaling).
-        backup_every_steps: also back up every N training steps (None: at
-            the end of each epoch only).
-        fresh: delete the run's backup (and logs) and start over, also over
-            a finished run.
-        verbose: Keras' ``fit`` verbosity; 0 also silences the strategy and
-            ``Resuming`` lines.
-    """
-
-    model: str | None = None
-    cell: str | None = None
-    attention: str = "bahdanau"
-    data: str | None = None
-    epochs: int | None = None
-    batch_size: int | None = None
-    out: str = "runs"
-    name: str | None = None
-    seed: int = 0
-    train_size: int = 50_000
-    validation_size: int | None = None
-    test_size: int = 10_000
-    units: int | None = None
-    layers: int | None = None
-    learning_rate: float | None = None
-    max_source_length: int = 64
-    max_target_length: int = 64
-    length_buckets: bool = True
-    distribute: str = "auto"
-    precision: str = "float32"
-    backup_every_steps: int | None = None
-    fresh: bool = False
-    verbose: int = 1
-    task: str | None = None
-    context: int | None = None
-    steps_per_epoch: int | None = None
-
-    def resolved(self) -> TrainingConfig:
-        """A checked copy with the task and the family defaults filled in."""
-        where = "TrainingConfig"
-        task = self.task
-        if task is None:
-            task = "dates" if self.data is None else "translate"
-        check_choice(where, "task", task, TASKS)
-        if task == "dates" and self.data is not None:
-            raise invalid_value(
-                where, "data", "None for task 'dates' (a TSV file means task 'translate', "
-                "a text file task 'lm')", self.data,
-            )
-        if task == "translate" and self.data is None:
-            raise invalid_value(where, "data", "a TSV file for task 'translate'", None)
-        model = self.model if self.model is not None else (
-            "transformer" if task == "lm" else "rnn"
-        )
-        check_choice(where, "model", model, MODELS)
-        cell = self.cell if self.cell is not None else ("lstm" if task == "lm" else "gru")
-        check_choice(where, "cell", cell, CELLS)
-        check_choice(where, "attention", self.attention, ATTENTIONS)
-        check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
-        check_choice(where, "precision", self.precision, PRECISIONS)
-        check_bool(where, "fresh", self.fresh)
-        keys = _FAMILY_KEYS + (_LM_KEYS if task == "lm" else ())
-        values = {
-            key: default_for(key, model, cell, task) if getattr(self, key) is None
-            else getattr(self, key)
-            for key in keys
-        }
-        if task != "lm":
-            for key in _LM_KEYS:
-                if getattr(self, key) is not None:
-                    raise invalid_value(where, key, "None (it is an option of task 'lm')",
-                                        getattr(self, key))
-        for key in ("epochs", "batch_size", "units", "layers", "validation_size", *_LM_KEYS):
-            if key in values:
-                values[key] = check_positive_int(where, key, values[key])
-        values["learning_rate"] = check_float(
-            where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
-        )
-        values.update(task=task, model=model, cell=cell)
-        for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
-            values[key] = check_positive_int(where, key, getattr(self, key))
-        values["seed"] = check_int(where, "seed", self.seed)
-        values["backup_every_steps"] = check_positive_int(
-            where, "backup_every_steps", self.backup_every_steps, allow_none=True
-        )
-        return dataclasses.replace(self, **values)
 
 
 @dataclasses.dataclass
@@ -377,7 +204,10 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
 
     from keras_seq.distribute import choose_strategy, is_chief, make_strategy
 
-    # First: a multi-worker strategy must exist before TensorFlow runs any op.
+    # The data first, in Python only: bad data stops the run before anything
+    # is created. Then the strategy: a multi-worker strategy must exist before
+    # TensorFlow runs any op.
+    loaded = load_data(config)
     strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
     strategy = make_strategy(strategy_name)
     replicas = strategy.num_replicas_in_sync
@@ -390,10 +220,11 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     _say(config, f"Strategy: {strategy_name} ({type(strategy).__name__}), {replicas} replica(s)")
 
     fingerprint = {
-        k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_IN_BACKUP
+        k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_IN_BACKUP
     }
     chief = strategy_name != "multi_worker" or is_chief()
-    shared_dir = os.path.join(config.out, _run_name(config, fingerprint))
+    config = dataclasses.replace(config, name=_run_name(config, fingerprint))
+    shared_dir = os.path.join(config.out, config.name)
     backup_dir = os.path.join(shared_dir, BACKUP_DIR)
     state = None if config.fresh else _read_backup(backup_dir)
     if state is None and not config.fresh and os.path.isfile(
@@ -417,7 +248,7 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     os.makedirs(run_dir, exist_ok=True)
     keras.utils.set_random_seed(config.seed)
 
-    prepared = prepare_data(config)
+    prepared = prepare_data(config, loaded)
     tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
     t_data = time.perf_counter()
 
@@ -490,7 +321,13 @@ def _say(config: TrainingConfig, message: str) -> None:
 
 
 def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
-    """``(train, validation, test)`` pairs: the date task, or a split of ``config.data``."""
+    """``(train, validation, test)`` pairs: the date task, or a split of ``config.data``.
+
+    Raises:
+        FileNotFoundError: ``config.data`` does not exist.
+        ValueError: naming the file: a line that is not ``source<TAB>target``,
+            invalid UTF-8, or fewer than 3 pairs.
+    """
     from keras_seq import data
 
     if config.data is None:
@@ -500,14 +337,58 @@ def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
             test_size=config.test_size,
             seed=config.seed,
         )
-    else:
-        task = data.split_pairs(
-            data.load_tsv(config.data),
-            validation_size=config.validation_size,
-            test_size=config.test_size,
-            seed=config.seed,
+        return task["train"], task["validation"], task["test"]
+    path = _data_file(config)
+    pairs = data.load_tsv(path)
+    if len(pairs) < 3:
+        raise ValueError(
+            f"train: {path} holds {len(pairs)} source<TAB>target pair(s); a translation "
+            "task needs at least 3 (one each for training, validation and test)."
         )
+    task = data.split_pairs(
+        pairs, validation_size=config.validation_size, test_size=config.test_size,
+        seed=config.seed,
+    )
     return task["train"], task["validation"], task["test"]
+
+
+def _data_file(config: TrainingConfig) -> str:
+    path = os.fspath(config.data)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"train: the data file {path} does not exist"
+            + (" (it is a folder)" if os.path.isdir(path) else "")
+            + "; --data takes a " + ("UTF-8 text file." if config.task == "lm" else
+                                     "source<TAB>target file.")
+        )
+    return path
+
+
+def _load_text(config: TrainingConfig) -> tuple[str, str, str]:
+    """``(source, train_text, held_out_text)`` of a language-model run, checked."""
+    from keras_seq import data
+
+    source = data.tiny_shakespeare() if config.data is None else _data_file(config)
+    full_text = data.load_text(source)
+    train_text, held_out_text = data.split_text(full_text)
+    if len(train_text) <= config.context or len(held_out_text) < 2:
+        raise ValueError(
+            f"train: {source} has {len(full_text)} characters; task 'lm' with "
+            f"context={config.context} needs more than {config.context} in its first 90% "
+            "and at least 2 in its last 10%."
+        )
+    return source, train_text, held_out_text
+
+
+def load_data(config: TrainingConfig) -> tuple:
+    """The data of a run, read and checked in Python only (no TensorFlow op),
+    so that `train` stops on bad data before it creates anything.
+
+    Returns:
+        `load_pairs`' ``(train, validation, test)`` pairs, or for
+        ``task="lm"`` ``(source file, training text, held-out text)``.
+    """
+    return _load_text(config) if config.task == "lm" else load_pairs(config)
 
 
 @dataclasses.dataclass
@@ -607,21 +488,14 @@ class PreparedText:
         return batches.skip(skip).with_options(_data_sharding())
 
 
-def _prepare_text(config: TrainingConfig) -> PreparedText:
+def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> PreparedText:
     import numpy as np
     import tensorflow as tf
 
     from keras_seq import data, text
 
-    source = data.tiny_shakespeare() if config.data is None else os.fspath(config.data)
-    full_text = data.load_text(source)
-    train_text, held_out_text = data.split_text(full_text)
-    if len(train_text) <= config.context or len(held_out_text) < 2:
-        raise ValueError(
-            f"train: {source} has {len(full_text)} characters; task 'lm' with "
-            f"context={config.context} needs more than {config.context} in its first 90% "
-            "and at least 2 in its last 10%."
-        )
+    source, train_text, held_out_text = loaded or _load_text(config)
+    full_text = train_text + held_out_text
     tokenizer = text.CharTokenizer.from_corpus([full_text])
     train_ids, held_out_ids = (
         tokenizer.tokenize([part]).flat_values.numpy().astype(np.int32)
@@ -638,11 +512,14 @@ def _prepare_text(config: TrainingConfig) -> PreparedText:
     )
 
 
-def prepare_data(config: TrainingConfig) -> PreparedData | PreparedText:
+def prepare_data(
+    config: TrainingConfig, loaded: tuple | None = None
+) -> PreparedData | PreparedText:
     """The data, tokenizer and datasets that `train` (and `tuning.search`) fit on.
 
     Args:
         config: a resolved `TrainingConfig` (`TrainingConfig.resolved`).
+        loaded: what `load_data` returned for ``config``; None reads it.
 
     Returns:
         A `PreparedData` (translation tasks) or a `PreparedText` (``task="lm"``).
@@ -650,9 +527,9 @@ def prepare_data(config: TrainingConfig) -> PreparedData | PreparedText:
     from keras_seq import data, text
 
     if config.task == "lm":
-        return _prepare_text(config)
+        return _prepare_text(config, loaded)
 
-    train_pairs, validation_pairs, test_pairs = load_pairs(config)
+    train_pairs, validation_pairs, test_pairs = loaded or load_pairs(config)
     tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
     source_length = _max_length(tokenizer, (s for s, _ in train_pairs), 0, config.max_source_length)
     # +1 for [START]/[END]
@@ -680,8 +557,9 @@ def length_buckets(source_length: int) -> tuple[int, ...]:
     recurrent loops (about a second each on CPU); growing by half bounds the
     padding of a batch to about a third of its width.
 
-    >>> length_buckets(31), length_buckets(64), length_buckets(8)
-    ((8, 12, 18, 27), (8, 12, 18, 27, 41, 62), ())
+    Examples:
+        >>> length_buckets(31), length_buckets(64), length_buckets(8)
+        ((8, 12, 18, 27), (8, 12, 18, 27, 41, 62), ())
     """
     buckets, bound = [], 8
     while bound < source_length:
@@ -1173,6 +1051,11 @@ def translate_texts(
     import keras_seq.models  # noqa: F401
     from keras_seq import text
 
+    where = "translate_texts"
+    beam_width = check_int(where, "beam_width", beam_width, minimum=0)
+    length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
+    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")
     config = _run_config(run_dir)
     if config.get("task") == "lm":
         raise ValueError(
@@ -1182,17 +1065,64 @@ def translate_texts(
     run_dir = os.fspath(run_dir)
     model = keras.saving.load_model(os.path.join(run_dir, "model.keras"), safe_mode=True)
     tokenizer = text.load_tokenizer(run_dir)
+    texts = list(texts)
+    warn_about_inputs(tokenizer, texts, config["source_length"])
     decode = make_decoder(
         model, config["source_length"], config["target_length"], beam_width, length_penalty
     )
-    return translate_strings(decode, tokenizer, list(texts), config["source_length"])
+    return translate_strings(decode, tokenizer, texts, config["source_length"])
+
+
+class InputWarning(UserWarning):
+    """An input that the model reads otherwise than it is written: cut to the
+    run's source length, with characters outside the vocabulary, or empty
+    (`warn_about_inputs`)."""
+
+
+def warn_about_inputs(tokenizer, texts: Sequence[str], source_length: int) -> list[str]:
+    """Warns (`InputWarning`, one per input) about inputs that the model does not
+    see as written, and returns the messages.
+
+    The model reads ``source_length`` tokens: a longer input is cut there. A
+    character outside the run's vocabulary becomes ``[UNK]``. An empty input
+    still decodes to something. Each is translated anyway; the warning says
+    what the model read.
+    """
+    from keras_seq.reserved_tokens import UNK_ID
+
+    messages = []
+    ids = tokenizer.tokenize(list(texts)).to_list() if texts else []
+    for number, (text, text_ids) in enumerate(zip(texts, ids), 1):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        problems = []
+        if not text:
+            problems.append("is empty: the output is the model's guess for no input")
+        if len(text_ids) > source_length:
+            kept = tokenizer.detokenize([text_ids[:source_length]]).numpy()[0].decode("utf-8")
+            problems.append(
+                f"has {len(text_ids)} tokens, more than the run's source length "
+                f"{source_length}: only {kept!r} is translated"
+            )
+        unknown = sorted({c for c, i in zip(text, text_ids) if i == UNK_ID}) if (
+            len(text) == len(text_ids)) else None
+        if UNK_ID in text_ids:
+            where = f" ({''.join(unknown)!r})" if unknown else ""
+            problems.append(f"has characters outside the run's vocabulary{where}, read as [UNK]")
+        for problem in problems:
+            message = f"input {number} {shown!r} {problem}"
+            warnings.warn(message, InputWarning, stacklevel=2)
+            messages.append(message)
+    return messages
 
 
 def _run_config(run_dir) -> dict:
     """The ``config`` of a run folder's ``metrics.json``."""
     metrics_path = os.path.join(os.fspath(run_dir), "metrics.json")
     if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(f"{metrics_path} not found; is this a run folder?")
+        raise FileNotFoundError(
+            f"{os.fspath(run_dir)} is not a run folder: {metrics_path} does not exist "
+            "(a run folder is written by `keras-seq train`)."
+        )
     with open(metrics_path, encoding="utf-8") as f:
         return json.load(f)["config"]
 

@@ -45,11 +45,9 @@ from keras_seq._validation import (
 )
 from keras_seq.models._cells import CELL_NAMES
 from keras_seq.reserved_tokens import PAD_ID
+from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNERS
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
-
-TUNERS = ("random", "hyperband", "bayesian")
-"""The ``tuner`` names of `search` (``keras-seq tune --tuner``)."""
 
 _ALL_CELLS = CELL_NAMES
 
@@ -88,13 +86,12 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         learning_rate: ``(low, high)`` bounds, sampled on a log scale.
             Default ``(1e-4, 1e-2)``.
 
-    Example:
-
-    >>> hypermodel = Seq2SeqHyperModel(20, 15, cells=("gru",), units=(8,),
-    ...                                embedding_dims=(4,))
-    >>> model = hypermodel.build(keras_tuner.HyperParameters())
-    >>> model.optimizer.__class__.__name__
-    'Adam'
+    Examples:
+        >>> hypermodel = Seq2SeqHyperModel(20, 15, cells=("gru",), units=(8,),
+        ...                                embedding_dims=(4,))
+        >>> model = hypermodel.build(keras_tuner.HyperParameters())
+        >>> model.optimizer.__class__.__name__
+        'Adam'
     """
 
     def __init__(
@@ -102,8 +99,8 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         source_vocabulary_size: int,
         target_vocabulary_size: int,
         cells: Sequence[str] = _ALL_CELLS,
-        units: Sequence[int] = (64, 128, 256),
-        embedding_dims: Sequence[int] = (32, 64),
+        units: Sequence[int] = SEARCH_UNITS,
+        embedding_dims: Sequence[int] = SEARCH_EMBEDDING_DIMS,
         attention: Sequence[str] = ("bahdanau", "none"),
         max_dropout: float = 0.3,
         learning_rate: tuple[float, float] = (1e-4, 1e-2),
@@ -161,12 +158,11 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         max_dropout: float in [0, 1), upper end of the dropout range. Default 0.3.
         learning_rate: ``(low, high)`` bounds, log scale. Default ``(1e-4, 1e-2)``.
 
-    Example:
-
-    >>> hypermodel = ClassifierHyperModel(30, 3, cells=("peephole",), units=(8,))
-    >>> model = hypermodel.build(keras_tuner.HyperParameters())
-    >>> tuple(model.output.shape)
-    (None, 3)
+    Examples:
+        >>> hypermodel = ClassifierHyperModel(30, 3, cells=("peephole",), units=(8,))
+        >>> model = hypermodel.build(keras_tuner.HyperParameters())
+        >>> tuple(model.output.shape)
+        (None, 3)
     """
 
     def __init__(

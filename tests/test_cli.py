@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -115,8 +116,7 @@ def test_bad_flags_exit_with_a_usage_error(capsys):
     assert "--epochs must be positive" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--cell", "rnn"])
-    with pytest.raises(SystemExit):
-        main(["translate", "no-such-run", "x"])
+    assert main(["translate", "no-such-run", "x"]) == 1
 
 
 def test_bad_export_and_verify_arguments_exit_with_a_message(tmp_path, capsys):
@@ -126,14 +126,17 @@ def test_bad_export_and_verify_arguments_exit_with_a_message(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["export", "run", "out", "--quantize", "int8"])
     assert "invalid choice: 'int8'" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="keras-seq verify: .*manifest.json does not exist"):
-        main(["verify", str(tmp_path)])
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path)]) == 1
+    assert re.fullmatch(r"keras-seq verify: .*manifest.json does not exist.*\n",
+                        capsys.readouterr().err)
 
 
 def test_tune_refuses_multi_worker_and_unknown_tuners_before_any_work(tmp_path, capsys):
-    with pytest.raises(SystemExit, match=r"keras-seq tune: search: invalid value for argument "
-                       r"`distribute`.*keras-tuner#910"):
+    with pytest.raises(SystemExit) as exit_:
         main(["tune", "--distribute", "multi_worker", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'multi_worker'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["tune", "--tuner", "grid", "--out", str(tmp_path)])
     assert "invalid choice: 'grid'" in capsys.readouterr().err
@@ -144,3 +147,190 @@ def test_tune_refuses_multi_worker_and_unknown_tuners_before_any_work(tmp_path, 
         main(["tune", "--units", "8", "0"])
     assert "--units must be positive" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# First contact: exit codes, one-line errors, nothing half-written
+
+
+def _usage_error(capsys, argv):
+    """Runs ``main(argv)``, expects an argument error; returns stderr."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, usage, message",
+    [
+        (["train", "--task", "dates", "--data", "x.tsv"], "train", "`data`: expected None"),
+        (["train", "--units", "0"], "train", "--units must be positive, got 0"),
+        (["train", "--model", "transformer", "--cell", "gru"], "train", "--cell chooses"),
+        (["train", "--model", "transformer", "--attention", "none"], "train", "--attention"),
+        (["train", "--task", "lm", "--attention", "none"], "train", "language models"),
+        (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 0"),
+        (["translate", "no-such-run", "x", "--beam", "3", "--length-penalty", "-5"],
+         "translate", "--length-penalty must be >= 0, got -5.0"),
+        (["translate", "no-such-run", "x", "--length-penalty", "0.6"], "translate",
+         "--length-penalty applies to beam search only"),
+        (["generate", "no-such-run", "--prompt", "a", "--temperature", "-1"], "generate",
+         "--temperature must be >= 0"),
+    ],
+)
+def test_argument_errors_exit_2_with_the_commands_usage_before_loading(capsys, argv, usage,
+                                                                       message):
+    # "no-such-run" does not exist: an error about it would mean the command ran.
+    err = _usage_error(capsys, argv)
+    assert err.startswith(f"usage: keras-seq {usage} ")
+    assert f"keras-seq {usage}: error: " in err and message in err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "the data file {path} does not exist"),
+        (b"a b\nc d\n", "{path}, line 1: expected source<TAB>target, found no tab"),
+        (b"\xff\xfe\tx\n", "{path}, line 1: not valid UTF-8"),
+        (b"", "{path} holds 0 source<TAB>target pair(s)"),
+        (b"a\tb\nc\td\n", "{path} holds 2 source<TAB>target pair(s)"),
+    ],
+)
+def test_train_on_bad_data_says_so_in_one_line_and_creates_nothing(tmp_path, capsys, content,
+                                                                   message):
+    path = tmp_path / "pairs.tsv"
+    if content is not None:
+        path.write_bytes(content)
+    out = tmp_path / "runs"
+    assert main(["train", "--data", str(path), "--out", str(out), "--verbose", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "Strategy:" not in captured.out  # stopped before the run started
+    assert captured.err.count("\n") == 1 and captured.err.startswith("keras-seq train: ")
+    assert message.format(path=path) in captured.err
+    assert not out.exists()
+
+
+def test_export_errors_are_one_line_without_a_traceback(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "no-run"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert re.match(r"keras-seq export: export_run: .*no-run.*metrics.json does not exist", err)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "a-file").write_text("mine")
+    assert main(["export", str(tmp_path / "no-run"), str(tmp_path / "a-file")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a-file is a file" in err
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_export_over_an_export_is_refused_and_overwrite_replaces_it_whole(date_run, tmp_path,
+                                                                         capsys, monkeypatch):
+    from keras_seq.export import run as export_module
+
+    out = tmp_path / "out"
+    assert main(["export", str(date_run), str(out), "--formats", "savedmodel", "onnx"]) == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    capsys.readouterr()
+    # Into a non-empty folder: refused, nothing touched.
+    assert main(["export", str(date_run), str(out), "--formats", "tflite"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not empty" in err and "--overwrite" in err
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    # An --overwrite that fails half-way (after the TFLite files): the old export stays whole.
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export_module, "_export_onnx", fail)
+    assert main(["export", str(date_run), str(out), "--formats", "tflite", "onnx",
+                 "--overwrite"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no partial folder left behind
+    monkeypatch.undo()
+    # --overwrite: the new export only, none of the old files.
+    assert main(["export", str(date_run), str(out), "--formats", "tflite", "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["manifest.json", "reference.npz", "tflite"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [a["artifact"] for a in manifest["artifacts"]] == ["tflite"]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.slow
+def test_translate_warns_about_inputs_it_reads_otherwise(date_run, capsys):
+    config = json.loads((date_run / "metrics.json").read_text())["config"]
+    vocabulary = (date_run / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    length = config["source_length"]
+    too_long = " " * length + "3 May 1999"
+    unknown = next(c for c in "§¤@#~^" if c not in vocabulary)
+    inputs = [too_long, f"3 May{unknown}1999", "", "3 May 1999"]
+    assert main(["translate", str(date_run), *inputs]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.split("\n")) == len(inputs) + 1  # one line per input
+    warnings_ = captured.err.splitlines()
+    assert len(warnings_) == 3, warnings_
+    assert warnings_[0].startswith("keras-seq translate: warning: input 1 ")
+    assert f"{length + 10} tokens, more than the run's source length {length}" in warnings_[0]
+    assert f"only {' ' * length!r} is translated" in warnings_[0]
+    assert warnings_[1].startswith("keras-seq translate: warning: input 2 ")
+    assert f"outside the run's vocabulary ({unknown!r})" in warnings_[1]
+    assert warnings_[2].startswith("keras-seq translate: warning: input 3 '' is empty")
+
+
+def test_help_and_argument_errors_do_not_import_tensorflow():
+    script = (
+        "import sys\n"
+        "sys.argv[0] = 'keras-seq'\n"
+        "from keras_seq.cli import main\n"
+        "for argv in (['--help'], ['train', '--help'], ['train', '--units', '0'],\n"
+        "             ['translate', 'r', 'x', '--length-penalty', '1']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('IMPORTED', sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch')\n"
+        "                         if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert "IMPORTED []" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+_TENSORFLOW_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::InitializeLog|"
+                             r"trackable_obj|oneDNN|cpu_feature_guard", re.M)
+
+
+@pytest.mark.slow
+def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp_path):
+    """The console script in a fresh process: train with an automatic name,
+    then export (whose TFLite conversion used to print absl warnings)."""
+    import shutil
+
+    command = shutil.which("keras-seq")
+    assert command, "the keras-seq console script is installed with the package"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["KERAS_BACKEND"] = "tensorflow"
+    done = subprocess.run([command, "train", "--out", str(tmp_path / "runs"), *_TINY[:-2],
+                           "--verbose", "2"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not _TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
+    assert done.stdout.startswith("Strategy: ")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["config"]["name"] == run_dir.name
+    assert run_dir.name.startswith("rnn-gru-")
+    done = subprocess.run([command, "export", str(run_dir), str(tmp_path / "out"), "--formats",
+                           "tflite", "--examples", "5"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not _TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
+
+
+def test_cli_cell_choices_are_the_builders_built_in_cells():
+    from keras_seq import run_config
+    from keras_seq.models import _cells
+
+    assert set(run_config.CELLS) <= set(_cells.CELL_NAMES)
+    assert {c for c in run_config.CELLS if _cells.num_states(c) == 2} == set(
+        run_config.LSTM_CELLS)

@@ -34,6 +34,7 @@ PAGES = {
     "keras_seq.tuning": "tuning",
     "keras_seq.distribute": "distribute",
     "keras_seq.training": "training",
+    "keras_seq.run_config": "run_config",
     "keras_seq.reserved_tokens": "reserved_tokens",
 }
 

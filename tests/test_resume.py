@@ -223,7 +223,7 @@ def test_backup_restores_weights_optimizer_and_dropout_seeds(tmp_path):
 def test_without_a_name_the_newest_unfinished_run_of_the_same_options_resumes(tmp_path):
     config = training.TrainingConfig(out=str(tmp_path)).resolved()
     fingerprint = {k: v for k, v in json.loads(json.dumps(
-        training.dataclasses.asdict(config))).items() if k not in training._NOT_IN_BACKUP}
+        training.dataclasses.asdict(config))).items() if k not in training.NOT_IN_BACKUP}
     for name, options in (("rnn-gru-20260101-000000", fingerprint),
                           ("rnn-gru-20260102-000000", fingerprint),
                           ("rnn-gru-20260103-000000", {**fingerprint, "seed": 1})):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
-from keras_seq._validation import check_positive_int, check_selection
+from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
 from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
@@ -34,6 +36,7 @@ def export_run(
     beam_width: int = 1,
     quantize: Sequence[str] = (),
     examples: int = 200,
+    overwrite: bool = False,
 ) -> dict[str, str]:
     """Exports the model of a ``keras-seq train`` run folder, and Keras' outputs.
 
@@ -54,6 +57,12 @@ def export_run(
     - ``reference.npz``: Keras' outputs on held-out examples (see below), and
       ``manifest.json``: the artifacts written, for ``keras-seq verify``.
 
+    ``out`` must be new or an empty folder; with ``overwrite=True`` an
+    existing ``out`` is replaced whole (never merged: no file of an earlier
+    export stays). The export is written to a temporary folder beside ``out``
+    and renamed to ``out`` only when complete, so an export that fails leaves
+    what was at ``out`` untouched.
+
     Every host-side folder (TFLite, ONNX) also holds the tokenizer files and
     ``export.json`` (lengths and special ids): a device tokenizes and runs the
     decoding loop itself.
@@ -70,11 +79,12 @@ def export_run(
 
     Args:
         run_dir: the run folder.
-        out: the output folder (created if needed).
+        out: the output folder: new or empty, or any folder with ``overwrite``.
         formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
         examples: held-out examples in the reference outputs (at most).
+        overwrite: replace an existing, non-empty ``out``.
 
     Returns:
         The paths written, keyed ``"savedmodel"``, ``"tflite"``,
@@ -82,6 +92,11 @@ def export_run(
         ``"onnx_encoder"``, ``"onnx_decoder_step"``,
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
         ``"reference"`` (when there are examples) and ``"manifest"``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a run folder.
+        FileExistsError: ``out`` is a file, or a non-empty folder and
+            ``overwrite`` is False.
     """
     require_tensorflow("keras_seq.export.export_run", START_UNDER_TENSORFLOW)
     where = "export_run"
@@ -92,10 +107,53 @@ def export_run(
     )
     beam_width = check_positive_int(where, "beam_width", beam_width)
     examples = check_positive_int(where, "examples", examples)
+    overwrite = check_bool(where, "overwrite", overwrite)
+    out = os.path.abspath(os.fspath(out))
+    _check_out(where, out, overwrite)
     run = _load_run(where, os.fspath(run_dir))
-    out = os.fspath(out)
-    os.makedirs(out, exist_ok=True)
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
+    try:
+        written = _export_into(run, staging, formats, beam_width, quantize, examples)
+        _swap_in(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {key: os.path.join(out, os.path.relpath(path, staging)) for key, path in written.items()}
 
+
+def _check_out(where, out, overwrite):
+    if os.path.isfile(out) or (os.path.exists(out) and not os.path.isdir(out)):
+        raise FileExistsError(
+            f"{where}: {out} is a file; the export needs a folder (a new one, or an "
+            "export to replace with --overwrite)."
+        )
+    if os.path.isdir(out) and os.listdir(out) and not overwrite:
+        raise FileExistsError(
+            f"{where}: {out} is not empty; choose a new folder, or pass --overwrite "
+            "(overwrite=True) to replace it whole."
+        )
+
+
+def _swap_in(staging, out):
+    """Puts the complete export ``staging`` at ``out``, replacing what was there."""
+    old = None
+    if os.path.exists(out):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-", dir=os.path.dirname(out))
+        os.rmdir(old)
+        os.rename(out, old)
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _export_into(run, out, formats, beam_width, quantize, examples):
     steps = []  # (paths written, manifest entry) of each artifact
     if "savedmodel" in formats:
         steps.append(_export_saved_model(run, out, beam_width))

@@ -40,6 +40,9 @@ class _Translator(tf.Module):
     def translate(self, inputs):
         from keras_seq import decoding
 
+        # The signature's (None,) shape is not enforced on a loaded model: a
+        # scalar or a (B, 1) batch would otherwise be tokenized as a batch.
+        inputs = tf.ensure_shape(inputs, [None], name="inputs_must_be_a_rank_1_batch")
         source_ids = self.source_tokenizer.encode(inputs, self._source_length)
         if self._beam_width == 1:
             ids = decoding.greedy_decode(self.model, source_ids, self._target_length)
@@ -67,7 +70,8 @@ def export_saved_model(
     """Writes a SavedModel that translates raw strings, for TF Serving.
 
     The ``serving_default`` signature takes ``inputs``, a ``(B,)`` tf.string
-    tensor, and returns ``outputs`` (``(B,)`` tf.string, the translations) and
+    tensor (any other rank is an ``InvalidArgumentError`` naming ``inputs``
+    and the expected shape ``[?]``), and returns ``outputs`` (``(B,)`` tf.string, the translations) and
     ``output_ids`` (``(B, target_length)`` int32). Inside: ``source_tokenizer.encode``
     (truncated and padded to ``source_length``) -> `keras_seq.decoding.greedy_decode`
     (``beam_width=1``) or `keras_seq.decoding.beam_search` -> ``target_tokenizer.detokenize``.
@@ -91,18 +95,17 @@ def export_saved_model(
     Returns:
         ``directory`` as a string.
 
-    Example:
-
-    >>> import os, tempfile
-    >>> from keras_seq import models, text
-    >>> tokenizer = text.CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
-    >>> model = models.rnn_seq2seq(tokenizer.vocabulary_size, tokenizer.vocabulary_size,
-    ...                            units=8, embedding_dim=4)
-    >>> directory = os.path.join(tempfile.mkdtemp(), "translator", "1")
-    >>> path = export_saved_model(model, tokenizer, tokenizer, directory, 16, 12)
-    >>> serve = tf.saved_model.load(path).signatures["serving_default"]
-    >>> serve(inputs=tf.constant(["21 Nov 2026"]))["outputs"].shape
-    TensorShape([1])
+    Examples:
+        >>> import os, tempfile
+        >>> from keras_seq import models, text
+        >>> tokenizer = text.CharTokenizer.from_corpus(["21 Nov 2026", "2026-11-21"])
+        >>> model = models.rnn_seq2seq(tokenizer.vocabulary_size, tokenizer.vocabulary_size,
+        ...                            units=8, embedding_dim=4)
+        >>> directory = os.path.join(tempfile.mkdtemp(), "translator", "1")
+        >>> path = export_saved_model(model, tokenizer, tokenizer, directory, 16, 12)
+        >>> serve = tf.saved_model.load(path).signatures["serving_default"]
+        >>> serve(inputs=tf.constant(["21 Nov 2026"]))["outputs"].shape
+        TensorShape([1])
     """
     require_tensorflow("keras_seq.export.export_saved_model", EXPORT_THERE)
     where = "export_saved_model"

@@ -6,6 +6,7 @@ Files are run with the maintained TFLite runtime, `ai_edge_litert`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -62,15 +63,14 @@ def convert_to_tflite(
     Returns:
         The flatbuffer bytes.
 
-    Example:
-
-    >>> import keras
-    >>> from keras_seq import layers
-    >>> inputs = keras.Input((None, 3))
-    >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
-    >>> flatbuffer = convert_to_tflite(model, quantize="float16")
-    >>> sorted(op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM"))
-    []
+    Examples:
+        >>> import keras
+        >>> from keras_seq import layers
+        >>> inputs = keras.Input((None, 3))
+        >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
+        >>> flatbuffer = convert_to_tflite(model, quantize="float16")
+        >>> sorted(op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM"))
+        []
     """
     require_tensorflow("keras_seq.export.convert_to_tflite", EXPORT_THERE)
     where = "convert_to_tflite"
@@ -93,9 +93,26 @@ def convert_to_tflite(
     # No trackable object: the converter then freezes the variables into
     # constants. Passing the model keeps them as resource variables
     # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
+    with _without_trackable_note():
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
     configure_converter(converter, quantize)
     return converter.convert()
+
+
+class _without_trackable_note(logging.Filter):
+    """Drops the converter's "Please consider providing the trackable_obj"
+    warning while it is active: leaving the trackable object out is chosen
+    (see `convert_to_tflite`), so the note is not for the user."""
+
+    def filter(self, record):
+        return "trackable_obj" not in record.getMessage()
+
+    def __enter__(self):
+        logging.getLogger("tensorflow").addFilter(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        logging.getLogger("tensorflow").removeFilter(self)
 
 
 def configure_converter(converter: tf.lite.TFLiteConverter, quantize: str | None) -> None:

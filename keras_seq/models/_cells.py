@@ -20,6 +20,7 @@ from keras_seq.layers._recurrent_driver import (
     recurrent_matmul,
     run_recurrence,
 )
+from keras_seq.run_config import LSTM_CELLS
 
 # name -> (layer class, cell class); filled by `register_cell` below.
 CELLS: dict[str, tuple[type, type]] = {}
@@ -43,10 +44,9 @@ def register_cell(name: str, layer_class: type, cell_class: type) -> None:
         cell_class: its cell; ``cell_class(units)`` must build it and set
             ``state_size``.
 
-    Example:
-
-    >>> from keras_seq import layers, models
-    >>> models.register_cell("peephole", layers.PeepholeLSTM, layers.PeepholeLSTMCell)
+    Examples:
+        >>> from keras_seq import layers, models
+        >>> models.register_cell("peephole", layers.PeepholeLSTM, layers.PeepholeLSTMCell)
     """
     CELLS[name] = (layer_class, cell_class)
     global CELL_NAMES
@@ -82,7 +82,7 @@ def is_lstm(cell: str) -> bool:
     """The LSTM family (``"lstm"``, ``"peephole"``, ``"coupled"``): an (h, c)
     state, and TFLite's fused LSTM kernel applies
     (`keras_seq.export.convert_to_tflite`)."""
-    return cell in ("lstm", "peephole", "coupled")
+    return cell in LSTM_CELLS
 
 
 class _ConvertibleInference:

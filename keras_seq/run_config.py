@@ -1,0 +1,257 @@
+"""The options of ``keras-seq train`` and ``tune``: `TrainingConfig`, its choices and defaults.
+
+Imports neither Keras nor TensorFlow, so that the command line parses its
+arguments, checks them and prints ``--help`` before loading either.
+`keras_seq.training` re-exports every public name here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_int,
+    invalid_value,
+)
+
+__all__ = [
+    "ATTENTIONS",
+    "BACKUP_DIR",
+    "CELLS",
+    "DISTRIBUTIONS",
+    "LM_DEFAULTS",
+    "LSTM_CELLS",
+    "MODELS",
+    "MODEL_DEFAULTS",
+    "NOT_IN_BACKUP",
+    "PRECISIONS",
+    "SEARCH_EMBEDDING_DIMS",
+    "SEARCH_UNITS",
+    "TASKS",
+    "TUNERS",
+    "TrainingConfig",
+    "default_for",
+]
+
+TUNERS = ("random", "hyperband", "bayesian")
+"""The ``tuner`` names of `keras_seq.tuning.search` (``keras-seq tune --tuner``)."""
+SEARCH_UNITS = (64, 128, 256)
+"""The recurrent widths `keras_seq.tuning.Seq2SeqHyperModel` searches by default."""
+SEARCH_EMBEDDING_DIMS = (32, 64)
+"""The embedding widths `keras_seq.tuning.Seq2SeqHyperModel` searches by default."""
+
+# Per model family: values measured to reach the accuracy targets on the date
+# task within the time budget on a 2-core CPU (see README). Width 96 for the
+# Transformer (4 heads, feed-forward 384): 99.95% like width 128 on the dates,
+# in three quarters of the time. The LSTM family learns the date task more
+# slowly per epoch than the GRU, hence its epochs; the Elman RNN ("simple")
+# takes the GRU's (see benchmarks/RESULTS.md for its accuracy).
+MODEL_DEFAULTS = {
+    "rnn": {"epochs": 2, "batch_size": 128, "learning_rate": 3e-3, "units": 64},
+    "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
+}
+"""Per model family (``rnn``, ``transformer``): the defaults of the translation tasks."""
+_LSTM_FAMILY_DEFAULTS = {"epochs": 4}
+# Character language models (task="lm"): nanoGPT's CPU recipe for tiny
+# Shakespeare (4 blocks of width 128 and 4 heads, context 64, batch 12,
+# dropout 0, warm-up and cosine decay, Adam beta_2 0.99), with 1250 steps
+# instead of 2000 and so a 2e-3 peak instead of 1e-3: its validation loss in
+# less time on a 2-core CPU (see benchmarks/RESULTS.md). An epoch is
+# `steps_per_epoch` batches of random windows.
+LM_DEFAULTS = {
+    "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
+                    "learning_rate": 2e-3, "units": 128, "layers": 4, "context": 64,
+                    "validation_size": 256},
+    "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
+            "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
+            "validation_size": 256},
+}
+"""Per ``kind`` of language model: the defaults of ``task="lm"``."""
+_SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
+_FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
+_LM_KEYS = ("steps_per_epoch", "context")
+
+TASKS = ("dates", "translate", "lm")
+"""`TrainingConfig.task` choices."""
+MODELS = ("rnn", "transformer")
+"""`TrainingConfig.model` choices."""
+# The `cell=` names of the model builders' built-in cells (keras_seq.models'
+# registry; tests/test_cli.py checks the two agree), and the LSTM family among them.
+CELLS = ("gru", "lstm", "peephole", "coupled", "simple")
+"""`TrainingConfig.cell` choices: the model builders' built-in cells."""
+LSTM_CELLS = ("lstm", "peephole", "coupled")
+"""The LSTM family among `CELLS`: an (h, c) state, and their own defaults."""
+ATTENTIONS = ("bahdanau", "none")
+"""`TrainingConfig.attention` choices."""
+DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")
+"""`TrainingConfig.distribute` choices (`keras_seq.distribute.STRATEGIES` and ``"auto"``)."""
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+"""`TrainingConfig.precision` choices (Keras dtype policies)."""
+BACKUP_DIR = "backup"
+"""The folder of a run folder that holds its backup while it trains."""
+# Options that may change between a run and its resumption.
+NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_steps")
+"""The `TrainingConfig` fields that may differ between a run and its resumption."""
+
+
+def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "dates") -> Any:
+    """The default of a per-family option of `TrainingConfig`.
+
+    ``epochs``, ``batch_size``, ``learning_rate``, ``units``, ``layers`` and
+    ``validation_size`` for every task; ``steps_per_epoch`` and ``context``
+    for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no part.
+
+    Examples:
+        >>> default_for("epochs"), default_for("epochs", cell="lstm"), default_for("units", "transformer")
+        (2, 4, 96)
+        >>> default_for("layers", "transformer", task="lm"), default_for("context", "transformer", task="lm")
+        (4, 64)
+    """
+    if task == "lm":
+        return LM_DEFAULTS[model][key]
+    if key in _LM_KEYS:
+        raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
+    defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
+    if model == "rnn" and cell in LSTM_CELLS:
+        defaults.update(_LSTM_FAMILY_DEFAULTS)
+    return defaults[key]
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """What `train` does; the fields are ``keras-seq train``'s options.
+
+    Attributes:
+        task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
+            file, ``data``) or ``"lm"`` (a character language model of a
+            text file, ``data``, by default tiny Shakespeare). None:
+            ``"translate"`` when ``data`` is given, else ``"dates"``.
+        model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
+            (`models.transformer_seq2seq`); for ``task="lm"``, the ``kind`` of
+            `models.language_model`. None: ``"rnn"``, or ``"transformer"``
+            for ``task="lm"``.
+        cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
+            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman). None: ``"gru"``, or ``"lstm"``
+            for ``task="lm"``.
+        attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``, translation).
+        data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
+            text (``task="lm"``).
+        epochs, batch_size, learning_rate, units, layers: None takes the
+            model family's default (`default_for`); ``units`` is the recurrent
+            width or the Transformer's model_dim; ``layers`` the Transformer
+            blocks (each side) or, for ``task="lm"``, the recurrent layers.
+        out: parent folder of the run folder.
+        name: run folder name; None: ``<model>-<cell or layers x units>-<time>``.
+        seed: seed of the data, the weights and the shuffling.
+        train_size, validation_size, test_size: pairs of the date task (for a
+            TSV file, the most validation and test pairs, see
+            `keras_seq.data.split_pairs`). For ``task="lm"``,
+            ``validation_size`` is the number of held-out windows scored
+            after each epoch (None: the family default); the others are unused.
+        context: ``task="lm"``: the window length the model trains on and
+            is scored with (None: the family default; other tasks: must be None).
+        steps_per_epoch: ``task="lm"``: batches per epoch (None: the family
+            default; other tasks: must be None, an epoch is a pass over the pairs).
+        max_source_length, max_target_length: caps on the padded lengths.
+        length_buckets: translation tasks: training batches hold sources of
+            similar length and are padded only as far as their bucket
+            (`length_buckets`; ``make_dataset``'s ``bucket_lengths``), so short
+            sources do not pay for the longest. False: every batch is padded to
+            the longest training source.
+        distribute: ``"auto"`` (`keras_seq.distribute.choose_strategy`:
+            multi-worker when ``TF_CONFIG`` describes a cluster, mirrored over
+            several local GPUs, else one device), ``"none"``, ``"mirrored"`` or
+            ``"multi_worker"`` (`keras_seq.distribute.make_strategy`).
+            ``batch_size`` is the global batch, a multiple of the replicas.
+        precision: ``"float32"``, ``"mixed_float16"`` or ``"mixed_bfloat16"``:
+            the Keras dtype policy of the run (the logits and the loss stay
+            float32; ``mixed_float16`` adds loss scaling).
+        backup_every_steps: also back up every N training steps (None: at
+            the end of each epoch only).
+        fresh: delete the run's backup (and logs) and start over, also over
+            a finished run.
+        verbose: Keras' ``fit`` verbosity; 0 also silences the strategy and
+            ``Resuming`` lines.
+    """
+
+    model: str | None = None
+    cell: str | None = None
+    attention: str = "bahdanau"
+    data: str | None = None
+    epochs: int | None = None
+    batch_size: int | None = None
+    out: str = "runs"
+    name: str | None = None
+    seed: int = 0
+    train_size: int = 50_000
+    validation_size: int | None = None
+    test_size: int = 10_000
+    units: int | None = None
+    layers: int | None = None
+    learning_rate: float | None = None
+    max_source_length: int = 64
+    max_target_length: int = 64
+    length_buckets: bool = True
+    distribute: str = "auto"
+    precision: str = "float32"
+    backup_every_steps: int | None = None
+    fresh: bool = False
+    verbose: int = 1
+    task: str | None = None
+    context: int | None = None
+    steps_per_epoch: int | None = None
+
+    def resolved(self) -> TrainingConfig:
+        """A checked copy with the task and the family defaults filled in."""
+        where = "TrainingConfig"
+        task = self.task
+        if task is None:
+            task = "dates" if self.data is None else "translate"
+        check_choice(where, "task", task, TASKS)
+        if task == "dates" and self.data is not None:
+            raise invalid_value(
+                where, "data", "None for task 'dates' (a TSV file means task 'translate', "
+                "a text file task 'lm')", self.data,
+            )
+        if task == "translate" and self.data is None:
+            raise invalid_value(where, "data", "a TSV file for task 'translate'", None)
+        model = self.model if self.model is not None else (
+            "transformer" if task == "lm" else "rnn"
+        )
+        check_choice(where, "model", model, MODELS)
+        cell = self.cell if self.cell is not None else ("lstm" if task == "lm" else "gru")
+        check_choice(where, "cell", cell, CELLS)
+        check_choice(where, "attention", self.attention, ATTENTIONS)
+        check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
+        check_choice(where, "precision", self.precision, PRECISIONS)
+        check_bool(where, "fresh", self.fresh)
+        keys = _FAMILY_KEYS + (_LM_KEYS if task == "lm" else ())
+        values = {
+            key: default_for(key, model, cell, task) if getattr(self, key) is None
+            else getattr(self, key)
+            for key in keys
+        }
+        if task != "lm":
+            for key in _LM_KEYS:
+                if getattr(self, key) is not None:
+                    raise invalid_value(where, key, "None (it is an option of task 'lm')",
+                                        getattr(self, key))
+        for key in ("epochs", "batch_size", "units", "layers", "validation_size", *_LM_KEYS):
+            if key in values:
+                values[key] = check_positive_int(where, key, values[key])
+        values["learning_rate"] = check_float(
+            where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
+        )
+        values.update(task=task, model=model, cell=cell)
+        for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
+            values[key] = check_positive_int(where, key, getattr(self, key))
+        values["seed"] = check_int(where, "seed", self.seed)
+        values["backup_every_steps"] = check_positive_int(
+            where, "backup_every_steps", self.backup_every_steps, allow_none=True
+        )
+        return dataclasses.replace(self, **values)
