@@ -447,3 +447,12 @@ def test_client_round_trips_through_stand_in_rest_and_grpc_servers(exported):
     finally:
         grpc_server.stop(None)
         rest_server.shutdown()
+
+
+@pytest.mark.parametrize("inputs", [[["a", "b"]], [["a"], ["b"]], "a"])
+def test_serving_signature_refuses_anything_but_a_rank_1_batch(exported, inputs):
+    served = tf.saved_model.load(exported["paths"]["char"]).signatures["serving_default"]
+    assert served(inputs=tf.constant(["a", "b"]))["outputs"].shape == (2,)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"inputs_must_be_a_rank_1_batch(.|\n)*expected shape \[\?\]"):
+        served(inputs=tf.constant(inputs))
