@@ -27,6 +27,7 @@ from keras_seq._validation import (
     check_bool,
     check_positive_int,
     check_rate,
+    float_inputs,
     invalid_value,
     shape_error,
 )
@@ -296,6 +297,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         """One time step: ``(output, new_states)`` as in the Keras cells."""
         nested = isinstance(states, (list, tuple))
         states = list(states) if nested else [states]
+        inputs = float_inputs(self, inputs)
         if training and self.dropout > 0.0:
             inputs = inputs * self.get_dropout_mask(inputs)
         recurrent_mask = None
@@ -477,6 +479,9 @@ class RecurrentLayer(keras.layers.RNN):
 
     def call(self, inputs, initial_state=None, mask=None, training=None):
         self._check_call(inputs, initial_state, mask)
+        # Integer inputs, as keras.layers.LSTM/GRU take them (before the
+        # dropout masks, which take the dtype of the inputs).
+        inputs = float_inputs(self, inputs)
         return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
 
     def inner_loop(self, sequences, initial_state, mask, training=False):

@@ -111,14 +111,19 @@ def make_feedforward(layer, shape) -> PositionwiseFeedForward:
     return feedforward
 
 
-def check_sequence(layer, argument, tensor, width) -> None:
-    """A ValueError unless `tensor` is `(batch, time, width)`."""
-    if len(tensor.shape) != 3 or (tensor.shape[-1] is not None and tensor.shape[-1] != width):
+def check_sequence(layer, argument, shape, width=None) -> None:
+    """A ValueError unless `shape` is `(batch, time, features)`: rank 3, with
+    `features` known (in `build`, `width=None`) or equal to `width` (in `call`)."""
+    shape = tuple(shape)
+    if len(shape) != 3:
+        raise _validation.shape_error(layer, argument, "rank 3 (batch, time, features)", shape)
+    if width is None and shape[-1] is None:
         raise _validation.shape_error(
-            layer,
-            argument,
-            f"(batch, time, {width}) (the width the layer was built with)",
-            tensor.shape,
+            layer, argument, "(batch, time, features) with a known feature size", shape
+        )
+    if width is not None and shape[-1] is not None and shape[-1] != width:
+        raise _validation.shape_error(
+            layer, argument, f"(batch, time, {width}) (the width the layer was built with)", shape
         )
 
 

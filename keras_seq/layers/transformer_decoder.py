@@ -61,23 +61,22 @@ class TransformerDecoder(keras.layers.Layer):
         bias_initializer: initializer of all biases (`"zeros"`).
         normalize_first: bool, pre-norm instead of post-norm (False).
 
-    Example:
+    Examples:
+        ```python
+        import numpy as np
+        from keras_seq.layers import TransformerDecoder
 
-    ```python
-    import numpy as np
-    from keras_seq.layers import TransformerDecoder
-
-    dec = TransformerDecoder(intermediate_dim=32, num_heads=2)
-    x = np.random.rand(2, 5, 8).astype("float32")
-    e = np.random.rand(2, 7, 12).astype("float32")
-    y = dec(x, e)                                        # (2, 5, 8), causal
-    cache = np.zeros((2, 2, 5, 2, 4), "float32")
-    y0, cache, cross = dec(x[:, :1], e, self_attention_cache=cache,
-                           self_attention_cache_update_index=0)
-    y1, cache, cross = dec(x[:, 1:2], e, self_attention_cache=cache,
-                           self_attention_cache_update_index=1,
-                           cross_attention_cache=cross)  # equals y[:, 1:2]
-    ```
+        dec = TransformerDecoder(intermediate_dim=32, num_heads=2)
+        x = np.random.rand(2, 5, 8).astype("float32")
+        e = np.random.rand(2, 7, 12).astype("float32")
+        y = dec(x, e)                                        # (2, 5, 8), causal
+        cache = np.zeros((2, 2, 5, 2, 4), "float32")
+        y0, cache, cross = dec(x[:, :1], e, self_attention_cache=cache,
+                               self_attention_cache_update_index=0)
+        y1, cache, cross = dec(x[:, 1:2], e, self_attention_cache=cache,
+                               self_attention_cache_update_index=1,
+                               cross_attention_cache=cross)  # equals y[:, 1:2]
+        ```
 
     References:
         - Vaswani et al., 2017. Attention Is All You Need.
@@ -104,6 +103,9 @@ class TransformerDecoder(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        block.check_sequence(self, "decoder_sequence", decoder_sequence_shape)
+        if encoder_sequence_shape is not None:
+            block.check_sequence(self, "encoder_sequence", encoder_sequence_shape)
         shape = decoder_sequence_shape
         self._head_dim = block.head_dim(self, shape[-1], self.num_heads)
         # Creation order fixes get_weights() order (KerasHub's).
@@ -155,7 +157,7 @@ class TransformerDecoder(keras.layers.Layer):
             # The copy drops the implicit mask of the new tokens, which Keras
             # would otherwise pass to self-attention as a mask over the cache keys.
             decoder_sequence = ops.copy(decoder_sequence)
-        x = decoder_sequence
+        x = _validation.float_inputs(self, decoder_sequence)
 
         self_mask = self._self_attention_mask(
             decoder_sequence, decoder_padding_mask, decoder_attention_mask, self_attention_cache
@@ -184,7 +186,7 @@ class TransformerDecoder(keras.layers.Layer):
                 cross_attention_cache_update_index = 0
             x, scores, cross_attention_cache = self._cross_attention_sublayer(
                 x,
-                encoder_sequence,
+                _validation.float_inputs(self, encoder_sequence),  # its mask is in cross_mask
                 cross_mask,
                 cross_attention_cache,
                 cross_attention_cache_update_index,
@@ -215,10 +217,12 @@ class TransformerDecoder(keras.layers.Layer):
                 "always as layer(decoder_sequence)."
             )
         width = self._feedforward_layer_norm.gamma.shape[0]
-        block.check_sequence(self, "decoder_sequence", decoder_sequence, width)
+        block.check_sequence(self, "decoder_sequence", decoder_sequence.shape, width)
         if encoder_sequence is not None:
             encoder_width = self._cross_attention_layer.key_dense.kernel.shape[0]
-            block.check_sequence(self, "encoder_sequence", encoder_sequence, encoder_width)
+            block.check_sequence(
+                self, "encoder_sequence", encoder_sequence.shape, encoder_width
+            )
             b_d, b_e = decoder_sequence.shape[0], encoder_sequence.shape[0]
             if b_d is not None and b_e is not None and b_d != b_e:
                 raise _validation.shape_error(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_seq import _validation
 from keras_seq.layers import _transformer_block as block
 
 
@@ -48,16 +49,15 @@ class TransformerEncoder(keras.layers.Layer):
         training: bool, enables dropout.
         return_attention_scores: also return the `(B, H, T, T)` weights.
 
-    Example:
+    Examples:
+        ```python
+        import numpy as np
+        from keras_seq.layers import TransformerEncoder
 
-    ```python
-    import numpy as np
-    from keras_seq.layers import TransformerEncoder
-
-    enc = TransformerEncoder(intermediate_dim=32, num_heads=2)
-    x = np.random.rand(2, 6, 8).astype("float32")
-    y = enc(x, padding_mask=np.array([[1] * 6, [1] * 4 + [0] * 2], bool))
-    ```
+        enc = TransformerEncoder(intermediate_dim=32, num_heads=2)
+        x = np.random.rand(2, 6, 8).astype("float32")
+        y = enc(x, padding_mask=np.array([[1] * 6, [1] * 4 + [0] * 2], bool))
+        ```
 
     References:
         - Vaswani et al., 2017. Attention Is All You Need.
@@ -86,6 +86,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, inputs_shape):
+        block.check_sequence(self, "inputs", inputs_shape)
         key_dim = block.head_dim(self, inputs_shape[-1], self.num_heads)
         # Creation order fixes get_weights() order (KerasHub's).
         self._self_attention_layer = block.make_attention(
@@ -110,11 +111,11 @@ class TransformerEncoder(keras.layers.Layer):
         return_attention_scores=False,
     ):
         width = self._feedforward_layer_norm.gamma.shape[0]
-        block.check_sequence(self, "inputs", inputs, width)
+        block.check_sequence(self, "inputs", inputs.shape, width)
         mask = block.padding_attention_mask(
             self, inputs, padding_mask, attention_mask, inputs.shape[1]
         )
-        x = inputs
+        x = _validation.float_inputs(self, inputs)  # after reading its Keras mask
 
         # Self-attention sub-layer.
         residual = x

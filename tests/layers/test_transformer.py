@@ -494,6 +494,89 @@ def test_bad_arguments_raise_clear_errors(rng):
         )
 
 
+_RANK_ERROR = (
+    r"{}: invalid shape for argument `{}`: expected rank 3 \(batch, time, features\), "
+    r"received shape {}\."
+)
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 4, 8)])
+def test_input_of_rank_other_than_3_raises_before_building(rng, shape):
+    shape_text = re.escape(str(shape))
+    encoder = layers.TransformerEncoder(8, 2, name="enc")
+    with pytest.raises(ValueError, match=_RANK_ERROR.format("TransformerEncoder 'enc'", "inputs",
+                                                            shape_text)):
+        encoder(_x(rng, *shape))
+    assert not encoder.built
+    decoder = layers.TransformerDecoder(8, 2, name="dec")
+    with pytest.raises(ValueError, match=_RANK_ERROR.format(
+        "TransformerDecoder 'dec'", "decoder_sequence", shape_text
+    )):
+        decoder(_x(rng, *shape))
+    with pytest.raises(ValueError, match=_RANK_ERROR.format(
+        "TransformerDecoder 'dec'", "encoder_sequence", shape_text
+    )):
+        decoder(_x(rng, 2, 3, 8), _x(rng, *shape))
+    assert not decoder.built
+    # Symbolic inputs of a functional model, and a call after building.
+    with pytest.raises(ValueError, match=r"'enc2': .*`inputs`: expected rank 3.*\(None, 8\)"):
+        layers.TransformerEncoder(8, 2, name="enc2")(keras.Input((8,)))
+    encoder(_x(rng, 2, 3, 8))
+    with pytest.raises(ValueError, match=_RANK_ERROR.format("TransformerEncoder 'enc'", "inputs",
+                                                            shape_text)):
+        encoder(_x(rng, *shape))
+
+
+def _integers(rng, *shape):
+    return rng.integers(-3, 4, size=shape).astype("int32")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_inputs_match_numpy_reference_of_their_float_values(rng, dtype):
+    """As keras.layers.MultiHeadAttention: integer inputs are read as float32."""
+    x, e = _integers(rng, 2, 5, 8).astype(dtype), _integers(rng, 2, 6, 10).astype(dtype)
+    padding_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
+    encoder = _randomize(_built(layers.TransformerEncoder(12, 2), x), rng)
+    y = encoder(x, padding_mask=padding_mask)
+    assert keras.backend.standardize_dtype(y.dtype) == "float32"
+    expected = _encoder(x.astype("float64"), encoder.get_weights(), padding_mask[:, None], False)
+    np.testing.assert_allclose(y, expected, atol=1e-4)
+
+    decoder = _randomize(_built(layers.TransformerDecoder(12, 2), x, e), rng)
+    z = decoder(x, e, decoder_padding_mask=padding_mask)
+    assert keras.backend.standardize_dtype(z.dtype) == "float32"
+    self_keep = padding_mask[:, None, :] & _causal(5)
+    expected = _decoder(
+        x.astype("float64"), e.astype("float64"), decoder.get_weights(), self_keep, None, False
+    )
+    np.testing.assert_allclose(z, expected, atol=1e-4)
+
+
+def _built(layer, *inputs):
+    layer(*(a.astype("float32") for a in inputs))
+    return layer
+
+
+def test_integer_inputs_in_a_functional_model_and_under_mixed_precision(rng):
+    x = _integers(rng, 2, 5, 8)
+    e = _integers(rng, 2, 6, 8)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    tokens, memory = keras.Input((None, 8), dtype="int32"), keras.Input((None, 8), dtype="int32")
+    encoder, decoder = layers.TransformerEncoder(12, 2), layers.TransformerDecoder(12, 2)
+    model = keras.Model([tokens, memory], decoder(tokens, encoder(memory)))
+    assert model.outputs[0].dtype == "float16"
+    for layer in (encoder, decoder):
+        _randomize(layer, rng)
+    y = model([x, e])
+    assert keras.backend.standardize_dtype(y.dtype) == "float16"
+    w_enc, w_dec = encoder.get_weights(), decoder.get_weights()
+    expected = _decoder(
+        x.astype("float64"), _encoder(e.astype("float64"), w_enc, None, False), w_dec,
+        _causal(5), None, False,
+    )
+    np.testing.assert_allclose(np.asarray(y, "float32"), expected, atol=3e-2)
+
+
 # ---------------------------------------------------------------- saving, export, size
 
 
