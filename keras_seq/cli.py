@@ -595,7 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         subparsers[args.command].error(str(error))
     _quiet_tensorflow()
     try:
-        require_tensorflow("keras-seq", "run it with KERAS_BACKEND=tensorflow")
+        require_tensorflow(f"keras-seq {args.command}", "run it with KERAS_BACKEND=tensorflow")
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
         return run(args)
     except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
         print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)

@@ -76,6 +76,6 @@ def test_command_line_on_torch_stops_with_one_line_and_no_traceback():
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "keras-seq needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is running "
+        "keras-seq train needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is running "
         "on 'torch'. To use it, run it with KERAS_BACKEND=tensorflow."
     )

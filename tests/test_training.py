@@ -78,7 +78,7 @@ def test_bad_options_are_rejected_before_any_work(tmp_path):
 def test_tsv_split_needs_three_pairs(tmp_path):
     data = tmp_path / "two.tsv"
     data.write_text("a\tb\nc\td\n")
-    with pytest.raises(ValueError, match="split_pairs: invalid value for argument `pairs`"):
+    with pytest.raises(ValueError, match=f"train: {data} holds 2 source<TAB>target pair"):
         training.load_pairs(training.TrainingConfig(data=str(data)).resolved())
 
 

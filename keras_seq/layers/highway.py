@@ -106,6 +106,7 @@ class Highway(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        inputs = _validation.float_inputs(self, inputs)
         h = self.activation(ops.matmul(inputs, self.kernel) + self.bias)  # H(x)
         t = ops.sigmoid(ops.matmul(inputs, self.transform_kernel) + self.transform_bias)
         return t * h + (1.0 - t) * inputs

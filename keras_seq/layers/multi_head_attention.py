@@ -215,6 +215,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         implicit = [(t, _masking.keras_mask(t)) for t in (query, value, key)]
         for tensor, _ in implicit:
             _masking.set_keras_mask(tensor, None)
+        query, value, key = (_validation.float_inputs(self, t) for t in (query, value, key))
         try:
             if self._use_gate:
                 gate = self._gate_dense(query)

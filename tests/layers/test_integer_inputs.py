@@ -128,3 +128,33 @@ def test_functional_model_with_integer_input_matches_float_input(rng):
     float_inputs = keras.Input((None, IN))
     float_model = keras.Model(float_inputs, model.layers[-1](gru(float_inputs)))
     np.testing.assert_allclose(model(x), float_model(x.astype("float32")), atol=1e-6)
+
+
+def test_highway_on_integer_inputs_equals_numpy_of_their_float_values(rng):
+    x = rng.integers(-3, 4, size=(2, 5, 4))
+    layer = layers.Highway()
+    layer.build((None, 5, 4))
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    W, b, W_t, b_t = (np.asarray(w) for w in (layer.kernel, layer.bias, layer.transform_kernel,
+                                              layer.transform_bias))
+    xf = x.astype("float32")
+    h = np.maximum(xf @ W + b, 0.0)  # relu, Highway's default activation
+    t = 1 / (1 + np.exp(-(xf @ W_t + b_t)))
+    y = layer(x.astype("int32"))
+    assert keras.backend.standardize_dtype(y.dtype) == "float32"
+    np.testing.assert_allclose(np.asarray(y), t * h + (1 - t) * xf, rtol=1e-5, atol=1e-5)
+
+
+def test_multi_head_attention_on_integer_inputs_equals_keras_with_copied_weights(rng):
+    query = rng.integers(-3, 4, size=(2, 3, 4))
+    value = rng.integers(-3, 4, size=(2, 5, 4))
+    ours = layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    ours(query.astype("float32"), value.astype("float32"))
+    theirs(query.astype("float32"), value.astype("float32"))
+    theirs.set_weights([rng.normal(size=w.shape).astype("float32") for w in theirs.get_weights()])
+    ours.set_weights(theirs.get_weights())
+    expected = theirs(query.astype("float32"), value.astype("float32"))
+    y = ours(query.astype("int32"), value.astype("int32"))
+    assert keras.backend.standardize_dtype(y.dtype) == "float32"
+    np.testing.assert_allclose(np.asarray(y), np.asarray(expected), rtol=1e-5, atol=1e-5)
