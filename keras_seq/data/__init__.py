@@ -1,0 +1,63 @@
+"""Data: the embedded date-normalisation task, a TSV loader, text for language
+models, the Neural Turing Machine's tasks and the tf.data pipelines.
+
+One module per kind of data; every public name is importable from
+``keras_seq.data`` itself:
+
+- `keras_seq.data.dates`: the date-normalisation task (`date_task`), which
+  ships with the package and needs no download.
+- `keras_seq.data.pairs`: parallel corpora of your own, read from TSV files
+  (`load_tsv`) and split into train, validation and test (`split_pairs`).
+- `keras_seq.data.pipeline`: the teacher-forcing `tf.data` pipeline of
+  sequence-to-sequence pairs (`make_dataset`), with length bucketing.
+- `keras_seq.data.text`: text for character language models
+  (`tiny_shakespeare`, `load_text`, `split_text`, `text_windows`,
+  `make_text_dataset`).
+- `keras_seq.data.algorithmic`: the algorithmic tasks of the Neural Turing
+  Machine paper (`copy_task`, `repeat_copy_task`, `associative_recall_task`,
+  `priority_sort_task`), scored with `bit_errors`.
+"""
+
+from keras_seq.data.algorithmic import (
+    associative_recall_task,
+    bit_errors,
+    copy_task,
+    priority_sort_task,
+    repeat_copy_task,
+)
+from keras_seq.data.dates import DATE_FORMATS, FIRST_DATE, LAST_DATE, date_task
+from keras_seq.data.pairs import load_tsv, split_pairs
+from keras_seq.data.pipeline import make_dataset
+from keras_seq.data.text import (
+    HELD_OUT_FRACTION,
+    TINY_SHAKESPEARE_SHA256,
+    TINY_SHAKESPEARE_URL,
+    load_text,
+    make_text_dataset,
+    split_text,
+    text_windows,
+    tiny_shakespeare,
+)
+
+__all__ = [
+    "FIRST_DATE",
+    "LAST_DATE",
+    "DATE_FORMATS",
+    "HELD_OUT_FRACTION",
+    "TINY_SHAKESPEARE_SHA256",
+    "TINY_SHAKESPEARE_URL",
+    "date_task",
+    "load_text",
+    "load_tsv",
+    "make_dataset",
+    "make_text_dataset",
+    "split_pairs",
+    "split_text",
+    "text_windows",
+    "tiny_shakespeare",
+    "copy_task",
+    "repeat_copy_task",
+    "associative_recall_task",
+    "priority_sort_task",
+    "bit_errors",
+]

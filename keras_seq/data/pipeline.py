@@ -1,0 +1,223 @@
+"""The teacher-forcing `tf.data` pipeline of sequence-to-sequence pairs
+(`make_dataset`), with optional length bucketing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import tensorflow as tf
+
+from keras_seq._validation import check_int, invalid_value
+
+if TYPE_CHECKING:
+    from keras_seq.text import CharTokenizer, WordPieceTokenizer
+
+__all__ = ["make_dataset"]
+
+def make_dataset(
+    pairs: Sequence[tuple[str, str]],
+    source_tokenizer: CharTokenizer | WordPieceTokenizer,
+    target_tokenizer: CharTokenizer | WordPieceTokenizer,
+    batch_size: int,
+    source_length: int,
+    target_length: int,
+    shuffle_seed: int | None = None,
+    bucket_lengths: Sequence[int] | None = None,
+    epochs: int | None = None,
+    first_epoch: int = 0,
+) -> tf.data.Dataset:
+    """Builds the teacher-forcing `tf.data` pipeline; tokenization runs in the graph.
+
+    For a target with ids t_1..t_n (truncated to `target_length - 1`):
+
+        decoder_inputs = [START] t_1 .. t_n  [PAD]...
+        targets        = t_1 .. t_n  [END]   [PAD]...
+
+    so `targets[:, i]` is what the decoder must predict after reading
+    `decoder_inputs[:, : i + 1]`.
+
+    Args:
+        pairs: `(source, target)` strings.
+        source_tokenizer: a `keras_seq.text` tokenizer for the sources.
+        target_tokenizer: a `keras_seq.text` tokenizer for the targets.
+        batch_size: examples per batch (the last batch may be smaller).
+        source_length: length `Ts` of `encoder_inputs` (truncated, padded with 0).
+        target_length: length `Tt` of `decoder_inputs` and `targets`.
+        shuffle_seed: `None` keeps the order of `pairs`; an int shuffles all
+            pairs with that seed, anew each epoch.
+        bucket_lengths: optional increasing source lengths below
+            `source_length`, e.g. `(10, 16, 24)`. Each batch then holds pairs
+            whose tokenized source fits the same bucket (<= 10, <= 16, <= 24,
+            the rest) and `encoder_inputs` is padded only to that bucket's
+            length (`source_length` for the last), so short sources do not pay
+            for the longest one. Without ``epochs``, batches come from a
+            window of the (shuffled) stream per bucket and a bucket's last
+            batch may be smaller. With ``epochs``, each bucket's pairs are cut
+            into full batches in the epoch's shuffled order, the fewer than
+            ``batch_size`` pairs left over in each bucket are batched together
+            (padded to the bucket of their longest source), and the epoch's
+            batches are shuffled: every batch but one is full, so a compiled
+            training step sees one batch shape per bucket, plus one.
+        epochs: with ``shuffle_seed``, the dataset holds epochs
+            ``first_epoch .. epochs - 1`` back to back (iterate it once, with
+            ``fit(steps_per_epoch=...)``), and the order of epoch ``e`` depends
+            only on ``(shuffle_seed, e)``: a run resumed at epoch ``e`` in a new
+            process sees the batches an uninterrupted run sees. None: one epoch
+            that ``shuffle`` reorders anew each time it is iterated (an order
+            that depends on how often the dataset was iterated in this process).
+        first_epoch: the first epoch the dataset holds (with ``epochs``).
+
+    Returns:
+        A dataset of `({"encoder_inputs": int32 (B, Ts), "decoder_inputs":
+        int32 (B, Tt)}, targets int32 (B, Tt))`.
+
+    Examples:
+        >>> from keras_seq import text
+        >>> pairs = [("21 Nov 2026", "2026-11-21")]
+        >>> source = text.CharTokenizer.from_corpus(s for s, _ in pairs)
+        >>> target = text.CharTokenizer.from_corpus(t for _, t in pairs)
+        >>> inputs, targets = next(iter(make_dataset(pairs, source, target, 1, 16, 12)))
+        >>> tuple(targets.shape)
+        (1, 12)
+    """
+    where = "make_dataset"
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
+    source_length = check_int(where, "source_length", source_length, minimum=1)
+    # [START] or [END] and at least one token.
+    target_length = check_int(where, "target_length", target_length, minimum=2)
+    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
+    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
+    first_epoch = check_int(
+        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
+    )
+    if epochs is not None and shuffle_seed is None:
+        raise ValueError("make_dataset: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("make_dataset: `pairs` is empty.")
+    for index, pair in enumerate(pairs):
+        if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
+            raise ValueError(
+                f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, received {pair!r}."
+            )
+    buckets = _check_buckets(bucket_lengths, source_length)
+    sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
+    targets = tf.constant([t for _, t in pairs], dtype=tf.string)
+    # Bucket i holds source lengths in (pads[i - 1], pads[i]]; the last runs to
+    # source_length (longer sources are truncated by encode).
+    pads = tf.constant([*buckets, source_length], tf.int32)
+
+    # The map functions below have no Python control flow on tensors, so
+    # AutoGraph is off for them: converting `encode` and the tokenizer code it
+    # calls took about 3 of the 4.5 s that building the date task's datasets
+    # took (benchmarks/RESULTS.md).
+    @tf.autograph.experimental.do_not_convert
+    def encode(source, target, lengths=None):
+        encoder_inputs = source_tokenizer.encode(source, source_length)
+        if lengths is not None:
+            # Padding is at the end, so cutting at the bucket's length loses nothing.
+            bucket = tf.searchsorted(pads[:-1], tf.reduce_max(lengths)[None], side="left")[0]
+            encoder_inputs = encoder_inputs[:, : tf.gather(pads, bucket)]
+        decoder_inputs = target_tokenizer.encode(target, target_length, add_start=True)
+        decoder_targets = target_tokenizer.encode(target, target_length, add_end=True)
+        return (
+            {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs},
+            decoder_targets,
+        )
+
+    columns = (sources, targets)
+    # Batches per epoch (tf.data cannot tell; len() and Keras' progress bar need it).
+    # With epochs, bucketed or not, all but the last batch are full.
+    batches = -(-len(pairs) // batch_size)
+    if buckets:
+        columns += (tf.cast(source_tokenizer.tokenize(sources).row_lengths(), tf.int32),)
+        bucket_of = np.searchsorted(buckets, columns[2].numpy(), side="left")
+        if epochs is None:  # every bucket ends with one partial batch at most
+            batches = int(sum(-(-int(n) // batch_size) for n in np.bincount(bucket_of)))
+
+    def batch(dataset):
+        # Batch before tokenizing: one vectorised tokenizer call per batch, not per pair.
+        if not buckets:
+            return dataset.batch(batch_size)
+        return dataset.bucket_by_sequence_length(
+            lambda source, target, length: length,
+            bucket_boundaries=[b + 1 for b in buckets],  # bucket i: length < buckets[i] + 1
+            bucket_batch_sizes=[batch_size] * (len(buckets) + 1),
+        )
+
+    if epochs is None:
+        dataset = tf.data.Dataset.from_tensor_slices(columns)
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(len(pairs), seed=shuffle_seed, reshuffle_each_iteration=True)
+        dataset = batch(dataset)
+        count = batches
+    else:
+        # One explicit permutation per epoch, drawn from (seed, epoch) alone.
+        orders = np.stack([
+            np.random.default_rng([shuffle_seed, epoch]).permutation(len(pairs))
+            for epoch in range(first_epoch, epochs)
+        ]).astype("int32")
+
+        @tf.autograph.experimental.do_not_convert
+        def gather(i):
+            return tuple(tf.gather(column, i) for column in columns)
+
+        def one_epoch(order):
+            order = tf.data.Dataset.from_tensor_slices(order)
+            return order.batch(batch_size).map(gather)  # one gather per batch
+
+        if buckets:
+            # Index rows of every batch of every epoch, -1 where a batch is short.
+            rows = np.concatenate([
+                _bucketed_batches(order, bucket_of[order], batch_size,
+                                  np.random.default_rng([shuffle_seed, epoch, 1]))
+                for epoch, order in zip(range(first_epoch, epochs), orders)
+            ])
+
+            @tf.autograph.experimental.do_not_convert
+            def gather_row(row):
+                return gather(tf.boolean_mask(row, row >= 0))
+
+            dataset = tf.data.Dataset.from_tensor_slices(rows).map(gather_row)
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
+        count = batches * (epochs - first_epoch)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _bucketed_batches(order, bucket_of, batch_size, rng):
+    """One epoch's batches with buckets (see `make_dataset`): ``(batches, batch_size)``
+    indices into the pairs, -1 after the last index of a short batch.
+
+    ``order`` is the epoch's permutation of the pairs, ``bucket_of`` the
+    bucket of each pair in that order; ``rng`` shuffles the batches.
+    """
+    batches, rest = [], []
+    for bucket in np.unique(bucket_of):
+        members = order[bucket_of == bucket]
+        cut = len(members) - len(members) % batch_size
+        batches += list(members[:cut].reshape(-1, batch_size))
+        rest.append(members[cut:])
+    rest = np.concatenate(rest)
+    batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+    rows = np.full((len(batches), batch_size), -1, np.int32)
+    for row, batch in zip(rows, (batches[i] for i in rng.permutation(len(batches)))):
+        row[: len(batch)] = batch
+    return rows
+
+
+def _check_buckets(bucket_lengths, source_length) -> tuple[int, ...]:
+    if bucket_lengths is None:
+        return ()
+    expected = f"strictly increasing integers in [1, source_length={source_length})"
+    buckets = tuple(bucket_lengths)
+    for b in buckets:
+        check_int("make_dataset", "bucket_lengths", b, minimum=1, maximum=source_length - 1)
+    if list(buckets) != sorted(set(buckets)):
+        raise invalid_value("make_dataset", "bucket_lengths", expected, bucket_lengths)
+    return tuple(int(b) for b in buckets)

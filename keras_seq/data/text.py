@@ -1,0 +1,204 @@
+"""Text for character language models.
+
+A language model reads one text (`load_text`, by default tiny Shakespeare,
+`tiny_shakespeare`), holds out its end (`split_text`), trains on random
+windows (`make_text_dataset`) and is scored on consecutive windows of the
+held-out text (`text_windows`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_seq._validation import check_float, check_int, invalid_value
+
+__all__ = [
+    "HELD_OUT_FRACTION",
+    "TINY_SHAKESPEARE_SHA256",
+    "TINY_SHAKESPEARE_URL",
+    "load_text",
+    "make_text_dataset",
+    "split_text",
+    "text_windows",
+    "tiny_shakespeare",
+]
+
+TINY_SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+HELD_OUT_FRACTION = 0.1
+
+
+def tiny_shakespeare(
+    cache_dir: str | os.PathLike | None = None,
+    origin: str = TINY_SHAKESPEARE_URL,
+    sha256: str = TINY_SHAKESPEARE_SHA256,
+) -> str:
+    """The path of tiny Shakespeare (1,115,394 characters), downloaded once.
+
+    `keras.utils.get_file` keeps the file in ``cache_dir/datasets/`` (default
+    ``~/.keras/datasets/``) and downloads it only when it is missing or its
+    SHA-256 differs from ``sha256``; a download whose hash differs is an error.
+
+    Args:
+        cache_dir: the cache folder; None: Keras' default.
+        origin: the URL (any scheme `urllib` reads, ``file://`` included).
+        sha256: the expected SHA-256 of the file, as hex.
+
+    Raises:
+        ValueError: the downloaded file does not have that hash.
+
+    References:
+        Karpathy. char-rnn, ``data/tinyshakespeare/input.txt``. 2015.
+    """
+    import keras
+
+    return keras.utils.get_file(
+        "tinyshakespeare.txt",
+        origin=origin,
+        file_hash=sha256,
+        hash_algorithm="sha256",
+        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+    )
+
+
+def load_text(path: str | os.PathLike) -> str:
+    """The whole of a UTF-8 text file (a leading byte-order mark is dropped).
+
+    Raises:
+        ValueError: naming the file, when it is not UTF-8 or has fewer than
+            2 characters.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not valid UTF-8 ({error}).") from None
+    if len(text) < 2:
+        raise ValueError(f"{path}: a language model needs at least 2 characters, found {len(text)}.")
+    return text
+
+
+def split_text(text: str, held_out_fraction: float = HELD_OUT_FRACTION) -> tuple[str, str]:
+    """``(train, held_out)``: the text cut at ``int(len(text) * (1 - held_out_fraction))``.
+
+    The held-out part is the end of the text, as in nanoGPT's character
+    Shakespeare (its first 90% train, the last 10% validate).
+
+    Examples:
+        >>> split_text("abcdefghij")
+        ('abcdefghi', 'j')
+    """
+    fraction = check_float("split_text", "held_out_fraction", held_out_fraction,
+                           low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    cut = int(len(text) * (1.0 - fraction))
+    return text[:cut], text[cut:]
+
+
+def text_windows(ids, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive windows of ``context + 1`` ids that predict every id but the first once.
+
+    Window k covers ``ids[k·context : k·context + context + 1]``: its first
+    ``context`` ids are the inputs and its last ``context`` the targets, so
+    consecutive windows share one id and target ``ids[j]`` (j ≥ 1) is
+    predicted from ``ids[k·context : j]`` with k = ⌊(j − 1) / context⌋, the
+    preceding ids of its window (1 to ``context`` of them). The last window
+    may be shorter; its inputs and targets are padded with 0.
+
+    Args:
+        ids: ``(N,)`` integer ids, N ≥ 2, none of them 0.
+        context: int, the model's training length.
+
+    Returns:
+        ``(inputs, targets)``, two ``(⌈(N − 1) / context⌉, context)`` int32
+        arrays; the targets hold N − 1 nonzero ids.
+
+    Examples:
+        >>> inputs, targets = text_windows([5, 6, 7, 8, 9], context=3)
+        >>> inputs.tolist(), targets.tolist()
+        ([[5, 6, 7], [8, 0, 0]], [[6, 7, 8], [9, 0, 0]])
+    """
+    context = check_int("text_windows", "context", context, minimum=1)
+    ids = np.asarray(ids, dtype=np.int32).reshape(-1)
+    if ids.size < 2:
+        raise invalid_value("text_windows", "ids", "at least 2 ids", f"{ids.size} ids")
+    count = -(-(ids.size - 1) // context)
+    padded = np.zeros(count * context + 1, np.int32)
+    padded[: ids.size] = ids
+    starts = np.arange(count)[:, None] * context + np.arange(context)[None, :]
+    targets = padded[starts + 1]
+    # An input whose target is padding predicts nothing: pad it too.
+    return np.where(targets != 0, padded[starts], 0), targets
+
+
+def make_text_dataset(
+    ids,
+    batch_size: int,
+    context: int,
+    steps_per_epoch: int,
+    seed: int,
+    epochs: int,
+    first_epoch: int = 0,
+) -> tf.data.Dataset:
+    """Batches of random windows of a text, for next-character prediction.
+
+    Each example is a window of ``context + 1`` consecutive ids starting at
+    a uniformly drawn offset (as nanoGPT samples its batches):
+    ``inputs = ids[o : o + context]``, ``targets = ids[o + 1 : o + context + 1]``.
+    An epoch is ``steps_per_epoch`` batches, not a pass over the text; the
+    offsets of epoch ``e`` depend only on ``(seed, e)``, so a run resumed at
+    epoch ``e`` sees the batches an uninterrupted run sees.
+
+    Args:
+        ids: ``(N,)`` integer ids, N > ``context``.
+        batch_size: int, windows per batch.
+        context: int, window length (inputs and targets).
+        steps_per_epoch: int, batches per epoch.
+        seed: int, seed of the offsets.
+        epochs: int, the dataset holds epochs ``first_epoch .. epochs - 1``
+            back to back.
+        first_epoch: int, the first of them.
+
+    Returns:
+        A dataset of ``(inputs, targets)``, both int32 ``(batch_size, context)``.
+
+    Examples:
+        >>> inputs, targets = next(iter(make_text_dataset(
+        ...     list(range(4, 40)), batch_size=2, context=5, steps_per_epoch=3, seed=0, epochs=1)))
+        >>> bool((inputs[:, 1:] == targets[:, :-1]).numpy().all())
+        True
+    """
+    where = "make_text_dataset"
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
+    context = check_int(where, "context", context, minimum=1)
+    steps_per_epoch = check_int(where, "steps_per_epoch", steps_per_epoch, minimum=1)
+    seed = check_int(where, "seed", seed)
+    epochs = check_int(where, "epochs", epochs, minimum=1)
+    first_epoch = check_int(where, "first_epoch", first_epoch, minimum=0, maximum=epochs - 1)
+    ids = np.asarray(ids, dtype=np.int32).reshape(-1)
+    if ids.size <= context:
+        raise invalid_value(
+            where, "ids", f"more than context={context} ids", f"{ids.size} ids"
+        )
+    offsets = np.stack([
+        np.random.default_rng([seed, epoch]).integers(
+            0, ids.size - context, size=steps_per_epoch * batch_size
+        )
+        for epoch in range(first_epoch, epochs)
+    ]).reshape(-1, batch_size).astype("int32")  # one row per batch
+    text = tf.constant(ids)
+    positions = tf.range(context + 1)
+
+    @tf.autograph.experimental.do_not_convert
+    def windows(o):
+        w = tf.gather(text, o[:, None] + positions[None, :])  # (B, context + 1)
+        return w[:, :-1], w[:, 1:]
+
+    dataset = tf.data.Dataset.from_tensor_slices(offsets).map(windows)
+    return dataset.prefetch(tf.data.AUTOTUNE)
