@@ -17,6 +17,7 @@ import tensorflow as tf
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import data, decoding, models, text, training
 from keras_seq.cli import main
+from keras_seq.training import backup
 
 _TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -239,7 +240,7 @@ def test_a_crashed_lm_run_resumes_to_the_uninterrupted_weights(lm_run, monkeypat
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(training._History, "on_epoch_end", crash)
+        patch.setattr(backup.History, "on_epoch_end", crash)
         with pytest.raises(KeyboardInterrupt):
             training.train(**options)
     assert os.path.isfile(root / "crash" / training.BACKUP_DIR / "state.json")

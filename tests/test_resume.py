@@ -18,6 +18,7 @@ import pytest
 
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import training
+from keras_seq.training import backup
 
 # 19 steps an epoch (600 pairs, batches of 32), a backup every 10 steps.
 _TINY = ["--train-size", "600", "--validation-size", "20", "--test-size", "20", "--units", "8",
@@ -210,27 +211,33 @@ def test_backup_restores_weights_optimizer_and_dropout_seeds(tmp_path):
         return [v.numpy() for v in model.variables + model.optimizer.variables]
 
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)
-    training._write_backup(model, str(tmp_path), 1, 0, {})
+    backup.write_backup(model, str(tmp_path), 1, 0, {})
     want = fit_twice()
-    state = training._read_backup(str(tmp_path))
-    assert training._restore_backup(model, str(tmp_path), state) == (1, 0)
+    state = backup.read_backup(str(tmp_path))
+    assert backup.restore_backup(model, str(tmp_path), state) == (1, 0)
     got = fit_twice()  # the same dropout masks and Adam moments as the first time
-    assert len(training._seed_states(model)) == 1
+    assert len(backup.seed_states(model)) == 1
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
 
 
 def test_without_a_name_the_newest_unfinished_run_of_the_same_options_resumes(tmp_path):
     config = training.TrainingConfig(out=str(tmp_path)).resolved()
-    fingerprint = {k: v for k, v in json.loads(json.dumps(
-        training.dataclasses.asdict(config))).items() if k not in training.NOT_IN_BACKUP}
+    fingerprint = backup.run_fingerprint(config)
+    # What may change on resuming is left out, every other option is kept.
+    assert backup.run_fingerprint(training.TrainingConfig(
+        out="elsewhere", name="n", verbose=0, fresh=True, distribute="none",
+        backup_every_steps=5).resolved()) == fingerprint
+    assert fingerprint["seed"] == 0 and fingerprint["units"] == config.units
+    assert backup.run_fingerprint(training.TrainingConfig(out=str(tmp_path), seed=1).resolved()
+                                  ) == {**fingerprint, "seed": 1}
     for name, options in (("rnn-gru-20260101-000000", fingerprint),
                           ("rnn-gru-20260102-000000", fingerprint),
                           ("rnn-gru-20260103-000000", {**fingerprint, "seed": 1})):
         (tmp_path / name / training.BACKUP_DIR).mkdir(parents=True)
         (tmp_path / name / training.BACKUP_DIR / "state.json").write_text(
             json.dumps({"epoch": 1, "step": 0, "config": options}))
-    assert training._run_name(config, fingerprint) == "rnn-gru-20260102-000000"
+    assert backup.run_name(config, fingerprint) == "rnn-gru-20260102-000000"
     other = training.TrainingConfig(out=str(tmp_path), seed=2).resolved()
-    assert training._run_name(other, {**fingerprint, "seed": 2}).startswith("rnn-gru-2")
-    assert not (tmp_path / training._run_name(other, {**fingerprint, "seed": 2})).exists()
+    assert backup.run_name(other, {**fingerprint, "seed": 2}).startswith("rnn-gru-2")
+    assert not (tmp_path / backup.run_name(other, {**fingerprint, "seed": 2})).exists()

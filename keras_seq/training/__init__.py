@@ -1,0 +1,162 @@
+"""The main job as a library function: train a model and write a run folder.
+
+`train` is what ``keras-seq train`` runs; the command only parses its
+arguments into a `TrainingConfig` and prints the result:
+
+    >>> from keras_seq import training
+    >>> result = training.train(training.TrainingConfig(  # doctest: +SKIP
+    ...     train_size=2_000, epochs=1, out="runs", name="dates"))
+    >>> result.metrics["test_exact_match"]  # doctest: +SKIP
+    0.93
+
+Three tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
+(``data=`` a TSV file) train a translation model; ``"lm"`` trains a
+character language model (see *Language models* below).
+
+The translation pipeline, one step a function: the pairs (`load_pairs`: the embedded date
+task, or a shuffled split of a TSV file), a character tokenizer shared by
+source and target, `tf.data` datasets, the model under a `tf.distribute`
+strategy, Adam with warm-up and cosine decay on the padding-masked
+cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
+
+- ``model.keras`` — the trained model (loads with ``safe_mode=True``);
+- ``vocab.txt`` and ``tokenizer.json`` — the shared character vocabulary;
+- ``logs/`` — TensorBoard logs;
+- ``metrics.json`` — held-out exact-match accuracy (greedy decoding),
+  timings and the full configuration;
+- ``test.tsv`` — the held-out pairs it was scored on (`run_folder`);
+- ``attention.png`` — attention heatmaps for a few test examples (models with
+  attention);
+- ``history.csv`` — one row per epoch: ``epoch``, ``step`` (training steps
+  done), ``wall_seconds`` (since this `train` call started: data, model and
+  training so far; a resumed run's rows restart from its own start),
+  ``loss``, ``val_loss``, and for language models ``perplexity`` and
+  ``val_perplexity``;
+- ``backup/`` — only while the run trains: the training state after the
+  last finished epoch (and every ``backup_every_steps`` steps).
+
+**Language models** (``task="lm"``). The text (``data=`` a UTF-8 file, by
+default tiny Shakespeare, `keras_seq.data.tiny_shakespeare`) is split as
+nanoGPT splits it: the first 90% trains, the last 10% is held out
+(`keras_seq.data.split_text`); a `keras_seq.text.CharTokenizer` holds every
+character of the whole text. `models.language_model` trains on batches of
+random windows of ``context`` characters (`keras_seq.data.make_text_dataset`),
+an epoch being ``steps_per_epoch`` batches; after each epoch, the loss and
+`keras_seq.metrics.Perplexity` are measured on ``validation_size`` held-out
+windows spread evenly over the held-out text. At the end, ``metrics.json``
+gets ``val_loss``, the mean cross-entropy in nats per character over the
+whole held-out text, and ``val_perplexity`` = exp(``val_loss``): the held-out
+text is cut into consecutive windows of ``context + 1`` characters that share
+their first character with the previous window's last
+(`keras_seq.data.text_windows`), so every held-out character but the first is
+predicted exactly once, from the preceding characters of its window (1 to
+``context`` of them), as in training (`text_loss`). The run folder holds
+``model.keras``, the tokenizer files, ``logs/``, ``history.csv`` and
+``metrics.json`` (no ``attention.png``); `generate_text` samples from it
+(``keras-seq generate``).
+
+**Resuming.** A run killed at any moment (SIGKILL included) and started again
+with the same configuration resumes from its backup: it prints ``Resuming from
+epoch k``, does not redo finished epochs or steps, and ends with the weights of
+an uninterrupted run. The backup holds the weights, the optimizer's variables
+(its step counter drives the learning-rate schedule) and the dropout seed
+states; the data order of epoch ``e`` is a function of ``(seed, e)``
+(`keras_seq.data.make_dataset` with ``epochs=``). Each backup is written to new
+files and then published by an atomic rename of ``backup/state.json``, so a kill
+during a write leaves the previous backup intact. Without ``name``, the newest
+run folder of the same model family in ``out`` whose backup was written by the
+same configuration is resumed. A run folder that already holds a finished run
+(``metrics.json`` and no backup) is not trained again: `train` raises
+``FileExistsError`` unless ``fresh=True``, which deletes the backup and the
+TensorBoard logs and starts over. A finished run deletes its backup after
+writing ``metrics.json``. Under ``MultiWorkerMirroredStrategy`` only the chief
+writes the backup (the other workers write theirs to a temporary folder that
+they delete) and every worker restores from the chief's, so the run folder
+must be on storage that every worker sees. The tests check the equality on
+CPU, where TensorFlow's kernels are deterministic; on a GPU, call
+``tf.config.experimental.enable_op_determinism()`` first for the same
+guarantee (`train` does not, as some GPU kernels then refuse to run).
+
+`translate_texts` decodes strings with a run folder (``keras-seq translate``).
+
+**Modules**, one job each: `keras_seq.run_config` (the options and their
+defaults, without Keras), `pipeline` (`train`), `prepare` (the data),
+`model` (model and optimizer), `backup` (resuming and ``history.csv``),
+`evaluation` (scoring and the run folder's files), `inference` (translate and
+generate) and `run_folder` (the one reader of a run folder).
+"""
+
+from keras_seq.run_config import (
+    ATTENTIONS,
+    BACKUP_DIR,
+    CELLS,
+    DISTRIBUTIONS,
+    LM_DEFAULTS,
+    MODEL_DEFAULTS,
+    MODELS,
+    NOT_IN_BACKUP,
+    PRECISIONS,
+    SEARCH_EMBEDDING_DIMS,
+    SEARCH_UNITS,
+    TASKS,
+    TUNERS,
+    TrainingConfig,
+    default_for,
+)
+from keras_seq.training.backup import HISTORY_FILE
+from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save, text_loss
+from keras_seq.training.inference import (
+    InputWarning,
+    generate_text,
+    make_decoder,
+    translate_strings,
+    translate_texts,
+    warn_about_inputs,
+)
+from keras_seq.training.model import build_optimizer
+from keras_seq.training.pipeline import TrainingResult, train
+from keras_seq.training.prepare import (
+    PreparedData,
+    PreparedText,
+    length_buckets,
+    load_data,
+    load_pairs,
+    prepare_data,
+)
+
+__all__ = [
+    "ATTENTIONS",
+    "BACKUP_DIR",
+    "CELLS",
+    "DISTRIBUTIONS",
+    "HISTORY_FILE",
+    "InputWarning",
+    "LM_DEFAULTS",
+    "MODELS",
+    "MODEL_DEFAULTS",
+    "NOT_IN_BACKUP",
+    "PRECISIONS",
+    "PreparedData",
+    "PreparedText",
+    "SEARCH_EMBEDDING_DIMS",
+    "SEARCH_UNITS",
+    "TASKS",
+    "TUNERS",
+    "TrainingConfig",
+    "TrainingResult",
+    "build_optimizer",
+    "default_for",
+    "evaluate_and_save",
+    "evaluate_text_and_save",
+    "generate_text",
+    "length_buckets",
+    "load_data",
+    "load_pairs",
+    "make_decoder",
+    "prepare_data",
+    "text_loss",
+    "train",
+    "translate_strings",
+    "translate_texts",
+    "warn_about_inputs",
+]

@@ -1,0 +1,235 @@
+"""The end of a run: scoring the trained model and writing the run folder's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from keras_seq._backend import require_tensorflow
+from keras_seq._validation import check_positive_int
+from keras_seq.reserved_tokens import PAD_ID, START_ID
+from keras_seq.training.inference import make_decoder, translate_strings
+from keras_seq.training.prepare import PreparedData, PreparedText
+from keras_seq.training.run_folder import write_held_out
+
+__all__ = ["evaluate_and_save", "evaluate_text_and_save", "text_loss"]
+
+_EVALUATE_BATCH = 256
+
+
+def evaluate_and_save(
+    model,
+    prepared: PreparedData,
+    run_dir: str,
+    config: dict,
+    seconds: dict,
+    started: float,
+    replicas: int = 1,
+    attention: bool = True,
+    extra: dict | None = None,
+) -> dict:
+    """Decodes the test split greedily and writes the run folder's files; returns the metrics.
+
+    Writes ``model.keras``, the tokenizer files, ``test.tsv`` (the test
+    pairs, `keras_seq.training.run_folder`), ``attention.png`` (when
+    ``attention``) and ``metrics.json`` (see the module docstring) to ``run_dir``.
+
+    Args:
+        model: the trained seq2seq model.
+        prepared: the `prepare_data` it was trained on.
+        run_dir: an existing folder.
+        config: the run's options, recorded as ``metrics["config"]`` with
+            ``source_length``, ``target_length``, ``vocabulary_size`` and
+            ``parameters`` added (``verbose`` left out).
+        seconds: timings so far (``data``, ``train``); ``evaluate`` and
+            ``total`` (since ``started``, a `time.perf_counter` value) are added.
+        replicas: the strategy's replicas in sync.
+        attention: draw ``attention.png``.
+        extra: further top-level entries of ``metrics.json``.
+    """
+    require_tensorflow("keras_seq.training.evaluate_and_save")
+    t_decode = time.perf_counter()
+    tokenizer, test_pairs = prepared.tokenizer, prepared.test_pairs
+    source_length, target_length = prepared.source_length, prepared.target_length
+    decode = make_decoder(model, source_length, target_length)
+    sources = [s for s, _ in test_pairs]
+    outputs = translate_strings(decode, tokenizer, sources, source_length)
+    t_eval = time.perf_counter()
+
+    model.save(os.path.join(run_dir, "model.keras"))
+    tokenizer.save(run_dir)
+    write_held_out(run_dir, test_pairs)
+    if attention:
+        _attention_figure(
+            model, tokenizer, sources[:3], outputs[:3], source_length, target_length,
+            os.path.join(run_dir, "attention.png"),
+        )
+    t_end = time.perf_counter()
+
+    correct = sum(o == t for o, (_, t) in zip(outputs, test_pairs))
+    rows = [{"source": s, "target": t, "output": o} for (s, t), o in zip(test_pairs, outputs)]
+    metrics = {
+        "test_exact_match": correct / len(test_pairs),
+        "replicas": replicas,
+        "test_examples": len(test_pairs),
+        "test_correct": correct,
+        "train_examples": len(prepared.train_pairs),
+        "decoding": "greedy",
+        "seconds": {
+            **{k: round(v, 2) for k, v in seconds.items()},
+            "evaluate": round(t_eval - t_decode, 2),
+            "total": round(t_end - started, 2),
+        },
+        "examples": rows[:5],
+        "errors": [row for row in rows if row["output"] != row["target"]][:50],
+        "config": {
+            **{k: v for k, v in config.items() if k != "verbose"},
+            "source_length": source_length,
+            "target_length": target_length,
+            "vocabulary_size": tokenizer.vocabulary_size,
+            "parameters": model.count_params(),
+        },
+        **(extra or {}),
+    }
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return metrics
+
+
+def text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> tuple[float, int]:
+    """Mean cross-entropy (nats per character) of a language model over a whole text.
+
+    The text is cut into consecutive windows of ``context + 1`` ids
+    (`keras_seq.data.text_windows`): every id but the first is predicted
+    once, from the preceding ids of its window, and the losses
+    −log softmax(logits)[target] are summed in float64.
+
+    Args:
+        model: a `models.language_model` (or any model ids ``(B, T)`` ->
+            logits ``(B, T, V)``).
+        ids: ``(N,)`` int ids, N ≥ 2, no padding.
+        context: int, the window length (the training length).
+        batch_size: int, windows per forward pass.
+
+    Returns:
+        ``(mean loss, number of predicted ids)``; exp(mean loss) is the perplexity.
+    """
+    require_tensorflow("keras_seq.training.text_loss")
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import data
+
+    batch_size = check_positive_int("text_loss", "batch_size", batch_size)
+    inputs, targets = data.text_windows(ids, context)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 2)
+    def summed_loss(x, y):
+        log_p = tf.nn.log_softmax(tf.cast(model(x, training=False), tf.float32))
+        loss = -tf.gather(log_p, y, batch_dims=2)  # (B, T)
+        return tf.reduce_sum(tf.where(tf.not_equal(y, PAD_ID), loss, 0.0), axis=-1)
+
+    total = 0.0
+    for start in range(0, len(inputs), batch_size):
+        window = slice(start, start + batch_size)
+        total += float(np.sum(summed_loss(inputs[window], targets[window]).numpy(), dtype=np.float64))
+    count = int(np.count_nonzero(targets))
+    return total / count, count
+
+
+def evaluate_text_and_save(
+    model,
+    prepared: PreparedText,
+    run_dir: str,
+    config: dict,
+    seconds: dict,
+    started: float,
+    replicas: int = 1,
+    extra: dict | None = None,
+) -> dict:
+    """Scores a language model on the whole held-out text and writes its run folder.
+
+    Writes ``model.keras``, the tokenizer files and ``metrics.json``:
+    ``val_loss`` (`text_loss` of the held-out ids with the training
+    ``context``), ``val_perplexity`` = exp(``val_loss``), ``val_characters``
+    (the predicted characters: all held-out characters but the first),
+    ``train_characters``, ``steps``, ``seconds`` and ``config`` (as
+    `evaluate_and_save`), plus ``extra``.
+    """
+    require_tensorflow("keras_seq.training.evaluate_text_and_save")
+    import math
+
+    t_evaluate = time.perf_counter()
+    val_loss, count = text_loss(model, prepared.held_out_ids, prepared.context)
+    t_eval = time.perf_counter()
+    model.save(os.path.join(run_dir, "model.keras"))
+    prepared.tokenizer.save(run_dir)
+    t_end = time.perf_counter()
+    metrics = {
+        "task": "lm",
+        "val_loss": val_loss,
+        "val_perplexity": math.exp(val_loss),
+        "val_characters": count,
+        "train_characters": int(len(prepared.train_ids)),
+        "steps": int(config["epochs"]) * prepared.steps_per_epoch,
+        "replicas": replicas,
+        "data": prepared.source,
+        "seconds": {
+            **{k: round(v, 2) for k, v in seconds.items()},
+            "evaluate": round(t_eval - t_evaluate, 2),
+            "total": round(t_end - started, 2),
+        },
+        "config": {
+            **{k: v for k, v in config.items() if k != "verbose"},
+            "vocabulary_size": prepared.tokenizer.vocabulary_size,
+            "parameters": model.count_params(),
+        },
+        **(extra or {}),
+    }
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return metrics
+
+
+def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):
+    """Draws the attention weights (output tokens x source tokens) for a few examples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import decoding
+    from keras_seq.models import seq2seq_kind
+
+    encoder_inputs = tokenizer.encode(sources, source_length)
+    output_ids = tokenizer.encode(outputs, target_length, add_end=True)
+    decoder_inputs = tf.concat(
+        [tf.fill([len(sources), 1], START_ID), output_ids[:, :-1]], axis=1
+    )
+    alpha = np.asarray(decoding.attention_weights(model, encoder_inputs, decoder_inputs))
+    title = (
+        "Bahdanau attention weights α (greedy decoding)"
+        if seq2seq_kind(model) == "rnn"
+        else "Cross-attention of the last decoder block, mean over heads (greedy decoding)"
+    )
+
+    fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 4.5))
+    for ax, source, output, a in zip(np.atleast_1d(axes), sources, outputs, alpha):
+        source_tokens = [tokenizer.vocabulary[int(i)] for i in tokenizer.tokenize([source])[0]]
+        output_tokens = [tokenizer.vocabulary[int(i)] for i in tokenizer.tokenize([output])[0]]
+        output_tokens.append("[END]")
+        ax.imshow(a[: len(output_tokens), : len(source_tokens)], cmap="viridis", vmin=0, vmax=1)
+        ax.set_xticks(range(len(source_tokens)), source_tokens, fontsize=7)
+        ax.set_yticks(range(len(output_tokens)), output_tokens, fontsize=7)
+        ax.set_xlabel("source")
+        ax.set_ylabel("output")
+        ax.set_title(source, fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,213 @@
+"""Using a trained run: decoding strings (``keras-seq translate``) and sampling
+text (``keras-seq generate``)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+from keras_seq._validation import check_float, check_int, check_positive_int, invalid_value
+from keras_seq.training.run_folder import read_run
+
+__all__ = [
+    "InputWarning",
+    "generate_text",
+    "make_decoder",
+    "translate_strings",
+    "translate_texts",
+    "warn_about_inputs",
+]
+
+_DECODE_BATCH = 1000
+
+
+def make_decoder(
+    model, source_length: int, target_length: int, beam_width: int = 0,
+    length_penalty: float = 0.0,
+):
+    """A traced decoding function: ``(B, source_length)`` ids -> ``(B, target_length)`` ids.
+
+    Greedy for ``beam_width=0``, else `keras_seq.decoding.beam_search` with
+    that width and GNMT length penalty.
+    """
+    require_tensorflow("keras_seq.training.make_decoder")
+    import tensorflow as tf
+
+    from keras_seq import decoding
+
+    beam_width = check_int("make_decoder", "beam_width", beam_width, minimum=0)
+    spec = tf.TensorSpec([None, source_length], tf.int32)
+    if beam_width:
+
+        @tf.function(input_signature=[spec], autograph=False)
+        def decode(source_ids):
+            ids, _ = decoding.beam_search(
+                model, source_ids, target_length, beam_width, length_penalty
+            )
+            return ids
+
+    else:
+
+        @tf.function(input_signature=[spec], autograph=False)
+        def decode(source_ids):
+            return decoding.greedy_decode(model, source_ids, target_length)
+
+    return decode
+
+
+def translate_strings(decode, tokenizer, strings: Sequence[str], source_length: int) -> list[str]:
+    """Decodes ``strings`` with a `make_decoder` function, in batches of 1000."""
+    outputs = []
+    for start in range(0, len(strings), _DECODE_BATCH):
+        chunk = list(strings[start : start + _DECODE_BATCH])
+        ids = decode(tokenizer.encode(chunk, source_length))
+        outputs.extend(s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy())
+    return outputs
+
+
+def translate_texts(
+    run_dir: str | os.PathLike,
+    texts: Sequence[str],
+    beam_width: int = 0,
+    length_penalty: float = 0.0,
+) -> list[str]:
+    """The outputs of the model in a run folder for ``texts`` (``keras-seq translate``).
+
+    Args:
+        run_dir: a folder written by `train`.
+        texts: the inputs.
+        beam_width: 0 (greedy) or a beam width.
+        length_penalty: GNMT length penalty α for beam search.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+    """
+    require_tensorflow("keras_seq.training.translate_texts", START_UNDER_TENSORFLOW)
+    where = "translate_texts"
+    beam_width = check_int(where, "beam_width", beam_width, minimum=0)
+    length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
+    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")
+    run = read_run(run_dir, where, task="translate")
+    config = run.config
+    model = run.load_model()
+    tokenizer = run.load_tokenizer()
+    texts = list(texts)
+    warn_about_inputs(tokenizer, texts, config["source_length"])
+    decode = make_decoder(
+        model, config["source_length"], config["target_length"], beam_width, length_penalty
+    )
+    return translate_strings(decode, tokenizer, texts, config["source_length"])
+
+
+class InputWarning(UserWarning):
+    """An input that the model reads otherwise than it is written: cut to the
+    run's source length, with characters outside the vocabulary, or empty
+    (`warn_about_inputs`)."""
+
+
+def warn_about_inputs(tokenizer, texts: Sequence[str], source_length: int) -> list[str]:
+    """Warns (`InputWarning`, one per input) about inputs that the model does not
+    see as written, and returns the messages.
+
+    The model reads ``source_length`` tokens: a longer input is cut there. A
+    character outside the run's vocabulary becomes ``[UNK]``. An empty input
+    still decodes to something. Each is translated anyway; the warning says
+    what the model read.
+    """
+    from keras_seq.reserved_tokens import UNK_ID
+
+    messages = []
+    ids = tokenizer.tokenize(list(texts)).to_list() if texts else []
+    for number, (text, text_ids) in enumerate(zip(texts, ids), 1):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        problems = []
+        if not text:
+            problems.append("is empty: the output is the model's guess for no input")
+        if len(text_ids) > source_length:
+            kept = tokenizer.detokenize([text_ids[:source_length]]).numpy()[0].decode("utf-8")
+            problems.append(
+                f"has {len(text_ids)} tokens, more than the run's source length "
+                f"{source_length}: only {kept!r} is translated"
+            )
+        unknown = sorted({c for c, i in zip(text, text_ids) if i == UNK_ID}) if (
+            len(text) == len(text_ids)) else None
+        if UNK_ID in text_ids:
+            where = f" ({''.join(unknown)!r})" if unknown else ""
+            problems.append(f"has characters outside the run's vocabulary{where}, read as [UNK]")
+        for problem in problems:
+            message = f"input {number} {shown!r} {problem}"
+            warnings.warn(message, InputWarning, stacklevel=2)
+            messages.append(message)
+    return messages
+
+
+def generate_text(
+    run_dir: str | os.PathLike,
+    prompt: str,
+    length: int = 500,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> str:
+    """Samples ``length`` characters after ``prompt`` from a language-model run (``keras-seq generate``).
+
+    `keras_seq.decoding.sample` in one `tf.function` (one `tf.while_loop`,
+    cached for the Transformer, with the run's training ``context`` as its
+    window).
+
+    Args:
+        run_dir: a folder written by `train` with ``task="lm"``.
+        prompt: str, at least one character, every one of them in the run's
+            vocabulary.
+        length: int, characters to sample.
+        temperature: float T ≥ 0: logits / T are sampled; 0 is greedy
+            (the most probable character each time). Default 1.
+        seed: int or None: the same seed, prompt and run give the same text;
+            None samples afresh.
+
+    Returns:
+        The ``length`` sampled characters (without the prompt).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+        ValueError: the run is not a language model, the prompt is empty or
+            has characters outside the vocabulary, or a bad argument.
+    """
+    require_tensorflow("keras_seq.training.generate_text", START_UNDER_TENSORFLOW)
+    import tensorflow as tf
+
+    from keras_seq import decoding
+    from keras_seq.reserved_tokens import RESERVED_TOKENS
+
+    where = "generate_text"
+    run = read_run(run_dir, where, task="lm")
+    config = run.config
+    if not isinstance(prompt, str):
+        raise TypeError(f"{where}: `prompt` must be a str, received {type(prompt).__name__}.")
+    if not prompt:
+        raise invalid_value(where, "prompt", "at least one character", prompt)
+    tokenizer = run.load_tokenizer()
+    vocabulary = tokenizer.vocabulary
+    unknown = sorted(set(prompt) - set(vocabulary[len(RESERVED_TOKENS):]))
+    if unknown:
+        raise invalid_value(
+            where, "prompt", "characters of the run's vocabulary",
+            f"{prompt!r} (not in it: {''.join(unknown)!r})",
+        )
+    length = check_positive_int(where, "length", length)
+    temperature = check_float(where, "temperature", temperature, low=0.0)
+    seed = check_int(where, "seed", seed, allow_none=True)
+    model = run.load_model(compile=False)  # for inference: no optimizer
+
+    @tf.function(autograph=False)
+    def run(prompt_ids):
+        # The reserved ids never occur in the text: only its characters are drawn.
+        return decoding.sample(
+            model, prompt_ids, length, temperature, seed, context=config["context"],
+            suppress_ids=range(1, len(RESERVED_TOKENS)),
+        )
+
+    ids = run(tokenizer.tokenize([prompt]).to_tensor())[0].numpy()
+    return "".join(vocabulary[i] for i in ids)

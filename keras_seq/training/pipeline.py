@@ -1,0 +1,201 @@
+"""`train`: the run, from the data to the run folder (``keras-seq train``).
+
+The steps are in their own modules: `keras_seq.training.prepare` (data),
+`keras_seq.training.model` (model and optimizer), `keras_seq.training.backup`
+(resuming), `keras_seq.training.evaluation` (the run folder's files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import keras
+
+from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+from keras_seq._validation import invalid_value
+from keras_seq.run_config import BACKUP_DIR, TrainingConfig
+from keras_seq.training.backup import (
+    HISTORY_FILE,
+    History,
+    RunBackup,
+    read_backup,
+    restore_backup,
+    run_fingerprint,
+    run_name,
+)
+from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save
+from keras_seq.training.model import build_model, compile_model
+from keras_seq.training.prepare import load_data, prepare_data
+
+__all__ = ["TrainingResult", "train"]
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What `train` returns.
+
+    Attributes:
+        run_dir: the run folder written.
+        metrics: the content of its ``metrics.json``.
+        model: the trained `keras.Model`.
+        tokenizer: the `keras_seq.text.CharTokenizer` of sources and targets.
+    """
+
+    run_dir: str
+    metrics: dict
+    model: Any
+    tokenizer: Any
+
+
+def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
+    """Trains a translation model and writes its run folder (``keras-seq train``).
+
+    Args:
+        config: a `TrainingConfig`; default ``TrainingConfig()``, the date task.
+        **options: `TrainingConfig` fields that replace those of ``config``.
+
+    Returns:
+        A `TrainingResult`: the run folder, its metrics (held-out exact match
+        ``test_exact_match`` = ``test_correct / test_examples``, timings,
+        examples, errors and the resolved ``config``), the model and the
+        tokenizer.
+
+    Raises:
+        ValueError, TypeError: a bad option (naming it), a ``batch_size``
+            that is not a multiple of the replicas, a TSV file with fewer than
+            3 pairs, or a backup written by a different configuration.
+        FileExistsError: the run folder holds a finished run and ``fresh``
+            is False.
+    """
+    require_tensorflow("keras_seq.training.train", START_UNDER_TENSORFLOW)
+    t_start = time.perf_counter()
+    config = dataclasses.replace(config or TrainingConfig(), **options).resolved()
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(config.precision)
+    try:
+        return _train(config, t_start)
+    finally:
+        keras.config.set_dtype_policy(policy)
+
+
+def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
+
+    from keras_seq.distribute import choose_strategy, is_chief, make_strategy
+
+    # The data first, in Python only: bad data stops the run before anything
+    # is created. Then the strategy: a multi-worker strategy must exist before
+    # TensorFlow runs any op.
+    loaded = load_data(config)
+    strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
+    strategy = make_strategy(strategy_name)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise invalid_value(
+            "TrainingConfig", "batch_size",
+            f"a multiple of the {replicas} replicas of the {strategy_name!r} strategy "
+            "(batch_size is the global batch)", config.batch_size,
+        )
+    _say(config, f"Strategy: {strategy_name} ({type(strategy).__name__}), {replicas} replica(s)")
+
+    fingerprint = run_fingerprint(config)
+    chief = strategy_name != "multi_worker" or is_chief()
+    config = dataclasses.replace(config, name=run_name(config, fingerprint))
+    shared_dir = os.path.join(config.out, config.name)
+    backup_dir = os.path.join(shared_dir, BACKUP_DIR)
+    state = None if config.fresh else read_backup(backup_dir)
+    if state is None and not config.fresh and os.path.isfile(
+        os.path.join(shared_dir, "metrics.json")
+    ):
+        raise FileExistsError(
+            f"{shared_dir} already holds a finished run (metrics.json); pass fresh=True "
+            "(keras-seq train --fresh) to train it again from the start, or choose another name."
+        )
+    if state is not None and state["config"] != fingerprint:
+        changed = sorted(k for k in fingerprint if state["config"].get(k) != fingerprint[k])
+        raise ValueError(
+            f"train: the backup in {backup_dir} was written by a run with other options "
+            f"({', '.join(changed)}); run the same command to resume it, or pass fresh=True "
+            "(--fresh) to start over."
+        )
+    if config.fresh and chief:
+        for folder in (backup_dir, os.path.join(shared_dir, "logs")):
+            shutil.rmtree(folder, ignore_errors=True)
+    run_dir = shared_dir if chief else tempfile.mkdtemp(prefix="keras-seq-worker-")
+    os.makedirs(run_dir, exist_ok=True)
+    keras.utils.set_random_seed(config.seed)
+
+    prepared = prepare_data(config, loaded)
+    tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
+    t_data = time.perf_counter()
+
+    with strategy.scope():
+        model = build_model(config, tokenizer.vocabulary_size)
+        compile_model(model, config, steps=config.epochs * steps_per_epoch)
+        epoch, step = 0, 0
+        if state is not None:
+            epoch, step = restore_backup(model, backup_dir, state)
+            _say(config, f"Resuming from epoch {min(epoch, config.epochs - 1) + 1}"
+                 + (f", step {step}" if step else "")
+                 + (" (training had finished)" if epoch == config.epochs else ""))
+    backup = RunBackup(
+        backup_dir if chief else tempfile.mkdtemp(prefix="keras-seq-backup-"),
+        fingerprint, steps_per_epoch, config.backup_every_steps, step,
+    )
+    callbacks = [
+        keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")),
+        backup,
+        History(os.path.join(run_dir, HISTORY_FILE), t_start, steps_per_epoch, epoch, step),
+    ]
+    fit = dict(
+        validation_data=prepared.validation_data,
+        shuffle=False,  # each epoch's order is drawn from (seed, epoch)
+        callbacks=callbacks,
+        verbose=config.verbose,
+    )
+    history = {}
+    if step:  # the rest of an epoch cut short by the kill
+        history = model.fit(
+            prepared.epochs_data(epoch, epoch + 1, skip=step), initial_epoch=epoch,
+            epochs=epoch + 1, steps_per_epoch=steps_per_epoch - step, **fit
+        ).history
+        epoch += 1
+    if epoch < config.epochs:
+        history = model.fit(
+            prepared.epochs_data(epoch, config.epochs), initial_epoch=epoch,
+            epochs=config.epochs, steps_per_epoch=steps_per_epoch, **fit
+        ).history
+    t_train = time.perf_counter()
+
+    extra = {
+        "strategy": strategy_name,
+        "resumed_from_epoch": None if state is None else state["epoch"] + 1,
+        # Of the last epoch (None when it was trained before a resumption).
+        "loss": history["loss"][-1] if history else None,
+    }
+    seconds = {"data": t_data - t_start, "train": t_train - t_data}
+    if config.task == "lm":
+        metrics = evaluate_text_and_save(
+            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
+            started=t_start, replicas=replicas, extra=extra,
+        )
+    else:
+        extra["val_loss"] = history["val_loss"][-1] if history else None
+        metrics = evaluate_and_save(
+            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
+            started=t_start, replicas=replicas,
+            attention=config.model == "transformer" or config.attention != "none",
+            extra=extra,
+        )
+    # The run folder is complete: the backup has done its job.
+    shutil.rmtree(backup.backup_dir, ignore_errors=True)
+    return TrainingResult(run_dir, metrics, model, tokenizer)
+
+
+def _say(config: TrainingConfig, message: str) -> None:
+    if config.verbose:
+        print(message, flush=True)

@@ -1,0 +1,273 @@
+"""The data of a run: read and checked in Python (`load_data`), then tokenized
+into `tf.data` pipelines (`prepare_data`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from keras_seq.run_config import TrainingConfig
+
+__all__ = [
+    "PreparedData",
+    "PreparedText",
+    "data_sharding",
+    "length_buckets",
+    "load_data",
+    "load_pairs",
+    "prepare_data",
+]
+
+
+def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
+    """``(train, validation, test)`` pairs: the date task, or a split of ``config.data``.
+
+    Raises:
+        FileNotFoundError: ``config.data`` does not exist.
+        ValueError: naming the file: a line that is not ``source<TAB>target``,
+            invalid UTF-8, or fewer than 3 pairs.
+    """
+    from keras_seq import data
+
+    if config.data is None:
+        task = data.date_task(
+            train_size=config.train_size,
+            validation_size=config.validation_size,
+            test_size=config.test_size,
+            seed=config.seed,
+        )
+        return task["train"], task["validation"], task["test"]
+    path = _data_file(config)
+    pairs = data.load_tsv(path)
+    if len(pairs) < 3:
+        raise ValueError(
+            f"train: {path} holds {len(pairs)} source<TAB>target pair(s); a translation "
+            "task needs at least 3 (one each for training, validation and test)."
+        )
+    task = data.split_pairs(
+        pairs, validation_size=config.validation_size, test_size=config.test_size,
+        seed=config.seed,
+    )
+    return task["train"], task["validation"], task["test"]
+
+
+def _data_file(config: TrainingConfig) -> str:
+    path = os.fspath(config.data)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"train: the data file {path} does not exist"
+            + (" (it is a folder)" if os.path.isdir(path) else "")
+            + "; --data takes a " + ("UTF-8 text file." if config.task == "lm" else
+                                     "source<TAB>target file.")
+        )
+    return path
+
+
+def _load_text(config: TrainingConfig) -> tuple[str, str, str]:
+    """``(source, train_text, held_out_text)`` of a language-model run, checked."""
+    from keras_seq import data
+
+    source = data.tiny_shakespeare() if config.data is None else _data_file(config)
+    full_text = data.load_text(source)
+    train_text, held_out_text = data.split_text(full_text)
+    if len(train_text) <= config.context or len(held_out_text) < 2:
+        raise ValueError(
+            f"train: {source} has {len(full_text)} characters; task 'lm' with "
+            f"context={config.context} needs more than {config.context} in its first 90% "
+            "and at least 2 in its last 10%."
+        )
+    return source, train_text, held_out_text
+
+
+def load_data(config: TrainingConfig) -> tuple:
+    """The data of a run, read and checked in Python only (no TensorFlow op),
+    so that `train` stops on bad data before it creates anything.
+
+    Returns:
+        `load_pairs`' ``(train, validation, test)`` pairs, or for
+        ``task="lm"`` ``(source file, training text, held-out text)``.
+    """
+    return _load_text(config) if config.task == "lm" else load_pairs(config)
+
+
+@dataclasses.dataclass
+class PreparedData:
+    """What `prepare_data` returns: the splits, the tokenizer and the datasets.
+
+    Attributes:
+        train_pairs, validation_pairs, test_pairs: ``(source, target)`` strings.
+        tokenizer: the `keras_seq.text.CharTokenizer` of the training pairs
+            (sources and targets share it).
+        source_length, target_length: padded lengths of the model's inputs.
+        train_data, validation_data: `keras_seq.data.make_dataset` datasets;
+            the training one reshuffles each epoch with ``config.seed`` (for
+            `fit` over all epochs at once; `train` uses `epochs_data`).
+        batch_size, seed: the config's, for `epochs_data`.
+        bucket_lengths: the training batches' source-length buckets (empty:
+            none), see `length_buckets`.
+    """
+
+    train_pairs: list
+    validation_pairs: list
+    test_pairs: list
+    tokenizer: Any
+    source_length: int
+    target_length: int
+    train_data: Any
+    validation_data: Any
+    batch_size: int
+    seed: int
+    bucket_lengths: tuple = ()
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches in an epoch (a pass over the training pairs)."""
+        return -(-len(self.train_pairs) // self.batch_size)
+
+    def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
+        """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip`` batches
+        dropped: each epoch's order depends only on the seed and the epoch number,
+        so a resumed run sees the batches an uninterrupted one sees."""
+        from keras_seq import data
+
+        batches = data.make_dataset(
+            self.train_pairs, self.tokenizer, self.tokenizer, self.batch_size,
+            self.source_length, self.target_length, shuffle_seed=self.seed,
+            first_epoch=first_epoch, epochs=epochs, bucket_lengths=self.bucket_lengths or None,
+        )
+        return batches.skip(skip).with_options(data_sharding())
+
+
+def data_sharding():
+    """DATA auto-sharding: the pipeline reads in-memory tensors (nothing to
+    shard by file), and every worker keeps its slice of each global batch, so
+    the global batches, and the weights, are those of a one-device run."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options
+
+
+@dataclasses.dataclass
+class PreparedText:
+    """What `prepare_data` returns for ``task="lm"``: the text, split and tokenized.
+
+    Attributes:
+        train_ids, held_out_ids: ``(N,)`` int32 ids of the first 90% and the
+            last 10% of the text (`keras_seq.data.split_text`).
+        tokenizer: the `keras_seq.text.CharTokenizer` of every character of
+            the text.
+        context: the window length.
+        validation_data: ``validation_size`` held-out windows
+            (`keras_seq.data.text_windows`), evenly spread, in batches.
+        batch_size, seed, steps_per_epoch: the config's, for `epochs_data`.
+        source: the file the text was read from.
+    """
+
+    train_ids: Any
+    held_out_ids: Any
+    tokenizer: Any
+    context: int
+    validation_data: Any
+    batch_size: int
+    seed: int
+    steps_per_epoch: int
+    source: str
+
+    def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
+        """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
+        batches dropped (`keras_seq.data.make_text_dataset`)."""
+        from keras_seq import data
+
+        batches = data.make_text_dataset(
+            self.train_ids, self.batch_size, self.context, self.steps_per_epoch, self.seed,
+            epochs=epochs, first_epoch=first_epoch,
+        )
+        return batches.skip(skip).with_options(data_sharding())
+
+
+def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> PreparedText:
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import data, text
+
+    source, train_text, held_out_text = loaded or _load_text(config)
+    full_text = train_text + held_out_text
+    tokenizer = text.CharTokenizer.from_corpus([full_text])
+    train_ids, held_out_ids = (
+        tokenizer.tokenize([part]).flat_values.numpy().astype(np.int32)
+        for part in (train_text, held_out_text)
+    )
+    inputs, targets = data.text_windows(held_out_ids, config.context)
+    chosen = np.unique(np.linspace(0, len(inputs) - 1, config.validation_size).round().astype(int))
+    validation_data = tf.data.Dataset.from_tensor_slices(
+        (inputs[chosen], targets[chosen])
+    ).batch(config.batch_size).with_options(data_sharding())
+    return PreparedText(
+        train_ids, held_out_ids, tokenizer, config.context, validation_data,
+        config.batch_size, config.seed, config.steps_per_epoch, source,
+    )
+
+
+def prepare_data(
+    config: TrainingConfig, loaded: tuple | None = None
+) -> PreparedData | PreparedText:
+    """The data, tokenizer and datasets that `train` (and `tuning.search`) fit on.
+
+    Args:
+        config: a resolved `TrainingConfig` (`TrainingConfig.resolved`).
+        loaded: what `load_data` returned for ``config``; None reads it.
+
+    Returns:
+        A `PreparedData` (translation tasks) or a `PreparedText` (``task="lm"``).
+    """
+    from keras_seq import data, text
+
+    if config.task == "lm":
+        return _prepare_text(config, loaded)
+
+    train_pairs, validation_pairs, test_pairs = loaded or load_pairs(config)
+    tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
+    source_length = _max_length(tokenizer, (s for s, _ in train_pairs), 0, config.max_source_length)
+    # +1 for [START]/[END]
+    target_length = _max_length(tokenizer, (t for _, t in train_pairs), 1, config.max_target_length)
+    buckets = length_buckets(source_length) if config.length_buckets else ()
+    train_data, validation_data = (
+        data.make_dataset(
+            pairs, tokenizer, tokenizer, config.batch_size, source_length, target_length,
+            shuffle_seed=config.seed if training else None,
+            bucket_lengths=(buckets or None) if training else None,
+        ).with_options(data_sharding())
+        for pairs, training in ((train_pairs, True), (validation_pairs, False))
+    )
+    return PreparedData(
+        train_pairs, validation_pairs, test_pairs, tokenizer, source_length, target_length,
+        train_data, validation_data, config.batch_size, config.seed, buckets,
+    )
+
+
+def length_buckets(source_length: int) -> tuple[int, ...]:
+    """Source-length buckets of the training batches: 8, 12, 18, 27, ... (×1.5,
+    rounded up) below ``source_length``.
+
+    Each bucket is one more batch shape, so one more compilation of the
+    recurrent loops (about a second each on CPU); growing by half bounds the
+    padding of a batch to about a third of its width.
+
+    Examples:
+        >>> length_buckets(31), length_buckets(64), length_buckets(8)
+        ((8, 12, 18, 27), (8, 12, 18, 27, 41, 62), ())
+    """
+    buckets, bound = [], 8
+    while bound < source_length:
+        buckets.append(bound)
+        bound = -(-3 * bound // 2)
+    return tuple(buckets)
+
+
+def _max_length(tokenizer, strings, extra, cap):
+    lengths = tokenizer.tokenize(list(strings)).row_lengths()
+    return int(min(cap, int(lengths.numpy().max()) + extra))
