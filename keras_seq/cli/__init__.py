@@ -1,0 +1,133 @@
+"""The `keras-seq` command line: `train`, `tune`, `translate`, `generate`, `export`, `verify`.
+
+Each command parses its arguments, calls a library function and prints:
+
+- ``keras-seq train`` runs `keras_seq.training.train` (with no arguments: the
+  default model, a bidirectional GRU encoder and a GRU decoder with Bahdanau
+  attention, on the embedded date-normalisation task; ``--task lm``: a
+  character language model) and writes ``runs/<name>/`` (see
+  `keras_seq.training`);
+- ``keras-seq tune --trials N`` runs `keras_seq.tuning.search`, prints
+  KerasTuner's results table and writes the best model as a run folder;
+- ``keras-seq translate RUN_DIR "text" ...`` prints one output per input
+  (`keras_seq.training.translate_texts`);
+- ``keras-seq generate RUN_DIR --prompt TEXT`` prints the prompt and a
+  sampled continuation (`keras_seq.training.generate_text`);
+- ``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
+  (`keras_seq.export.export_run`) and ``keras-seq verify OUT`` checks them
+  against Keras without keras-seq (`keras_seq.export.verify`).
+
+Every command needs Keras on TensorFlow; on another backend the command stops
+with a one-line message before running it. Modules: `parser` (the options),
+`commands` (each command's check and run); `main` is here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from keras_seq._backend import require_tensorflow
+from keras_seq.cli.commands import COMMANDS, UsageError
+from keras_seq.cli.parser import build_parser
+
+__all__ = ["main"]
+
+
+# TensorFlow's C++ start-up notes: absl-format INFO/WARNING lines
+# ("I0000 00:00:1795580816.342428  18897 cudart_stub.cc:31] ..."), absl's
+# banner before them, the second line of cpu_feature_guard's note, and the
+# CUDA probe's error on a machine without a GPU. Some are written before
+# TF_CPP_MIN_LOG_LEVEL is read, the last whatever it says.
+_TENSORFLOW_NOTE = re.compile(
+    r"^([IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] |E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|To enable the following instructions: )"
+)
+
+
+def _import_keras_quietly() -> None:
+    """Imports Keras (and so its backend, TensorFlow) with the backend's C++
+    start-up notes dropped from stderr; anything else it writes there is kept."""
+    if "keras" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras
+
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+
+                tf.config.list_logical_devices()  # the CUDA probe
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not _TENSORFLOW_NOTE.match(line):
+                    sys.stderr.write(line)
+
+
+def _quiet_tensorflow() -> None:
+    """TensorFlow's Python and absl loggers to errors only: their start-up and
+    conversion notes are not the command's output. (Its C++ log level is set
+    by TF_CPP_MIN_LOG_LEVEL in `main`, before TensorFlow is imported.)"""
+    import logging
+
+    _import_keras_quietly()
+
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:  # absl comes with TensorFlow
+        pass
+
+
+def _failure_message(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.strerror}: {error.filename}"
+    return str(error).strip().replace("\n", " ")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``keras-seq`` command.
+
+    Exit status: 0 on success; 1 when the command could not do its work (a
+    missing or invalid file, an existing export without ``--overwrite``, a
+    failed verification), with one line ``keras-seq <command>: <reason>`` on
+    stderr; 2 for an error in the arguments, found before anything is loaded,
+    with the command's usage.
+    """
+    # Set before TensorFlow is imported, which happens only once a command
+    # runs (the package defers Keras in this process, see keras_seq/__init__).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    parser, subparsers = build_parser()
+    args = parser.parse_args(argv)
+    check, run = COMMANDS[args.command]
+    try:
+        if check is not None:
+            check(args)
+    except UsageError as error:
+        subparsers[args.command].error(str(error))
+    _quiet_tensorflow()
+    try:
+        require_tensorflow(f"keras-seq {args.command}", "run it with KERAS_BACKEND=tensorflow")
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
+        return run(args)
+    except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
+        print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)
+        return 1

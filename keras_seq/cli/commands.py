@@ -1,0 +1,194 @@
+"""Each ``keras-seq`` command: its argument check (before anything is loaded)
+and its run (a library function, then printing)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+__all__ = ["COMMANDS", "UsageError"]
+
+
+class UsageError(ValueError):
+    """An argument error found after parsing: exit 2 with the command's usage."""
+
+
+def _positive(args, *names) -> None:
+    for name in names:
+        value = getattr(args, name, None)
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and v <= 0 for v in values):
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def _config_options(args, *search) -> dict:
+    """`TrainingConfig` fields from the parsed arguments (options left unset are
+    left out, so the config's own defaults apply)."""
+    return {
+        k: v for k, v in vars(args).items()
+        if k not in ("command", *search) and not (k == "attention" and v is None)
+    }
+
+
+def _check_train(args) -> None:
+    from keras_seq.run_config import TrainingConfig
+
+    _positive(
+        args, "epochs", "batch_size", "units", "layers", "train_size", "validation_size",
+        "test_size", "learning_rate", "backup_every_steps", "context", "steps_per_epoch",
+    )
+    try:
+        config = TrainingConfig(**_config_options(args)).resolved()
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
+    if config.model == "transformer" or config.task == "lm":
+        if args.cell is not None and config.model == "transformer":
+            raise UsageError(
+                "--cell chooses the recurrent cell of --model rnn; a transformer has none "
+                "(leave --cell out, or add --model rnn)"
+            )
+        if args.attention is not None:
+            what = "language models" if config.task == "lm" else "--model transformer"
+            raise UsageError(
+                f"--attention chooses the attention of --model rnn translation models; "
+                f"{what} have their own (leave --attention out)"
+            )
+
+
+def _check_tune(args) -> None:
+    from keras_seq.run_config import TrainingConfig
+
+    _positive(args, "trials", "epochs", "batch_size", "train_size", "validation_size",
+              "test_size", "units", "embedding_dims")
+    try:
+        TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)).resolved()
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _check_translate(args) -> None:
+    if args.beam < 0:
+        raise UsageError(f"--beam must be >= 0, got {args.beam}")
+    if args.length_penalty is not None:
+        if args.length_penalty < 0:
+            raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
+        if args.beam == 0:
+            raise UsageError(
+                "--length-penalty applies to beam search only; add --beam N (N >= 1)"
+            )
+
+
+def _check_generate(args) -> None:
+    _positive(args, "length")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+
+
+def _check_export(args) -> None:
+    _positive(args, "beam", "examples")
+
+
+_SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "attention")
+
+
+def _tune(args) -> int:
+    from keras_seq import training, tuning
+
+    search = {k: getattr(args, k) for k in _SEARCH_OPTIONS}
+    result = tuning.search(
+        training.TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)), **search
+    )
+    result.tuner.results_summary()
+    metrics = result.metrics
+    print(
+        f"\nBest hyperparameters: {result.best_hyperparameters}\n"
+        f"Held-out exact match of the best model: {metrics['test_exact_match']:.4%} "
+        f"({metrics['test_correct']}/{metrics['test_examples']}), "
+        f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+    )
+    return 0
+
+
+def _train(args) -> int:
+    from keras_seq import training
+
+    result = training.train(training.TrainingConfig(**_config_options(args)))
+    metrics = result.metrics
+    if metrics.get("task") == "lm":
+        print(
+            f"Held-out loss: {metrics['val_loss']:.4f} nats/character (perplexity "
+            f"{metrics['val_perplexity']:.3f}) over {metrics['val_characters']} characters, "
+            f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+        )
+        return 0
+    print(
+        f"Held-out exact match: {metrics['test_exact_match']:.4%} "
+        f"({metrics['test_correct']}/{metrics['test_examples']}), "
+        f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+    )
+    return 0
+
+
+def _translate(args) -> int:
+    from keras_seq import training
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", training.InputWarning)
+        outputs = training.translate_texts(
+            args.run_dir, args.texts, beam_width=args.beam,
+            length_penalty=args.length_penalty or 0.0,
+        )
+    for warning in caught:
+        if issubclass(warning.category, training.InputWarning):
+            print(f"keras-seq translate: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    for output in outputs:
+        print(output)
+    return 0
+
+
+def _generate(args) -> int:
+    from keras_seq import training
+
+    text = training.generate_text(
+        args.run_dir, args.prompt, length=args.length, temperature=args.temperature,
+        seed=args.seed,
+    )
+    print(args.prompt + text)
+    return 0
+
+
+def _export(args) -> int:
+    from keras_seq.export import export_run
+
+    written = export_run(
+        args.run_dir, args.out, formats=tuple(args.formats), beam_width=args.beam,
+        quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
+    )
+    for kind, path in written.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def _verify(args) -> int:
+    from keras_seq.export import verification_table, verify
+
+    result = verify(args.out, json_path=args.json)
+    print(verification_table(result))
+    for failure in result["failures"]:
+        print(f"FAIL {failure}", file=sys.stderr)
+    return 0 if result["passed"] else 1
+
+
+# command -> (argument check without TensorFlow, the command)
+COMMANDS = {
+    "train": (_check_train, _train),
+    "tune": (_check_tune, _tune),
+    "translate": (_check_translate, _translate),
+    "generate": (_check_generate, _generate),
+    "export": (_check_export, _export),
+    "verify": (None, _verify),
+}
