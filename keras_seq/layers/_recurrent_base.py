@@ -463,7 +463,7 @@ class RecurrentLayer(keras.layers.RNN):
     def compute_output_shape(self, inputs_shape, initial_state_shape=None):
         # Not a pass-through: Keras matches the `*_shape` argument names to
         # `call`'s arguments, and `call` names its first one `inputs` (as
-        # API.md does), not `sequences` as keras.layers.RNN.
+        # docs/contract.md does), not `sequences` as keras.layers.RNN.
         return super().compute_output_shape(inputs_shape, initial_state_shape)
 
     def _check_call(self, inputs, initial_state, mask) -> None:

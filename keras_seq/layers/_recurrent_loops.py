@@ -124,8 +124,7 @@ def step_matmul_form() -> str:
     the time of a plain MatMul on one 2-core machine and four times as long on
     another (benchmarks/RESULTS.md, "The step's matmul"). So the first trace of
     a recurrent step in a process times both forms in the inference loop
-    (`scan_convertible`, batch 1, an LSTM-sized step; about 0.2 s, eagerly, on
-    the CPU) and keeps the faster. ``KERAS_SEQ_STEP_MATMUL=fused`` or
+    (`scan_convertible`, batch 1, an LSTM-sized step, eagerly, on the CPU) and keeps the faster. ``KERAS_SEQ_STEP_MATMUL=fused`` or
     ``plain`` skips the timing. With a GPU visible the fused form is used (one
     kernel launch instead of two), and so it is where nothing runs eagerly (a
     TF1-style graph). Both forms compute the same sums; they may differ in the

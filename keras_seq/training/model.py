@@ -76,8 +76,8 @@ def build_optimizer(model) -> None:
 
     Without a distribution strategy Keras creates them inside the first trace
     of the train step, and a `tf.function` that creates variables while
-    tracing is traced a second time: on the date task that second trace cost
-    about 6.5 s of every run (benchmarks/RESULTS.md).
+    tracing is traced a second time, a cost paid by every run
+    (measured in benchmarks/RESULTS.md).
     """
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)

@@ -42,7 +42,7 @@ for _name, _cls in SUBSTITUTES.items():
 EXPECTED_FAILURES = {
     "lstm_test.py::LSTMTest::test_basics": (
         "PeepholeLSTM has 6 trainable weights (kernel, recurrent kernel, bias and "
-        "3 peepholes, API.md); Keras' LSTM has 3"
+        "3 peepholes, docs/contract.md); Keras' LSTM has 3"
     ),
 }
 
