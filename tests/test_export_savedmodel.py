@@ -344,17 +344,17 @@ def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path)
 
 
 def _load_script(name):
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "export", name)
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "serving", name)
     spec = importlib.util.spec_from_file_location(name[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_export_folder_check_scripts_run_on_export_run_output(run_exports, exported, capsys):
+def test_serving_folder_check_scripts_run_on_export_run_output(run_exports, exported, capsys):
     model, tokenizer = exported["rnn"]
     _, written = run_exports
-    request = os.path.join(os.path.dirname(__file__), os.pardir, "export", "request.json")
+    request = os.path.join(os.path.dirname(__file__), os.pardir, "serving", "request.json")
     with open(request) as f:
         instances = json.load(f)["instances"]
     assert _load_script("check_savedmodel.py").main([written["savedmodel"], "--request", request]) == 0

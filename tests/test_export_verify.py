@@ -201,3 +201,18 @@ def test_verify_fails_on_an_artifact_that_cannot_run(exported, tmp_path):
 def test_verify_refuses_a_folder_that_is_not_an_export(tmp_path):
     with pytest.raises(FileNotFoundError, match="verify: .*manifest.json does not exist"):
         verify(tmp_path)
+
+
+def test_no_module_beside_the_worker_shadows_an_installed_package():
+    # The worker runs by path, so its folder (keras_seq/export) comes first on
+    # its sys.path: a module there named like a package (onnx.py, tflite.py)
+    # would be imported instead of the package.
+    import importlib.util
+
+    import keras_seq.export
+
+    folder = os.path.dirname(keras_seq.export.__file__)
+    names = [f[: -len(".py")] for f in os.listdir(folder) if f.endswith(".py")]
+    assert "_verify_worker" in names
+    shadowing = [n for n in names if n != "__init__" and importlib.util.find_spec(n) is not None]
+    assert shadowing == []

@@ -9,14 +9,16 @@ this package. This package adds, one module per job:
   strings (tokenize -> greedy or beam decoding -> detokenize, all TensorFlow
   ops), for TF Serving or plain `tf.saved_model.load`; `saved_model_op_names`
   lists the ops a server must provide.
-- `tflite`: `convert_to_tflite` converts any model or function with TFLite
+- `tflite_export`: `convert_to_tflite` converts any model or function with TFLite
   builtin ops only, optionally quantized (``quantize="dynamic"`` or
   ``"float16"``) or with fused LSTM kernels (``fuse_lstm=True``);
   `convert_seq2seq_to_tflite` converts a translation model's teacher-forced
   forward pass and `convert_decoder_steps_to_tflite` an encoder plus a single
   decoder step with explicit state, for a decoding loop on the device
   (`tflite_greedy_decode` is that loop, in NumPy). Files run with ai_edge_litert.
-- `onnx`: the same through tf2onnx (`convert_to_onnx`,
+- `lstm_fusion`: `convert_fused_lstm`, TFLite's fused LSTM kernel behind
+  ``fuse_lstm=True``.
+- `onnx_export`: the same through tf2onnx (`convert_to_onnx`,
   `convert_seq2seq_to_onnx`, `convert_decoder_steps_to_onnx`).
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
   formats, with Keras' reference outputs on held-out examples.
@@ -24,14 +26,14 @@ this package. This package adds, one module per job:
   cannot import keras_seq and compares it with Keras (``keras-seq verify``).
 """
 
-from keras_seq.export.onnx import (
+from keras_seq.export.onnx_export import (
     convert_decoder_steps_to_onnx,
     convert_seq2seq_to_onnx,
     convert_to_onnx,
 )
 from keras_seq.export.run import export_run
 from keras_seq.export.saved_model import export_saved_model, saved_model_op_names
-from keras_seq.export.tflite import (
+from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
     convert_seq2seq_to_tflite,
     convert_to_tflite,

@@ -21,11 +21,6 @@ import statistics
 import sys
 import time
 
-# Run by path, this file's folder (keras_seq/export, which has modules named
-# onnx.py and tflite.py) comes first on sys.path and would shadow packages.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
 
 class _NoKerasSeq(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

@@ -66,7 +66,7 @@ def convert_to_onnx(
     if unsupported:
         raise ValueError(
             f"convert_to_onnx: tf2onnx cannot convert the TensorFlow op(s) {unsupported} "
-            f"(opset {opset}); see export/ONNX.md."
+            f"(opset {opset}); see serving/ONNX.md."
         )
     with open(path, "wb") as f:
         f.write(model_proto.SerializeToString())

@@ -2,7 +2,7 @@
 
 Usage:
 
-    python export/check_tflite.py exported/tflite [--text "21 Nov 2026"]
+    python serving/check_tflite.py exported/tflite [--text "21 Nov 2026"]
 
 For every ``*.tflite`` in the folder it lists the operators (while-loop bodies
 included) and fails if any is a custom or Flex op. Then it translates ``--text``

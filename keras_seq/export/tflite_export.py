@@ -6,7 +6,6 @@ Files are run with the maintained TFLite runtime, `ai_edge_litert`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,12 +14,14 @@ import tensorflow as tf
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int
 from keras_seq.export._checks import check_quantize, check_seq2seq
+from keras_seq.export._tflite_converter import convert_concrete_function
 from keras_seq.export._tracing import (
     decoder_step_functions,
     seq2seq_forward,
     seq2seq_signature,
     traceable,
 )
+from keras_seq.export.lstm_fusion import convert_fused_lstm
 
 
 def convert_to_tflite(
@@ -52,11 +53,10 @@ def convert_to_tflite(
             other activations than tanh/sigmoid, a compute dtype other than
             float32) keeps its builtin loop, with a `UserWarning` naming the
             layer and the reason. See `keras_seq.export.lstm_fusion`. Faster
-            is not guaranteed: with LiteRT's default XNNPACK delegate, which
-            speeds up the loop form but not the fused op, the loop ran
-            1.5-2.2x faster than the fused op on one x86 CPU (on another the
-            fused op took 0.92x the loop's time); the fused op is for runtimes and
-            delegates with an LSTM kernel (benchmarks/RESULTS.md).
+            is not guaranteed: LiteRT's default XNNPACK delegate speeds up
+            the loop form but not the fused op, so on a CPU the loop can be
+            the faster one; the fused op is for runtimes and delegates with
+            an LSTM kernel (measurements in benchmarks/RESULTS.md).
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
 
@@ -78,8 +78,6 @@ def convert_to_tflite(
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
     batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
     if fuse_lstm:
-        from keras_seq.export.lstm_fusion import convert_fused_lstm
-
         return convert_fused_lstm(
             model, input_signature=input_signature, quantize=quantize, batch_size=batch_size
         )
@@ -93,39 +91,7 @@ def convert_to_tflite(
     # No trackable object: the converter then freezes the variables into
     # constants. Passing the model keeps them as resource variables
     # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
-    with _without_trackable_note():
-        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
-    configure_converter(converter, quantize)
-    return converter.convert()
-
-
-class _without_trackable_note(logging.Filter):
-    """Drops the converter's "Please consider providing the trackable_obj"
-    warning while it is active: leaving the trackable object out is chosen
-    (see `convert_to_tflite`), so the note is not for the user."""
-
-    def filter(self, record):
-        return "trackable_obj" not in record.getMessage()
-
-    def __enter__(self):
-        logging.getLogger("tensorflow").addFilter(self)
-        return self
-
-    def __exit__(self, *exc_info):
-        logging.getLogger("tensorflow").removeFilter(self)
-
-
-def configure_converter(converter: tf.lite.TFLiteConverter, quantize: str | None) -> None:
-    """Builtin ops only (no Flex fallback) and the weight quantization asked for.
-
-    ``"dynamic"``: dynamic-range quantization (int8 weights, no representative
-    dataset); ``"float16"``: float16 weights, computed in float32.
-    """
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantize is not None:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantize == "float16":
-        converter.target_spec.supported_types = [tf.float16]
+    return convert_concrete_function(concrete, quantize)
 
 
 def tflite_op_names(tflite_model: bytes) -> set[str]:

@@ -8,7 +8,7 @@ self-contained. tensorflow-text is imported only when the graph holds its ops
 
 Usage:
 
-    python export/check_savedmodel.py exported/translator/1 [--request export/request.json]
+    python serving/check_savedmodel.py exported/translator/1 [--request serving/request.json]
 
 Prints the signature, the ops a server must provide, and the response in the
 REST API's row format: {"predictions": [{"outputs": ..., "output_ids": [...]}, ...]}.

@@ -1,9 +1,9 @@
 """A TF Serving client for the exported translator: REST and gRPC.
 
-Usage, with a server started as in export/README.md:
+Usage, with a server started as in serving/README.md:
 
-    python export/client.py "21 Nov 2026" "Saturday, 3rd of May 1999"            # REST, port 8501
-    python export/client.py --grpc localhost:8500 "21 Nov 2026"                  # gRPC, port 8500
+    python serving/client.py "21 Nov 2026" "Saturday, 3rd of May 1999"            # REST, port 8501
+    python serving/client.py --grpc localhost:8500 "21 Nov 2026"                  # gRPC, port 8500
 
 Prints one translation per input. The model's ``serving_default`` signature
 takes ``inputs``, a ``(B,)`` string tensor, and returns ``outputs`` (``(B,)``

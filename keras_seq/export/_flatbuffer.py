@@ -1,0 +1,320 @@
+"""Edits of the TFLite flatbuffer that `keras_seq.export.lstm_fusion` converts.
+
+The converter's ``UNIDIRECTIONAL_SEQUENCE_LSTM`` ops are plain LSTMs with a
+cell clip and a state kept between invokes; `edit_fused_ops` makes each one
+compute its Keras layer (matched by its weights): peephole inputs, CIFG, no
+cell clip, a zero state at the start of every ``invoke()``.
+`inputs_outputs_in_call_order` undoes the SavedModel route's ordering of
+inputs and outputs by signature key. Both work on the object API of
+``ai_edge_litert.schema_py_generated`` and write a new flatbuffer.
+
+References:
+    Inputs of the op: ``tensorflow/lite/kernels/lstm_shared.h``; kernel:
+    ``tensorflow/lite/kernels/unidirectional_sequence_lstm.cc``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flatbuffers
+import numpy as np
+
+# Inputs of UNIDIRECTIONAL_SEQUENCE_LSTM (tensorflow/lite/kernels/lstm_shared.h);
+# -1 marks an absent optional input.
+INPUT_TO_GATE = {"i": 1, "f": 2, "c": 3, "o": 4}
+RECURRENT_TO_GATE = {"i": 5, "f": 6, "c": 7, "o": 8}
+CELL_TO_GATE = {"i": 9, "f": 10, "o": 11}  # peepholes
+GATE_BIAS = {"i": 12, "f": 13, "c": 14, "o": 15}
+_OUTPUT_STATE, _CELL_STATE = 18, 19
+
+
+@dataclasses.dataclass
+class FusedLayer:
+    """What the flatbuffer edit needs to know about one routed layer call."""
+
+    name: str  # for messages: "PeepholeLSTM 'peephole_lstm'"
+    cifg: bool
+    weights: dict[int, np.ndarray]  # expected op input -> value, to recognise the op
+    peepholes: dict[int, np.ndarray]  # op input -> peephole vector
+
+    def same_edit(self, other: FusedLayer) -> bool:
+        return (
+            self.cifg == other.cifg
+            and self.peepholes.keys() == other.peepholes.keys()
+            and all(np.array_equal(v, other.peepholes[k]) for k, v in self.peepholes.items())
+        )
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated
+
+    return schema_py_generated
+
+
+def _load(flatbuffer: bytes):
+    schema = _schema()
+    return schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+
+
+def _pack(model_t) -> bytes:
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model_t.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def inputs_outputs_in_call_order(flatbuffer: bytes, input_names: list[str]) -> bytes:
+    """Puts the main subgraph's inputs in signature order and outputs in call order.
+
+    The SavedModel route orders them by signature key ("output_10" before
+    "output_2"); the signature def maps keys to tensors.
+    """
+    model_t = _load(flatbuffer)
+    if not model_t.signatureDefs:
+        return flatbuffer
+    signature = model_t.signatureDefs[0]
+    subgraph = model_t.subgraphs[signature.subgraphIndex]
+    inputs = {_text(t.name): t.tensorIndex for t in signature.inputs}
+    outputs = {_text(t.name): t.tensorIndex for t in signature.outputs}
+    if sorted(inputs) == sorted(input_names):
+        subgraph.inputs = np.array([inputs[name] for name in input_names], np.int32)
+    keys = [f"output_{i}" for i in range(len(outputs))]
+    if sorted(outputs) == sorted(keys):
+        subgraph.outputs = np.array([outputs[key] for key in keys], np.int32)
+    return _pack(model_t)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def edit_fused_ops(flatbuffer: bytes, layers: dict[str, FusedLayer]) -> bytes:
+    """Sets peepholes, CIFG, cell clip 0 and a zero state on every fused op."""
+    schema = _schema()
+    model_t = _load(flatbuffer)
+    fused = set()
+    for subgraph in model_t.subgraphs:
+        operators = []
+        for op in subgraph.operators:
+            if _builtin_code(model_t, op) == schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM:
+                matches = _matching_layers(model_t, subgraph, op, layers)
+                layer = layers[matches[0]]
+                fused.update(matches)
+                op.inputs = np.array(op.inputs, np.int32)  # the loaded one is read-only
+                op.builtinOptions.cellClip = 0.0
+                if layer.cifg:
+                    for gate_input in (INPUT_TO_GATE, RECURRENT_TO_GATE, CELL_TO_GATE, GATE_BIAS):
+                        op.inputs[gate_input["i"]] = -1
+                weights_type = subgraph.tensors[op.inputs[INPUT_TO_GATE["f"]]].type
+                for index, vector in layer.peepholes.items():
+                    op.inputs[index] = _add_constant(model_t, subgraph, vector, weights_type)
+                operators += [
+                    _fill_zeros(model_t, subgraph, op.inputs[i])
+                    for i in (_OUTPUT_STATE, _CELL_STATE)
+                ]
+            operators.append(op)
+        subgraph.operators = operators
+    missing = [layer.name for key, layer in layers.items() if key not in fused]
+    if missing:
+        raise RuntimeError(
+            f"convert_fused_lstm: the converter did not fuse {', '.join(missing)}; "
+            "without the fused op the peephole and CIFG edits cannot be applied."
+        )
+    _drop_unused_tensors_and_buffers(model_t)
+    return _pack(model_t)
+
+
+def _builtin_code(model_t, op) -> int:
+    code = model_t.operatorCodes[op.opcodeIndex]
+    return max(code.builtinCode, code.deprecatedBuiltinCode)
+
+
+def _matching_layers(model_t, subgraph, op, layers: dict[str, FusedLayer]) -> list[str]:
+    """The routed layer calls whose weights are this op's (same edit if several)."""
+    errors = {key: _weights_error(model_t, subgraph, op, layer) for key, layer in layers.items()}
+    # Float32 weights are equal; float16 and int8 ones are within 1% of the range.
+    matches = sorted((key for key, error in errors.items() if error < 1e-2), key=errors.get)
+    if not matches:
+        raise RuntimeError(
+            "convert_fused_lstm: a fused LSTM op matches none of the routed layers "
+            f"({', '.join(layer.name for layer in layers.values())})."
+        )
+    first = layers[matches[0]]
+    if any(not first.same_edit(layers[key]) for key in matches[1:]):
+        raise RuntimeError(
+            "convert_fused_lstm: a fused LSTM op matches layers with different peephole "
+            f"or CIFG settings ({', '.join(layers[key].name for key in matches)}); "
+            "they have the same weights, so the op cannot be told apart."
+        )
+    return matches
+
+
+def _weights_error(model_t, subgraph, op, layer: FusedLayer) -> float:
+    """Largest relative difference between the op's weights and the layer's."""
+    error = 0.0
+    for index, expected in layer.weights.items():
+        value = _constant_value(model_t, subgraph, op.inputs[index])
+        if value is None or value.shape != expected.shape:
+            return np.inf
+        scale = max(float(np.max(np.abs(expected), initial=0.0)), 1e-6)
+        error = max(error, float(np.max(np.abs(value - expected), initial=0.0)) / scale)
+    return error
+
+
+def _constant_value(model_t, subgraph, index: int) -> np.ndarray | None:
+    """A constant tensor's float value (through a DEQUANTIZE op, int8 scales applied)."""
+    schema = _schema()
+    if index < 0:
+        return None
+    tensor = subgraph.tensors[index]
+    data = model_t.buffers[tensor.buffer].data
+    if data is None or len(data) == 0:
+        for producer in subgraph.operators:
+            if index in producer.outputs:
+                if _builtin_code(model_t, producer) == schema.BuiltinOperator.DEQUANTIZE:
+                    return _constant_value(model_t, subgraph, producer.inputs[0])
+                return None
+        return None
+    dtype = {
+        schema.TensorType.FLOAT32: np.float32,
+        schema.TensorType.FLOAT16: np.float16,
+        schema.TensorType.INT8: np.int8,
+    }.get(tensor.type)
+    if dtype is None:
+        return None
+    shape = [] if tensor.shape is None else list(tensor.shape)
+    value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), dtype).astype(np.float32)
+    value = value.reshape(shape)
+    quantization = tensor.quantization
+    if (
+        tensor.type == schema.TensorType.INT8
+        and quantization is not None
+        and quantization.scale is not None
+    ):
+        scale = np.asarray(quantization.scale, np.float32)
+        zero_point = np.asarray(
+            quantization.zeroPoint if quantization.zeroPoint is not None else 0, np.float32
+        )
+        if scale.size > 1:  # per-channel
+            broadcast = [1] * value.ndim
+            broadcast[quantization.quantizedDimension] = -1
+            scale, zero_point = scale.reshape(broadcast), zero_point.reshape(broadcast)
+        value = (value - zero_point) * scale
+    return value
+
+
+def _add_buffer(model_t, array: np.ndarray) -> int:
+    buffer = _schema().BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(array).tobytes(), np.uint8)
+    model_t.buffers.append(buffer)
+    return len(model_t.buffers) - 1
+
+
+def _add_tensor(model_t, subgraph, array, tensor_type, name: str, quantization=None) -> int:
+    tensor = _schema().TensorT()
+    tensor.shape = np.array(array.shape, np.int32)
+    tensor.type = tensor_type
+    tensor.name = name
+    tensor.buffer = _add_buffer(model_t, array)
+    tensor.quantization = quantization
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _add_constant(model_t, subgraph, vector: np.ndarray, weights_type: int) -> int:
+    """A peephole vector in the type of the op's other weights (float32 or int8)."""
+    schema = _schema()
+    vector = np.asarray(vector, np.float32)
+    if weights_type == schema.TensorType.FLOAT32:
+        return _add_tensor(model_t, subgraph, vector, weights_type, "peephole")
+    if weights_type == schema.TensorType.INT8:
+        # Symmetric per-tensor scale, as the converter quantizes the weights.
+        scale = max(float(np.max(np.abs(vector), initial=0.0)), 1e-12) / 127.0
+        quantized = np.clip(np.round(vector / scale), -127, 127).astype(np.int8)
+        quantization = schema.QuantizationParametersT()
+        quantization.scale, quantization.zeroPoint = [scale], [0]
+        return _add_tensor(model_t, subgraph, quantized, weights_type, "peephole", quantization)
+    raise RuntimeError(
+        f"convert_fused_lstm: unexpected LSTM weight type {weights_type} (float32 or int8)."
+    )
+
+
+def _fill_zeros(model_t, subgraph, state_index: int):
+    """A ``FILL`` op that writes zeros into a state tensor before the LSTM op runs."""
+    schema = _schema()
+    state = subgraph.tensors[state_index]
+    dtype = {
+        schema.TensorType.FLOAT32: np.float32,
+        schema.TensorType.INT16: np.int16,
+        schema.TensorType.INT8: np.int8,
+    }[state.type]
+    dims = _add_tensor(
+        model_t, subgraph, np.array(state.shape, np.int32), schema.TensorType.INT32, "state_shape"
+    )
+    zero = _add_tensor(model_t, subgraph, np.zeros((), dtype), state.type, "zero")
+    op = schema.OperatorT()
+    op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.FILL)
+    op.inputs = np.array([dims, zero], np.int32)
+    op.outputs = np.array([state_index], np.int32)
+    op.builtinOptionsType = schema.BuiltinOptions.FillOptions
+    op.builtinOptions = schema.FillOptionsT()
+    return op
+
+
+def _opcode_index(model_t, builtin_code: int) -> int:
+    for index, code in enumerate(model_t.operatorCodes):
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin_code:
+            return index
+    code = _schema().OperatorCodeT()
+    code.builtinCode = builtin_code
+    code.deprecatedBuiltinCode = min(builtin_code, 127)  # PLACEHOLDER_FOR_GREATER_OP_CODES
+    code.version = 1
+    model_t.operatorCodes.append(code)
+    return len(model_t.operatorCodes) - 1
+
+
+def _drop_unused_tensors_and_buffers(model_t) -> None:
+    """Removes the tensors no op uses any more (CIFG's zero input gate) and their buffers."""
+    for s, subgraph in enumerate(model_t.subgraphs):
+        used = set(subgraph.inputs) | set(subgraph.outputs)
+        for op in subgraph.operators:
+            for indices in (op.inputs, op.outputs, op.intermediates):
+                if indices is not None:
+                    used.update(int(i) for i in indices if i >= 0)
+        new_index = {old: new for new, old in enumerate(sorted(used))}
+        subgraph.tensors = [subgraph.tensors[old] for old in sorted(used)]
+
+        for op in subgraph.operators:
+            op.inputs, op.outputs, op.intermediates = (
+                _remap(op.inputs, new_index),
+                _remap(op.outputs, new_index),
+                _remap(op.intermediates, new_index),
+            )
+        subgraph.inputs = _remap(subgraph.inputs, new_index)
+        subgraph.outputs = _remap(subgraph.outputs, new_index)
+        for signature in model_t.signatureDefs or []:
+            if signature.subgraphIndex == s:
+                for tensor_map in (signature.inputs or []) + (signature.outputs or []):
+                    tensor_map.tensorIndex = new_index[tensor_map.tensorIndex]
+
+    used_buffers = {0}  # buffer 0 is the empty sentinel
+    used_buffers.update(t.buffer for subgraph in model_t.subgraphs for t in subgraph.tensors)
+    used_buffers.update(m.buffer for m in model_t.metadata or [])
+    used_buffers.update(
+        int(b) for b in (model_t.metadataBuffer if model_t.metadataBuffer is not None else [])
+    )
+    new_buffer = {old: new for new, old in enumerate(sorted(used_buffers))}
+    model_t.buffers = [model_t.buffers[old] for old in sorted(used_buffers)]
+    for subgraph in model_t.subgraphs:
+        for tensor in subgraph.tensors:
+            tensor.buffer = new_buffer[tensor.buffer]
+    for metadata in model_t.metadata or []:
+        metadata.buffer = new_buffer[metadata.buffer]
+    if model_t.metadataBuffer is not None:
+        model_t.metadataBuffer = [new_buffer[int(b)] for b in model_t.metadataBuffer]
+
+
+def _remap(indices, new_index: dict[int, int]):
+    if indices is None:
+        return None
+    return np.array([new_index[int(i)] if i >= 0 else -1 for i in indices], np.int32)

@@ -1,0 +1,52 @@
+"""The TFLite converter settings, shared by `convert_to_tflite` and `convert_fused_lstm`.
+
+Builtin ops only (conversion fails rather than falling back to the Flex
+delegate) and the weight quantization asked for: ``"dynamic"`` is
+dynamic-range quantization (int8 weights, no representative dataset),
+``"float16"`` stores float16 weights computed in float32. The values are
+checked by `keras_seq.export._checks.check_quantize`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tensorflow as tf
+
+
+def convert_concrete_function(concrete, quantize: str | None, trackable=None) -> bytes:
+    """Converts one concrete function to a builtin-ops-only flatbuffer.
+
+    Args:
+        concrete: a `tf.types.experimental.ConcreteFunction`.
+        quantize: `None`, ``"dynamic"`` or ``"float16"``.
+        trackable: the object that holds the function's variables, or `None`
+            to freeze them into constants (the converter's trackable-object
+            note is then not shown: leaving it out is chosen).
+
+    Returns:
+        The flatbuffer bytes.
+    """
+    with _without_trackable_note():
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], trackable)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantize is not None:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+class _without_trackable_note(logging.Filter):
+    """Drops the converter's "Please consider providing the trackable_obj"
+    warning while it is active."""
+
+    def filter(self, record):
+        return "trackable_obj" not in record.getMessage()
+
+    def __enter__(self):
+        logging.getLogger("tensorflow").addFilter(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        logging.getLogger("tensorflow").removeFilter(self)
