@@ -2,9 +2,12 @@
 
 import os
 import socket
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The shared case lists next to this file (recurrent_family.py) import as modules.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -133,3 +136,51 @@ def _gradients(loss_fn, inputs=(), variables=()):
 def gradients():
     """``gradients(loss_fn, inputs, variables)``: see `_gradients`."""
     return _gradients
+
+
+# ---------------------------------------------------------------------------
+# Tiny training runs, shared by the training, command-line and export tests
+
+TINY_RUN = dict(train_size=300, validation_size=30, test_size=40, units=16, batch_size=32,
+                epochs=1, verbose=0)
+
+
+def _as_arguments(options):
+    """``{"train_size": 300}`` -> ``["--train-size", "300"]``."""
+    return [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+@pytest.fixture(scope="session")
+def tiny_run_options():
+    """The options of the tiny date run, for `keras_seq.training.TrainingConfig`."""
+    return dict(TINY_RUN)
+
+
+@pytest.fixture(scope="session")
+def tiny_run_args():
+    """The same options as ``keras-seq train`` arguments."""
+    return _as_arguments(TINY_RUN)
+
+
+@pytest.fixture(scope="session")
+def tiny_date_run(tmp_path_factory):
+    """The tiny date run (`keras_seq.training.train`, run folder ``.../dates``),
+    trained once per test process; ``train_step_traces`` counts the traces of
+    the train step."""
+    from keras_seq import training
+
+    out = tmp_path_factory.mktemp("runs")
+    traces = []
+    original = keras.Model.train_step
+
+    def counted(self, data):  # runs once per trace of Keras' train function
+        traces.append(1)
+        return original(self, data)
+
+    keras.Model.train_step = counted
+    try:
+        run = training.train(training.TrainingConfig(out=str(out), name="dates", **TINY_RUN))
+    finally:
+        keras.Model.train_step = original
+    run.train_step_traces = len(traces)
+    return run

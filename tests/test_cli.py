@@ -10,15 +10,13 @@ import pytest
 
 from keras_seq.cli import main
 
-_TINY = ["--train-size", "300", "--validation-size", "30", "--test-size", "40", "--units", "16",
-         "--batch-size", "32", "--epochs", "1", "--verbose", "0"]
-
 
 @pytest.fixture(scope="module")
-def date_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs")
-    assert main(["train", "--out", str(out), "--name", "dates", *_TINY]) == 0
-    return out / "dates"
+def date_run(tiny_date_run):
+    """The tiny date run's folder (conftest)."""
+    from pathlib import Path
+
+    return Path(tiny_date_run.run_dir)
 
 
 @pytest.mark.slow
@@ -67,12 +65,12 @@ def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, t
 
 
 @pytest.mark.slow
-def test_train_transformer_on_a_tsv_file(tmp_path, capsys):
+def test_train_transformer_on_a_tsv_file(tmp_path, capsys, tiny_run_args):
     data = tmp_path / "pairs.tsv"
     data.write_text("".join(f"{w}\t{w[::-1]}\tCC-BY\n" for w in
                             ("abc", "hello", "keras", "tensor", "flow", "seq", "model") * 6))
     assert main(["train", "--model", "transformer", "--data", str(data), "--out",
-                 str(tmp_path), "--name", "tsv", "--layers", "1", *_TINY]) == 0
+                 str(tmp_path), "--name", "tsv", "--layers", "1", *tiny_run_args]) == 0
     assert "Held-out exact match" in capsys.readouterr().out
     metrics = json.loads((tmp_path / "tsv" / "metrics.json").read_text())
     assert metrics["config"]["model"] == "transformer"
@@ -82,14 +80,14 @@ def test_train_transformer_on_a_tsv_file(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_train_under_mirrored_strategy_with_two_cpu_replicas(tmp_path):
+def test_train_under_mirrored_strategy_with_two_cpu_replicas(tmp_path, tiny_run_args):
     script = (
         "import tensorflow as tf\n"
         "cpu = tf.config.list_physical_devices('CPU')[0]\n"
         "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
         "from keras_seq.cli import main\n"
         f"main(['train', '--distribute', 'mirrored', '--out', {str(tmp_path)!r}, '--name', 'm',"
-        f" *{_TINY!r}])\n"
+        f" *{tiny_run_args!r}])\n"
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
@@ -301,7 +299,8 @@ _TENSORFLOW_LOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::Initial
 
 
 @pytest.mark.slow
-def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp_path):
+def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp_path,
+                                                                           tiny_run_args):
     """The console script in a fresh process: train with an automatic name,
     then export (whose TFLite conversion used to print absl warnings)."""
     import shutil
@@ -310,7 +309,7 @@ def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp
     assert command, "the keras-seq console script is installed with the package"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["KERAS_BACKEND"] = "tensorflow"
-    done = subprocess.run([command, "train", "--out", str(tmp_path / "runs"), *_TINY[:-2],
+    done = subprocess.run([command, "train", "--out", str(tmp_path / "runs"), *tiny_run_args[:-2],
                            "--verbose", "2"], capture_output=True, text=True, timeout=600,
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,20 +1,20 @@
 """Integer inputs of the recurrent layers: read as their float values in the compute
 dtype, as keras.layers.LSTM and keras.layers.GRU read them (their ops promote)."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
 from keras import ops
+from recurrent_family import RECURRENT_CASES, make_recurrent
 
 from keras_seq import layers
 
 B, T, IN, U = 3, 5, 4, 6
 
 CASES = {
-    "peephole": lambda **kw: layers.PeepholeLSTM(U, **kw),
-    "cifg_peepholes": lambda **kw: layers.CoupledGateLSTM(U, use_peepholes=True, **kw),
-    "gru": lambda **kw: layers.GRU(U, **kw),
-    "gru_reset_before": lambda **kw: layers.GRU(U, reset_after=False, **kw),
+    **{case: functools.partial(make_recurrent, case, U) for case in RECURRENT_CASES},
     "ntm": lambda **kw: layers.NTM(U, memory_size=4, memory_width=3, **kw),
 }
 

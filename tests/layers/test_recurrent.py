@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from recurrent_family import RECURRENT_CASES
 
 from keras_seq import layers
 
@@ -84,12 +85,16 @@ def _np_run(step, weights, x, states, mask=None, go_backwards=False):
     return np.stack(outputs, axis=1), states
 
 
+# The NumPy step of each layer's equations.
+_NP_STEPS = {
+    layers.PeepholeLSTM: _np_peephole_step,
+    layers.CoupledGateLSTM: _np_cifg_step,
+    layers.GRU: _np_gru_step,
+}
+# case -> (layer class, constructor arguments, NumPy step, number of states)
 CASES = {
-    "peephole": (layers.PeepholeLSTM, {}, _np_peephole_step, 2),
-    "cifg": (layers.CoupledGateLSTM, {}, _np_cifg_step, 2),
-    "cifg_peepholes": (layers.CoupledGateLSTM, {"use_peepholes": True}, _np_cifg_step, 2),
-    "gru": (layers.GRU, {}, _np_gru_step, 1),
-    "gru_reset_before": (layers.GRU, {"reset_after": False}, _np_gru_step, 1),
+    case: (cls, kwargs, _NP_STEPS[cls], states)
+    for case, (cls, _, kwargs, states) in RECURRENT_CASES.items()
 }
 
 

@@ -4,21 +4,18 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from recurrent_family import RECURRENT_CASES, make_recurrent
 
 from keras_seq import layers
 
 B, T, IN, U = 2, 4, 3, 5
 
-LAYERS = {
-    "peephole": (layers.PeepholeLSTM, {}),
-    "cifg_peepholes": (layers.CoupledGateLSTM, {"use_peepholes": True}),
-    "gru_reset_before": (layers.GRU, {"reset_after": False}),
-}
+# One LSTM, CIFG and GRU case each, of the shared list.
+LAYERS = ["peephole", "cifg_peepholes", "gru_reset_before"]
 
 
 def _layer(case, **kwargs):
-    cls, extra = LAYERS[case]
-    return cls(U, **extra, **kwargs)
+    return make_recurrent(case, U, **kwargs)
 
 
 def _x(rng, batch=B, steps=T):
@@ -94,7 +91,7 @@ def test_keras_file_round_trip_with_safe_mode(case, tmp_path, rng):
     inputs = keras.Input((None, IN))
     outputs = _layer(case, return_sequences=True)(inputs)
     cell_class = type(_layer(case).cell)  # the cell alone inside keras.layers.RNN
-    outputs = keras.layers.RNN(cell_class(U, **LAYERS[case][1]))(outputs)
+    outputs = keras.layers.RNN(cell_class(U, **RECURRENT_CASES[case][2]))(outputs)
     model = keras.Model(inputs, outputs)
     x = _x(rng)
     path = tmp_path / "model.keras"

@@ -3,14 +3,13 @@
 import keras
 import numpy as np
 import pytest
+from recurrent_family import NUM_STATES, RECURRENT_CELLS, RECURRENT_LAYERS
 
 from keras_seq import layers
 
 B, T, IN, U = 2, 4, 3, 5
 
-LAYERS = [layers.PeepholeLSTM, layers.CoupledGateLSTM, layers.GRU]
-CELLS = [layers.PeepholeLSTMCell, layers.CoupledGateLSTMCell, layers.GRUCell]
-NUM_STATES = {layers.PeepholeLSTM: 2, layers.CoupledGateLSTM: 2, layers.GRU: 1}
+LAYERS, CELLS = RECURRENT_LAYERS, RECURRENT_CELLS
 
 
 def _x(rng, batch=B, steps=T):
