@@ -194,7 +194,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="Write OUT/translator/1 (strings in, strings out), OUT/tflite/, "
         "OUT/onnx/ and quantized TFLite folders for the model in RUN_DIR, with Keras' "
         "outputs on held-out examples (OUT/reference.npz) for `keras-seq verify`; see "
-        "export/README.md.",
+        "serving/README.md.",
     )
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("out", metavar="OUT")

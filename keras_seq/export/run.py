@@ -14,9 +14,12 @@ import tensorflow as tf
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
-from keras_seq.export.onnx import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
+from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
-from keras_seq.export.tflite import convert_decoder_steps_to_tflite, convert_seq2seq_to_tflite
+from keras_seq.export.tflite_export import (
+    convert_decoder_steps_to_tflite,
+    convert_seq2seq_to_tflite,
+)
 from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 FORMATS = ("savedmodel", "tflite", "onnx")
@@ -68,9 +71,9 @@ def export_run(
     decoding loop itself.
 
     The held-out examples are the first ``examples`` pairs of the run's test
-    split, regenerated from its configuration (the date task, or the TSV file
-    when it is still at the path the run was trained from); otherwise the
-    examples recorded in ``metrics.json``. ``reference.npz`` holds the
+    split as the run recorded it (``test.tsv``,
+    `keras_seq.training.run_folder.RunFolder.held_out_pairs`); for a run
+    without that file, the examples recorded in ``metrics.json``. ``reference.npz`` holds the
     ``sources``, the reference ``targets``, Keras' ``source_ids``, its greedy
     ``keras_ids`` and ``keras_outputs`` (and ``keras_beam_ids``,
     ``keras_beam_outputs`` when ``beam_width > 1``), and the logits of the
@@ -219,7 +222,7 @@ def _export_onnx(run, out):
 
 def _export_reference(run, out, examples, beam_width):
     """``reference.npz`` with Keras' outputs, when the run has held-out examples."""
-    pairs = held_out_pairs(run["run_dir"], run["metrics"], examples)
+    pairs = run["folder"].held_out_pairs(examples)
     if not pairs:
         return {}
     path = os.path.join(out, REFERENCE_FILE)
@@ -247,36 +250,16 @@ def _write_manifest(run, out, artifacts, written):
 
 
 def _load_run(where, run_dir):
-    import keras
+    from keras_seq.training.run_folder import read_run
 
-    import keras_seq.layers  # noqa: F401  (registers the layers for loading)
-    import keras_seq.models  # noqa: F401
-    from keras_seq import text
-
-    metrics_path = os.path.join(run_dir, "metrics.json")
-    if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(
-            f"{where}: {metrics_path} does not exist; `run_dir` must be a folder written "
-            "by `keras-seq train`."
-        )
-    with open(metrics_path, encoding="utf-8") as f:
-        metrics = json.load(f)
-    config = metrics.get("config", {})
-    if config.get("task") == "lm":
-        raise ValueError(
-            f"{where}: {run_dir} holds a language model (keras-seq train --task lm); export "
-            "writes translation models."
-        )
-    for key in ("source_length", "target_length"):
-        if key not in config:
-            raise ValueError(f"{where}: {metrics_path} has no config.{key}.")
+    run = read_run(run_dir, where, task="translate")
     return {
-        "run_dir": run_dir,
-        "metrics": metrics,
-        "source_length": int(config["source_length"]),
-        "target_length": int(config["target_length"]),
-        "model": keras.saving.load_model(os.path.join(run_dir, "model.keras"), safe_mode=True),
-        "tokenizer": text.load_tokenizer(run_dir),
+        "run_dir": run.path,
+        "folder": run,
+        "source_length": int(run.config["source_length"]),
+        "target_length": int(run.config["target_length"]),
+        "model": run.load_model(),
+        "tokenizer": run.load_tokenizer(),
     }
 
 
@@ -316,42 +299,7 @@ def _write_json(path, value):
 
 
 # ---------------------------------------------------------------------------
-# Held-out examples and Keras' reference outputs
-
-
-def held_out_pairs(run_dir: str, metrics: dict, examples: int) -> list[tuple[str, str]]:
-    """The first ``examples`` (source, target) pairs of a run's test split.
-
-    Regenerated as ``keras-seq train`` drew it: the date task from its sizes
-    and seed, or a TSV file (shuffled with the seed, test pairs first) if it
-    is still at the recorded path. Otherwise the examples ``metrics.json``
-    records (``examples`` and ``errors``), which may be none.
-    """
-    from keras_seq import data
-
-    config = metrics.get("config", {})
-    path = config.get("data")
-    if path and config.get("task") in (None, "translate") and os.path.isfile(path):
-        # The split of `keras-seq train --data FILE.tsv`.
-        split = data.split_pairs(
-            data.load_tsv(path),
-            validation_size=config.get("validation_size", 2_000),
-            test_size=config.get("test_size", 10_000),
-            seed=config.get("seed", 0),
-        )
-        return [tuple(p) for p in split["test"][:examples]]
-    if not path and config.get("task", "dates") == "dates" and "test_size" in config:
-        task = data.date_task(
-            train_size=0, validation_size=0, test_size=config["test_size"],
-            seed=config.get("seed", 0),
-        )
-        return task["test"][:examples]
-    seen, pairs = set(), []
-    for example in metrics.get("examples", []) + metrics.get("errors", []):
-        if example["source"] not in seen:
-            seen.add(example["source"])
-            pairs.append((example["source"], example["target"]))
-    return pairs[:examples]
+# Keras' reference outputs
 
 
 def write_reference(
