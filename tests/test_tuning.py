@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_seq import layers
-from keras_seq.models._cells import ConvertibleLSTM, ConvertibleSimpleRNN
+from keras_seq.layers import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.tuning import ClassifierHyperModel, Seq2SeqHyperModel
 
 _EXPECTED_LAYER = {

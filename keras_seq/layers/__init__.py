@@ -1,6 +1,7 @@
 """Public layers of keras-seq (weight and state layouts: docs/contract.md)."""
 
 # --- recurrent family ---
+from keras_seq.layers.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
 from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
 from keras_seq.layers.gru import GRU, GRUCell  # noqa: F401
 from keras_seq.layers.ntm import NTM, NTMCell  # noqa: F401
@@ -17,16 +18,25 @@ from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
 from keras_seq.layers.transformer_decoder import TransformerDecoder  # noqa: F401
 from keras_seq.layers.transformer_encoder import TransformerEncoder  # noqa: F401
 
+# --- the layers of the model builders (also in keras_seq.models) ---
+# isort: split
+from keras_seq.layers.padding_mask import PaddingMask  # noqa: F401
+from keras_seq.layers.recurrent_decoder import RecurrentDecoder  # noqa: F401
+from keras_seq.layers.token_embedding import TokenEmbedding  # noqa: F401
+
 # --- sequence toolbox ---
 # isort: split
 from keras_seq.layers.folding import Folding  # noqa: F401
 from keras_seq.layers.highway import Highway  # noqa: F401
 from keras_seq.layers.k_max_pooling import DynamicKMaxPooling, KMaxPooling  # noqa: F401
+from keras_seq.layers.wide_convolution import WideConvolution1D  # noqa: F401
 
 # Written out, not built from dir(): importing the classes also binds their
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
     "BahdanauAttention",
+    "ConvertibleLSTM",
+    "ConvertibleSimpleRNN",
     "CoupledGateLSTM",
     "CoupledGateLSTMCell",
     "DynamicKMaxPooling",
@@ -38,10 +48,14 @@ __all__ = [
     "MultiHeadAttention",
     "NTM",
     "NTMCell",
+    "PaddingMask",
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
+    "RecurrentDecoder",
     "SinusoidalPositionalEncoding",
+    "TokenEmbedding",
     "TransformerDecoder",
     "TransformerEncoder",
+    "WideConvolution1D",
 ]

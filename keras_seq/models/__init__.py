@@ -1,15 +1,19 @@
 """Functional-API model builders: seq2seq, language models and classifiers (recurrent,
-Transformer and the DCNN)."""
+Transformer and the DCNN).
 
+The layers that the builders create are classes of `keras_seq.layers`;
+`RecurrentDecoder`, `TokenEmbedding`, `PaddingMask` and `WideConvolution1D`
+are also importable from here, where they were first published.
+"""
+
+from keras_seq.layers import PaddingMask, RecurrentDecoder, TokenEmbedding, WideConvolution1D
 from keras_seq.models._cells import register_cell
-from keras_seq.models.dcnn import WideConvolution1D, dcnn_classifier
-from keras_seq.models.embedding import PaddingMask, TokenEmbedding
+from keras_seq.models.dcnn import dcnn_classifier
 from keras_seq.models.language_model import (
     language_model,
     language_model_kind,
     sequence_classifier,
 )
-from keras_seq.models.recurrent_decoder import RecurrentDecoder
 from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
 
 __all__ = [

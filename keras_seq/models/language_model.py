@@ -5,8 +5,9 @@ from __future__ import annotations
 import keras
 
 from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_seq.layers import PaddingMask
 from keras_seq.models._cells import check_cell, recurrent_classes
-from keras_seq.models.embedding import PaddingMask, check_num_heads, embed_positions
+from keras_seq.models.embedding import check_num_heads, embed_positions
 
 _KINDS = ("transformer", "rnn")
 

@@ -1,38 +1,61 @@
-"""keras_seq.layers exports exactly the public layer classes of API.md."""
+"""keras_seq.layers exports exactly the layers its reference page documents, and
+every layer the contract names."""
 
+import os
+import re
 import types
 
 import keras
 
 from keras_seq import layers
 
-# API.md, "Recurrent layers", "Attention and position", "Transformer blocks" and
-# "Sequence toolbox layers" (add new public layers here and to `__all__` together).
-PUBLIC_CLASSES = [
-    "BahdanauAttention",
-    "CoupledGateLSTM",
-    "CoupledGateLSTMCell",
-    "DynamicKMaxPooling",
-    "Folding",
-    "GRU",
-    "GRUCell",
-    "Highway",
-    "KMaxPooling",
-    "MultiHeadAttention",
-    "NTM",
-    "NTMCell",
-    "PeepholeLSTM",
-    "PeepholeLSTMCell",
-    "PositionwiseFeedForward",
-    "SinusoidalPositionalEncoding",
-    "TransformerDecoder",
-    "TransformerEncoder",
-]
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docs")
+
+# Class-like names in docs/contract.md that are not layers of ours.
+NOT_OUR_LAYERS = {
+    "Embedding": "Keras' layer, as the source of a mask",
+    "SimpleRNN": "Keras' layer behind the builders' cell='simple'",
+    "CachedMultiHeadAttention": "KerasHub's layer, whose cache layout ours follows",
+    "SinePositionEncoding": "KerasHub's layer, compared with ours",
+    "RecurrentCell": "the cell protocol, a base class and not a layer users build",
+    "True": "a Python value",
+}
 
 
-def test_all_lists_exactly_the_public_classes():
-    assert sorted(layers.__all__) == PUBLIC_CLASSES
+def _read(name):
+    with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def _reference_entries():
+    return re.findall(r"^::: keras_seq\.layers\.(\w+)\s*$", _read("reference/layers.md"), re.M)
+
+
+def _contract_names():
+    """The class-like names the contract writes as code: `Name`, `Name(...`,
+    `layers.Name`, `models.Name` (not Keras' `keras.layers.Name`), except
+    exceptions (`...Error`) and the all-capital names of arguments and
+    constants (`OUT`), unless they are layers of ours (`GRU`)."""
+    names = re.findall(r"`(?:layers\.|models\.)?([A-Z][A-Za-z0-9]*)[`(]", _read("contract.md"))
+    return {
+        name for name in names
+        if name in layers.__all__ or not (name.isupper() or name.endswith("Error"))
+    }
+
+
+def test_all_is_exactly_the_layers_on_the_reference_page():
+    entries = _reference_entries()
+    assert len(entries) == len(set(entries)), "a layer is listed twice on reference/layers.md"
+    assert sorted(entries) == sorted(layers.__all__)
     assert len(set(layers.__all__)) == len(layers.__all__)
+
+
+def test_every_layer_the_contract_names_is_public():
+    names = _contract_names()
+    assert names - set(NOT_OUR_LAYERS) <= set(layers.__all__), sorted(
+        names - set(NOT_OUR_LAYERS) - set(layers.__all__))
+    # The exceptions above are still named there (a stale entry would hide nothing).
+    assert set(NOT_OUR_LAYERS) <= names, sorted(set(NOT_OUR_LAYERS) - names)
 
 
 def test_all_has_no_submodules():
@@ -62,4 +85,4 @@ def test_every_layer_class_in_the_namespace_is_in_all():
 def test_star_import_gives_exactly_all():
     namespace = {}
     exec("from keras_seq.layers import *", namespace)
-    assert sorted(k for k in namespace if k != "__builtins__") == PUBLIC_CLASSES
+    assert sorted(k for k in namespace if k != "__builtins__") == sorted(layers.__all__)

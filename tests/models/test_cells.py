@@ -5,34 +5,88 @@ import keras
 import numpy as np
 import pytest
 
-from keras_seq.models._cells import (
-    CELL_NAMES,
-    ConvertibleLSTM,
-    ConvertibleSimpleRNN,
-    num_states,
-    recurrent_classes,
-)
+from keras_seq.layers import ConvertibleLSTM, ConvertibleSimpleRNN
+from keras_seq.models._cells import CELL_NAMES, num_states, recurrent_classes
 
 PAIRS = [(keras.layers.LSTM, ConvertibleLSTM), (keras.layers.SimpleRNN, ConvertibleSimpleRNN)]
+CASES = [{"return_sequences": True}, {"go_backwards": True, "return_state": True}]
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _lstm_step(z, states):
+    # Keras' gate order i, f, c, o; sigmoid gates, tanh activation.
+    z_i, z_f, z_c, z_o = np.split(z, 4, axis=-1)
+    c = _sigmoid(z_f) * states[1] + _sigmoid(z_i) * np.tanh(z_c)
+    h = _sigmoid(z_o) * np.tanh(c)
+    return [h, c]
+
+
+def _elman_step(z, states):
+    return [np.tanh(z)]
+
+
+def _numpy_layer(cls, x, mask, weights, return_sequences=False, go_backwards=False,
+                 return_state=False):
+    """The layer's output from its equations, z_t = x_t W + h_{t-1} U + b, with
+    Keras' masking rule: a masked step keeps the states and repeats the last
+    output. With ``go_backwards`` the steps run from the last, and the output
+    sequence is in the order they ran."""
+    kernel, recurrent_kernel, bias = weights
+    step = _lstm_step if cls is ConvertibleLSTM else _elman_step
+    units = recurrent_kernel.shape[0]
+    states = [np.zeros((x.shape[0], units))] * (2 if cls is ConvertibleLSTM else 1)
+    output, outputs = np.zeros((x.shape[0], units)), []
+    order = range(x.shape[1] - 1, -1, -1) if go_backwards else range(x.shape[1])
+    for t in order:
+        new_states = step(x[:, t] @ kernel + states[0] @ recurrent_kernel + bias, states)
+        keep = mask[:, t, None]
+        states = [np.where(keep, n, s) for n, s in zip(new_states, states)]
+        output = np.where(keep, new_states[0], output)
+        outputs.append(output)
+    result = np.stack(outputs, axis=1) if return_sequences else output
+    return [result, *states] if return_state else [result]
+
+
+def _random_layers(classes, kwargs, x, rng):
+    """One 5-unit layer of each class, built for ``x``, all with the same
+    random weights (kernel, recurrent kernel, bias)."""
+    layers = [cls(5, **kwargs) for cls in classes]
+    for layer in layers:
+        layer.build(x.shape)
+    weights = [rng.normal(0.0, 0.6, w.shape).astype("float32") for w in layers[0].get_weights()]
+    for layer in layers:
+        layer.set_weights(weights)
+    return layers, weights
+
+
+@pytest.mark.parametrize("cls", [ConvertibleLSTM, ConvertibleSimpleRNN], ids=["lstm", "simple"])
+@pytest.mark.parametrize("kwargs", CASES)
+@pytest.mark.parametrize("training", [False, True])
+def test_convertible_layer_computes_the_recurrence_equations(cls, kwargs, training, rng):
+    # training=False runs our loop on TensorFlow, training=True Keras' own:
+    # both must compute the equations, masks and direction included.
+    x = rng.normal(size=(3, 11, 4)).astype("float32")
+    mask = np.arange(11)[None] < np.array([[11], [7], [1]])
+    (layer,), weights = _random_layers([cls], kwargs, x, rng)
+    got = keras.tree.flatten(layer(x, mask=mask, training=training))
+    expected = _numpy_layer(cls, x.astype("float64"), mask, weights, **kwargs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), e, atol=1e-5)
 
 
 @pytest.mark.parametrize("classes", PAIRS, ids=["lstm", "simple"])
-@pytest.mark.parametrize("kwargs", [
-    {"return_sequences": True},
-    {"go_backwards": True, "return_state": True},
-])
-@pytest.mark.parametrize("training", [False, True])
-def test_convertible_layer_equals_keras_layer_with_copied_weights(classes, kwargs, training, rng):
+@pytest.mark.parametrize("kwargs", CASES)
+def test_inference_loop_equals_keras_layer_with_copied_weights(classes, kwargs, rng):
+    # At inference our loop runs (on TensorFlow) and Keras' layer runs its own.
     x = rng.normal(size=(3, 11, 4)).astype("float32")
     mask = np.arange(11)[None] < np.array([[11], [7], [1]])
-    reference, ours = classes[0](5, **kwargs), classes[1](5, **kwargs)
-    reference.build(x.shape)
-    ours.build(x.shape)
-    weights = [rng.normal(0.0, 0.6, w.shape).astype("float32") for w in reference.get_weights()]
-    reference.set_weights(weights)
-    ours.set_weights(weights)
-    expected = keras.tree.flatten(reference(x, mask=mask, training=training))
-    got = keras.tree.flatten(ours(x, mask=mask, training=training))
+    (reference, ours), _ = _random_layers(classes, kwargs, x, rng)
+    expected = keras.tree.flatten(reference(x, mask=mask, training=False))
+    got = keras.tree.flatten(ours(x, mask=mask, training=False))
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-6)
 

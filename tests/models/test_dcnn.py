@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_seq import models
-from keras_seq.models import WideConvolution1D
+from keras_seq.layers import WideConvolution1D
 
 
 def _wide_convolution(x, kernel, bias):

@@ -6,11 +6,19 @@ import keras
 
 from keras_seq._validation import check_bool, check_positive_int, invalid_value
 from keras_seq.layers._recurrent_driver import choose_loop, scan
-from keras_seq.models._cells import check_cell, recurrent_classes
-from keras_seq.models._cells import num_states as cell_num_states
+from keras_seq.layers.bahdanau_attention import BahdanauAttention
 
 # Longer statically known target lengths run in a loop instead of unrolled.
 _MAX_UNROLL = 32
+
+
+def _cell_registry():
+    """`keras_seq.models`' registry of ``cell=`` names, imported when first
+    used: the registry imports the recurrent layer modules of this package,
+    and `keras_seq.models` imports this module."""
+    from keras_seq.models import _cells
+
+    return _cells
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -81,7 +89,7 @@ class RecurrentDecoder(keras.layers.Layer):
         self.attention_units = check_positive_int(
             "RecurrentDecoder", "attention_units", attention_units, allow_none=True
         )
-        self.cell_name = check_cell(cell, "RecurrentDecoder")
+        self.cell_name = _cell_registry().check_cell(cell, "RecurrentDecoder")
         self.attention_normalize = check_bool(
             "RecurrentDecoder", "attention_normalize", attention_normalize
         )
@@ -92,7 +100,7 @@ class RecurrentDecoder(keras.layers.Layer):
         if getattr(self, "cell", None) is not None:
             state_size = self.cell.state_size
             return len(state_size) if isinstance(state_size, (list, tuple)) else 1
-        return cell_num_states(self.cell_name)
+        return _cell_registry().num_states(self.cell_name)
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         if self.attention_units is not None and encoder_outputs_shape is None:
@@ -102,8 +110,6 @@ class RecurrentDecoder(keras.layers.Layer):
             )
         input_dim = inputs_shape[-1]
         if self.attention_units is not None:
-            from keras_seq.layers import BahdanauAttention
-
             value_dim = encoder_outputs_shape[-1]
             self.attention = BahdanauAttention(
                 self.attention_units,
@@ -115,7 +121,7 @@ class RecurrentDecoder(keras.layers.Layer):
             input_dim += value_dim
         else:
             self.attention = None
-        _, cell_class = recurrent_classes(self.cell_name)
+        _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
         self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
         self.cell.build((None, input_dim))
         self.built = True
