@@ -20,6 +20,9 @@ this package. This package adds, one module per job:
   ``fuse_lstm=True``.
 - `onnx_export`: the same through tf2onnx (`convert_to_onnx`,
   `convert_seq2seq_to_onnx`, `convert_decoder_steps_to_onnx`).
+- `streaming`: `streaming_model` gives a recurrent model its states as inputs
+  and outputs, to run chunk by chunk (in Keras, or converted by
+  `convert_to_tflite`), and `initial_streaming_states` its first states.
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
   formats, with Keras' reference outputs on held-out examples.
 - `verification`: `verify` runs every artifact of such a folder in a process that
@@ -33,6 +36,7 @@ from keras_seq.export.onnx_export import (
 )
 from keras_seq.export.run import export_run
 from keras_seq.export.saved_model import export_saved_model, saved_model_op_names
+from keras_seq.export.streaming import initial_streaming_states, streaming_model
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
     convert_seq2seq_to_tflite,
@@ -52,8 +56,10 @@ __all__ = [
     "convert_to_tflite",
     "export_run",
     "export_saved_model",
+    "initial_streaming_states",
     "run_tflite",
     "saved_model_op_names",
+    "streaming_model",
     "tflite_greedy_decode",
     "tflite_op_names",
     "verification_table",

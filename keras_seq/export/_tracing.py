@@ -11,12 +11,19 @@ from keras_seq.export._checks import check_seq2seq
 
 
 def default_signature(model, batch_size: int | None = None) -> list[tf.TensorSpec]:
-    """The model's inputs (in `model.inputs` order) with a dynamic batch and time axis."""
+    """The model's inputs (in `model.inputs` order) with a dynamic batch and time axis.
+
+    The time axis is axis 1 of a sequence: of every input of rank 3 or more,
+    and of integer (token id) inputs of rank 2. A floating input of rank 2
+    is a vector per example (a recurrent state of a `streaming_model`): its
+    width stays.
+    """
     specs = []
     for t in model.inputs:
         # Feature sizes are fixed by the weights; time stays dynamic.
         shape = [batch_size] + list(t.shape[1:])
-        if len(shape) >= 2:
+        dtype = tf.as_dtype(t.dtype)
+        if len(shape) >= 3 or (len(shape) == 2 and not dtype.is_floating):
             shape[1] = None
         specs.append(tf.TensorSpec(shape, tf.as_dtype(t.dtype), name=t.name.split(":")[0]))
     return specs

@@ -1,0 +1,262 @@
+"""Streaming: a recurrent model that runs chunk by chunk with its states explicit.
+
+`streaming_model` rebuilds a functional model with the same layers and
+weights, every recurrent layer taking its states as inputs and returning the
+new ones, so that a device can feed a stream a few steps at a time and carry
+the states between calls (the external-state pattern of on-device keyword
+spotting); `initial_streaming_states` gives the states of the first chunk.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from keras_seq._backend import EXPORT_THERE, require_tensorflow
+from keras_seq.layers import (
+    GRU,
+    BahdanauAttention,
+    ConvertibleLSTM,
+    ConvertibleSimpleRNN,
+    DynamicKMaxPooling,
+    KMaxPooling,
+    MultiHeadAttention,
+    RecurrentDecoder,
+    SinusoidalPositionalEncoding,
+    TransformerDecoder,
+    TransformerEncoder,
+    WideConvolution1D,
+)
+
+__all__ = ["initial_streaming_states", "streaming_model"]
+
+# Layers whose output at a step depends on other steps of the sequence.
+_WHOLE_SEQUENCE = (
+    keras.layers.Bidirectional,
+    keras.layers.Attention,
+    keras.layers.AdditiveAttention,
+    keras.layers.MultiHeadAttention,
+    MultiHeadAttention,
+    BahdanauAttention,
+    TransformerEncoder,
+    TransformerDecoder,
+    RecurrentDecoder,
+    SinusoidalPositionalEncoding,
+    KMaxPooling,
+    DynamicKMaxPooling,
+    WideConvolution1D,
+    keras.layers.GlobalAveragePooling1D,
+    keras.layers.GlobalMaxPooling1D,
+    keras.layers.MaxPooling1D,
+    keras.layers.AveragePooling1D,
+    keras.layers.Conv1D,
+    keras.layers.Flatten,
+)
+
+# Keras' own layer -> the package's form with the same weights, whose
+# inference loop converts to TFLite builtin ops.
+_CONVERTIBLE = {
+    keras.layers.LSTM: ConvertibleLSTM,
+    keras.layers.SimpleRNN: ConvertibleSimpleRNN,
+    keras.layers.GRU: GRU,
+}
+
+
+def streaming_model(model: keras.Model) -> keras.Model:
+    """The model with every recurrent layer's states as inputs and outputs.
+
+    The same layers and weights. Inputs: the model's inputs, then each
+    recurrent layer's states in layer order and in its cell's state order,
+    named ``"{layer.name}_state_{i}"``; outputs: the model's outputs, then the
+    new states in the same order. Fed a sequence chunk by chunk (any chunk
+    lengths, 1 included), each chunk with the states the previous one
+    returned (`initial_streaming_states` for the first), it gives the outputs
+    of the whole sequence: per step for ``return_sequences=True`` layers, and
+    for ``return_sequences=False`` the last valid step so far (the NTM,
+    whose output is not its state: the last step of the chunk). Keras'
+    ``LSTM``, ``GRU`` and ``SimpleRNN`` become `keras_seq.layers`'
+    ``ConvertibleLSTM``, ``GRU`` and ``ConvertibleSimpleRNN`` (the same
+    weights), whose loops convert to TFLite builtin ops; a ``stateful`` layer
+    becomes stateless (its states are the inputs).
+
+    Args:
+        model: a functional or `keras.Sequential` model whose other layers act
+            step by step (Embedding, Dense, Dropout, normalisation, Highway,
+            PositionwiseFeedForward, ...).
+
+    Returns:
+        A functional `keras.Model`.
+
+    Raises:
+        ValueError: naming the layer: a layer that needs the whole sequence
+            (``Bidirectional``, a ``go_backwards`` recurrent layer, attention,
+            pooling or convolution over time, positional encoding), a nested
+            model holding a recurrent layer, or a model without recurrent layer.
+        TypeError: ``model`` is not a built functional or Sequential model.
+
+    Examples:
+        >>> import keras, numpy as np
+        >>> from keras_seq import layers
+        >>> from keras_seq.export import initial_streaming_states, streaming_model
+        >>> x = keras.Input((None, 3))
+        >>> model = keras.Model(x, layers.GRU(4, return_sequences=True, name="gru")(x))
+        >>> stream = streaming_model(model)
+        >>> [t.name for t in stream.inputs][1:]
+        ['gru_state_0']
+        >>> seq = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+        >>> y1, state = stream([seq[:, :2], *initial_streaming_states(stream, 2)])
+        >>> y2, state = stream([seq[:, 2:], np.asarray(state)])  # arrays, not tensors and arrays
+        >>> bool(np.allclose(np.concatenate([y1, y2], 1), model(seq), atol=1e-5))
+        True
+    """
+    require_tensorflow("keras_seq.export.streaming_model", EXPORT_THERE)
+    where = "streaming_model"
+    graph = _functional(where, model)
+    recurrent = _check_layers(where, graph)
+    if not recurrent:
+        raise ValueError(
+            f"{where}: model {model.name!r} has no recurrent layer; it has no state to stream."
+        )
+    copies = {id(layer): _stateless_copy(layer) for layer in recurrent}
+    returns_state = {id(copies[id(layer)]): layer.return_state for layer in recurrent}
+    inputs = [
+        keras.Input(batch_shape=(None, *x.shape[1:]), dtype=x.dtype,
+                    name=x._keras_history.operation.name)
+        for x in graph.inputs
+    ]
+    state_inputs, new_states = [], []
+
+    def operation_fn(operation):
+        copy = copies.get(id(operation))
+        if copy is None:
+            return operation
+
+        def call(*args, **kwargs):
+            if kwargs.get("initial_state") is not None or len(args) > 1:
+                raise ValueError(
+                    f"{where}: layer {copy.name!r} is called with initial states from the "
+                    "model; a streaming model's states are its inputs."
+                )
+            # The layer's states: fresh inputs, in the cell's state order.
+            sizes = _state_sizes(copy)
+            states = [
+                keras.Input(batch_shape=(None, size), dtype=copy.compute_dtype,
+                            name=f"{copy.name}_state_{i}")
+                for i, size in enumerate(sizes)
+            ]
+            state_inputs.extend(states)
+            kwargs = dict(kwargs)
+            kwargs["initial_state"] = states
+            result = copy(*args, **kwargs)
+            new_states.extend(result[1:])
+            output = result[0]
+            if not copy.return_sequences and getattr(copy.cell, "output_is_first_state", True):
+                # The last valid step's output, also after a chunk that is all
+                # padding (whose own last output would be zeros).
+                output = result[1]
+            return [output, *result[1:]] if returns_state[id(copy)] else output
+
+        return call
+
+    outputs = graph._run_through_graph(inputs, operation_fn=operation_fn)
+    flat_outputs = keras.tree.flatten(outputs)
+    return keras.Model(
+        [*inputs, *state_inputs], [*flat_outputs, *new_states], name=f"{model.name}_streaming"
+    )
+
+
+def initial_streaming_states(stream: keras.Model, batch_size: int) -> list[np.ndarray]:
+    """The states to feed a `streaming_model` with its first chunk.
+
+    Zeros for the LSTMs and GRUs; the NTM's start (its learned read vector,
+    its first weightings and constant memory). One array per state input, in
+    the streaming model's input order.
+    """
+    from keras_seq._validation import check_positive_int
+
+    batch_size = check_positive_int("initial_streaming_states", "batch_size", batch_size)
+    states = []
+    for tensor in stream.inputs:
+        layer_name, marker, index = tensor.name.rpartition("_state_")
+        if not marker or not index.isdigit():
+            continue
+        layer = stream.get_layer(layer_name)
+        start = layer.cell.get_initial_state(batch_size=batch_size)
+        start = start if isinstance(start, (list, tuple)) else [start]
+        states.append(np.asarray(start[int(index)]))
+    return states
+
+
+def _functional(where, model):
+    if isinstance(model, keras.Sequential):
+        if not model.built:
+            raise TypeError(f"{where}: the Sequential model {model.name!r} is not built.")
+        model = model._functional
+    if not isinstance(model, keras.Model) or not hasattr(model, "_run_through_graph"):
+        raise TypeError(
+            f"{where}: `model` must be a functional or Sequential keras.Model, received "
+            f"{type(model).__name__}."
+        )
+    return model
+
+
+def _check_layers(where, graph) -> list:
+    """The recurrent layers of ``graph`` in layer order, after refusing any
+    layer that needs the whole sequence."""
+    recurrent = []
+    for layer in graph.layers:
+        if isinstance(layer, _WHOLE_SEQUENCE):
+            raise ValueError(
+                f"{where}: layer {layer.name!r} ({type(layer).__name__}) needs the whole "
+                "sequence; a streaming model runs one chunk at a time."
+            )
+        if isinstance(layer, keras.layers.RNN):
+            if layer.go_backwards:
+                raise ValueError(
+                    f"{where}: layer {layer.name!r} ({type(layer).__name__}) has "
+                    "go_backwards=True and so needs the whole sequence; a streaming model "
+                    "runs forwards, one chunk at a time."
+                )
+            recurrent.append(layer)
+        elif isinstance(layer, keras.Model) and any(
+            isinstance(inner, keras.layers.RNN) for inner in layer._flatten_layers()
+        ):
+            raise ValueError(
+                f"{where}: layer {layer.name!r} is a nested model with a recurrent layer; "
+                "call streaming_model on a model built from its layers."
+            )
+    return recurrent
+
+
+def _stateless_copy(layer):
+    """``layer`` with the same weights, returning its states, not stateful, in
+    its convertible form."""
+    config = dict(layer.get_config(), return_state=True, stateful=False)
+    cls = _CONVERTIBLE.get(type(layer), type(layer))
+    if type(layer) is keras.layers.GRU:
+        config = {k: v for k, v in config.items() if k in _GRU_ARGUMENTS}
+    copy = cls.from_config(config)
+    copy.build(_input_shape(layer))
+    copy.set_weights(layer.get_weights())
+    return copy
+
+
+# The arguments that keras.layers.GRU and keras_seq.layers.GRU share.
+_GRU_ARGUMENTS = (
+    "name", "dtype", "trainable", "units", "activation", "recurrent_activation", "use_bias",
+    "kernel_initializer", "recurrent_initializer", "bias_initializer", "kernel_regularizer",
+    "recurrent_regularizer", "bias_regularizer", "kernel_constraint", "recurrent_constraint",
+    "bias_constraint", "dropout", "recurrent_dropout", "seed", "return_sequences",
+    "return_state", "stateful", "unroll", "reset_after", "go_backwards",
+)
+
+
+def _input_shape(layer):
+    """The sequence input shape of ``layer``'s first call."""
+    inputs = layer._inbound_nodes[0].input_tensors
+    return tuple(inputs[0].shape)
+
+
+def _state_sizes(layer) -> list[int]:
+    size = layer.cell.state_size
+    return list(size) if isinstance(size, (list, tuple)) else [size]
