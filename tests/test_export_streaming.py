@@ -44,14 +44,28 @@ def _randomized(model, seed=0):
 
 
 def _stream(stream, sequence, backend="keras", flatbuffer=None):
-    """The outputs of ``sequence`` fed in CHUNKS, states carried; the last chunk's."""
+    """The outputs of ``sequence`` fed in CHUNKS, states carried; the last chunk's.
+
+    ``backend="litert"`` runs ``flatbuffer`` positionally; ``"signature"``
+    through its SignatureDef, inputs by the streaming model's names and
+    outputs by ``output_i``.
+    """
     states = initial_streaming_states(stream, len(sequence))
+    names = [t.name for t in stream.inputs]
+    runner = None
+    if backend == "signature":
+        from ai_edge_litert.interpreter import Interpreter
+
+        runner = Interpreter(model_content=flatbuffer).get_signature_runner("serving_default")
     pieces = []
     for start, end in CHUNKS:
         if backend == "keras":
             out = [np.asarray(t) for t in stream([sequence[:, start:end], *states])]
-        else:
+        elif backend == "litert":
             out = run_tflite(flatbuffer, sequence[:, start:end], *states)
+        else:
+            named = runner(**dict(zip(names, [sequence[:, start:end], *states])))
+            out = [named[f"output_{i}"] for i in range(len(named))]
         pieces.append(out[0])
         states = out[1:]
     return pieces
@@ -118,16 +132,135 @@ def test_stack_converts_to_builtin_tflite_that_streams_like_keras_in_litert(stac
     np.testing.assert_allclose(last, np.asarray(model(sequence)), atol=1e-5)
 
 
-def test_padding_at_the_end_of_a_stream_keeps_the_state():
-    x = keras.Input((None,), dtype="int32")
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_recurrent_kind_streams_in_litert_through_its_named_signature(kind):
+    x = keras.Input((None, IN), name="sensor")
+    h = KINDS[kind]()(keras.layers.Dense(4)(x))
+    model = _randomized(keras.Model(x, keras.layers.Dense(2)(h)))
+    stream = streaming_model(model)
+    flatbuffer = convert_to_tflite(stream)
+    assert not [op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM")]
+    from ai_edge_litert.interpreter import Interpreter
+
+    signature = Interpreter(model_content=flatbuffer).get_signature_list()["serving_default"]
+    names = [t.name for t in stream.inputs]
+    assert sorted(signature["inputs"]) == sorted(names) and names[0] == "sensor"
+    assert sorted(signature["outputs"]) == [f"output_{i}" for i in range(len(names))]
+    sequence = np.random.default_rng(1).normal(size=(B, T, IN)).astype("float32")
+    whole = np.asarray(model(sequence))
+    for backend in ("signature", "litert"):  # by name, and positionally in call order
+        pieces = _stream(stream, sequence, backend, flatbuffer)
+        np.testing.assert_allclose(np.concatenate(pieces, axis=1), whole, atol=1e-5)
+
+
+def _tensor_types(flatbuffer) -> set[str]:
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    m = schema.Model.GetRootAsModel(flatbuffer, 0)
+    return {
+        names[m.Subgraphs(s).Tensors(t).Type()]
+        for s in range(m.SubgraphsLength())
+        for t in range(m.Subgraphs(s).TensorsLength())
+    }
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """Layers wide enough for the converter to quantize their weights (it
+    leaves weights of fewer than 1024 values in float32)."""
+    x = keras.Input((None, IN), name="sensor")
+    h = layers.PeepholeLSTM(48, return_sequences=True, name="lstm")(keras.layers.Dense(32)(x))
+    h = layers.GRU(48, return_sequences=True, name="gru")(h)
+    model = keras.Model(x, keras.layers.Dense(2)(h))
+    rng = np.random.default_rng(4)
+    for w in model.weights:
+        w.assign(rng.normal(0.0, 0.15, w.shape).astype(w.dtype))
+    stream = streaming_model(model)
+    return model, stream, convert_to_tflite(stream)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize, stored, atol", [("float16", "FLOAT16", 5e-3),
+                                                    ("dynamic", "INT8", 5e-2)])
+def test_quantized_streaming_models_stream_close_to_keras(wide, quantize, stored, atol):
+    model, stream, float_flatbuffer = wide
+    flatbuffer = convert_to_tflite(stream, quantize=quantize)
+    assert not [op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM")]
+    assert stored in _tensor_types(flatbuffer) and stored not in _tensor_types(float_flatbuffer)
+    assert len(flatbuffer) < len(float_flatbuffer)  # the weights are stored smaller
+    sequence = np.random.default_rng(5).normal(size=(B, T, IN)).astype("float32")
+    whole = np.asarray(model(sequence))
+    pieces = _stream(stream, sequence, "signature", flatbuffer)
+    streamed = np.concatenate(pieces, axis=1)
+    np.testing.assert_allclose(streamed, whole, atol=atol)
+    assert np.abs(streamed - whole).max() > 1e-7  # quantized: not the float32 numbers
+
+
+def test_an_explicit_input_signature_feeds_the_inputs_in_order_and_keeps_their_names():
+    import tensorflow as tf
+
+    x = keras.Input((None, IN), name="sensor")
+    model = _randomized(keras.Model(x, layers.GRU(4, return_sequences=True, name="gru")(x)))
+    stream = streaming_model(model)
+    specs = [tf.TensorSpec([1, None, IN]), tf.TensorSpec([1, 4])]
+    flatbuffer = convert_to_tflite(stream, input_signature=specs)
+    from ai_edge_litert.interpreter import Interpreter
+
+    signature = Interpreter(model_content=flatbuffer).get_signature_list()["serving_default"]
+    assert sorted(signature["inputs"]) == ["gru_state_0", "sensor"]
+    sequence = np.random.default_rng(3).normal(size=(1, T, IN)).astype("float32")
+    np.testing.assert_allclose(np.concatenate(_stream(stream, sequence, "litert", flatbuffer), 1),
+                               np.asarray(model(sequence)), atol=1e-5)
+    with pytest.raises(ValueError, match="one spec per input"):
+        convert_to_tflite(stream, input_signature=specs[:1])
+
+
+def _masked_model():
+    x = keras.Input((None,), dtype="int32", name="tokens")
     h = keras.layers.Embedding(7, 4, mask_zero=True)(x)
     h = layers.GRU(5, return_sequences=True, name="gru")(h)
-    model = _randomized(keras.Model(x, layers.PeepholeLSTM(3, name="lstm")(h)))
-    tokens = np.array([[1, 2, 3, 4, 5, 6, 1, 2, 0, 0, 0],
-                       [3, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0]], "int32")
+    return _randomized(keras.Model(x, layers.PeepholeLSTM(3, name="lstm")(h)))
+
+
+_PADDED = np.array([[1, 2, 3, 4, 5, 6, 1, 2, 0, 0, 0],
+                    [3, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0]], "int32")
+
+
+def test_padding_at_the_end_of_a_stream_keeps_the_state():
+    model = _masked_model()
     stream = streaming_model(model)
-    np.testing.assert_allclose(_stream(stream, tokens)[-1], np.asarray(model(tokens)),
+    np.testing.assert_allclose(_stream(stream, _PADDED)[-1], np.asarray(model(_PADDED)),
                                atol=1e-5)
+
+
+@pytest.mark.slow
+def test_padding_at_the_end_of_a_stream_keeps_the_state_in_litert():
+    model = _masked_model()
+    stream = streaming_model(model)
+    flatbuffer = convert_to_tflite(stream)
+    assert not [op for op in tflite_op_names(flatbuffer) if op.startswith("CUSTOM")]
+    # The last chunk (steps 4..10) is all padding for the second row.
+    last = _stream(stream, _PADDED, "signature", flatbuffer)[-1]
+    np.testing.assert_allclose(last, np.asarray(model(_PADDED)), atol=1e-5)
+
+
+def test_wrong_state_count_or_width_is_a_value_error_naming_layer_and_shape():
+    x = keras.Input((None, IN), name="sensor")
+    h = layers.GRU(4, return_sequences=True, name="gru")(x)
+    model = keras.Model(x, layers.PeepholeLSTM(5, name="lstm")(h))
+    stream = streaming_model(model)
+    chunk = np.zeros((2, 3, IN), "float32")
+    states = initial_streaming_states(stream, 2)
+    with pytest.raises(ValueError, match=r"expected 4 inputs .*sensor, gru_state_0, "
+                                         r"lstm_state_0, lstm_state_1.*received 3"):
+        stream([chunk, *states[:2]])
+    wrong = [states[0], np.zeros((2, 4), "float32"), states[2]]
+    with pytest.raises(ValueError, match=r"state 0 of layer 'lstm'.*\(batch, 5\).*\(2, 4\)"):
+        stream([chunk, *wrong])
+    with pytest.raises(ValueError, match=r"state 0 of layer 'gru'.*\(batch, 4\).*\(2,\)"):
+        stream([chunk, np.zeros((2,), "float32"), *states[1:]])
 
 
 def _bidirectional(x):

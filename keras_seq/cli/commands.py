@@ -163,9 +163,13 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     from keras_seq.export import export_run
+    from keras_seq.training.run_folder import read_run
 
+    formats = args.formats
+    if formats is None and not read_run(args.run_dir, "export_run").is_language_model:
+        formats = ("savedmodel", "tflite", "onnx")  # a language model's: its lm_step.tflite
     written = export_run(
-        args.run_dir, args.out, formats=tuple(args.formats), beam_width=args.beam,
+        args.run_dir, args.out, formats=formats, beam_width=args.beam,
         quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
     )
     for kind, path in written.items():

@@ -194,7 +194,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="Write OUT/translator/1 (strings in, strings out), OUT/tflite/, "
         "OUT/onnx/ and quantized TFLite folders for the model in RUN_DIR, with Keras' "
         "outputs on held-out examples (OUT/reference.npz) for `keras-seq verify`; see "
-        "serving/README.md.",
+        "serving/README.md. A language-model run writes OUT/lm_step.tflite, one generation "
+        "step for a device's loop, and Keras' greedy continuations of held-out prompts.",
     )
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("out", metavar="OUT")
@@ -202,8 +203,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--formats",
         nargs="+",
         choices=("savedmodel", "tflite", "onnx"),
-        default=["savedmodel", "tflite", "onnx"],
-        help="default: %(default)s",
+        default=None,
+        help="default: savedmodel tflite onnx for a translation run; a language-model run "
+        "(train --task lm) has one, tflite: OUT/lm_step.tflite, one generation step",
     )
     export.add_argument(
         "--quantize",
@@ -211,7 +213,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         choices=("dynamic", "float16"),
         default=[],
         help="also write quantized TFLite encoder and decoder step: OUT/tflite_dynamic/ "
-        "(int8 weights), OUT/tflite_float16/ (default: none)",
+        "(int8 weights), OUT/tflite_float16/ (a language model: OUT/lm_step_dynamic.tflite, "
+        "OUT/lm_step_float16.tflite) (default: none)",
     )
     export.add_argument("--beam", type=int, default=1, help="beam width of the SavedModel (default: %(default)s)")
     export.add_argument(

@@ -15,7 +15,10 @@ this package. This package adds, one module per job:
   `convert_seq2seq_to_tflite` converts a translation model's teacher-forced
   forward pass and `convert_decoder_steps_to_tflite` an encoder plus a single
   decoder step with explicit state, for a decoding loop on the device
-  (`tflite_greedy_decode` is that loop, in NumPy). Files run with ai_edge_litert.
+  (`tflite_greedy_decode` is that loop, in NumPy);
+  `convert_language_model_step_to_tflite` converts one generation step of a
+  language model with its state or key/value cache explicit. Files run with
+  ai_edge_litert.
 - `lstm_fusion`: `convert_fused_lstm`, TFLite's fused LSTM kernel behind
   ``fuse_lstm=True``.
 - `onnx_export`: the same through tf2onnx (`convert_to_onnx`,
@@ -24,7 +27,8 @@ this package. This package adds, one module per job:
   and outputs, to run chunk by chunk (in Keras, or converted by
   `convert_to_tflite`), and `initial_streaming_states` its first states.
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
-  formats, with Keras' reference outputs on held-out examples.
+  formats, with Keras' reference outputs on held-out examples; a language
+  model's run as ``lm_step.tflite`` (`language_model_export`).
 - `verification`: `verify` runs every artifact of such a folder in a process that
   cannot import keras_seq and compares it with Keras (``keras-seq verify``).
 """
@@ -39,6 +43,7 @@ from keras_seq.export.saved_model import export_saved_model, saved_model_op_name
 from keras_seq.export.streaming import initial_streaming_states, streaming_model
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
+    convert_language_model_step_to_tflite,
     convert_seq2seq_to_tflite,
     convert_to_tflite,
     run_tflite,
@@ -50,6 +55,7 @@ from keras_seq.export.verification import verification_table, verify
 __all__ = [
     "convert_decoder_steps_to_onnx",
     "convert_decoder_steps_to_tflite",
+    "convert_language_model_step_to_tflite",
     "convert_seq2seq_to_onnx",
     "convert_seq2seq_to_tflite",
     "convert_to_onnx",

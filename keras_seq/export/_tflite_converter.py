@@ -13,6 +13,24 @@ import logging
 
 import tensorflow as tf
 
+from keras_seq.export._flatbuffer import inputs_outputs_in_call_order
+
+
+def convert_with_signature(concrete, input_names: list[str], quantize: str | None) -> bytes:
+    """Converts a traced function of flat outputs into a flatbuffer with a SignatureDef.
+
+    The signature's inputs are the function's spec names (``input_names``,
+    in call order) and its outputs ``output_0`` … ``output_n``; the main
+    subgraph's inputs and outputs keep the call order too, so a positional
+    runner and a signature runner agree. The variables the function reads
+    are held by the trackable object the converter needs for signatures,
+    and frozen into constants.
+    """
+    trackable = tf.Module()
+    trackable.captured = list(concrete.variables)
+    flatbuffer = convert_concrete_function(concrete, quantize, trackable)
+    return inputs_outputs_in_call_order(flatbuffer, input_names)
+
 
 def convert_concrete_function(concrete, quantize: str | None, trackable=None) -> bytes:
     """Converts one concrete function to a builtin-ops-only flatbuffer.
@@ -44,9 +62,13 @@ class _without_trackable_note(logging.Filter):
     def filter(self, record):
         return "trackable_obj" not in record.getMessage()
 
+    _LOGGERS = ("tensorflow", "absl")
+
     def __enter__(self):
-        logging.getLogger("tensorflow").addFilter(self)
+        for name in self._LOGGERS:
+            logging.getLogger(name).addFilter(self)
         return self
 
     def __exit__(self, *exc_info):
-        logging.getLogger("tensorflow").removeFilter(self)
+        for name in self._LOGGERS:
+            logging.getLogger(name).removeFilter(self)

@@ -30,16 +30,63 @@ def default_signature(model, batch_size: int | None = None) -> list[tf.TensorSpe
 
 
 def traceable(model, input_signature: Sequence[tf.TensorSpec] | None, batch_size=None):
-    """The function to trace and its input specs, for a model or a callable."""
-    if input_signature is not None:
+    """The function to trace and its input specs, for a model or a callable.
+
+    A `keras.Model` takes its inputs positionally in `model.inputs` order,
+    also with an explicit `input_signature` (one spec per input); they are
+    packed into the structure it was built with (a dict for the seq2seq
+    builders, a list for a multi-input model such as a `streaming_model`).
+    """
+    import keras
+
+    if not isinstance(model, keras.Model):
+        if input_signature is None:
+            raise TypeError(
+                f"`input_signature` is needed to convert a callable that is not a "
+                f"keras.Model; received {type(model).__name__}."
+            )
         return (lambda *args: model(*args)), list(input_signature)
+    specs = default_signature(model, batch_size) if input_signature is None else list(input_signature)
+    if len(specs) != len(model.inputs):
+        raise ValueError(
+            f"`input_signature` must have one spec per input of model {model.name!r} "
+            f"({len(model.inputs)}: {[t.name for t in model.inputs]}); received {len(specs)}."
+        )
+    # An unnamed spec takes the name of the model's input it feeds.
+    specs = [
+        spec if spec.name else tf.TensorSpec(spec.shape, spec.dtype, name=t.name.split(":")[0])
+        for spec, t in zip(specs, model.inputs)
+    ]
 
     def call(*args):
-        # `model.input` has the structure the model was built with (a dict
-        # for the seq2seq builders); `model.inputs` is its flattened order.
+        # `model.input` has the structure the model was built with;
+        # `model.inputs` is its flattened order.
         return model(tf.nest.pack_sequence_as(model.input, list(args)), training=False)
 
-    return call, default_signature(model, batch_size)
+    return call, specs
+
+
+def signature_specs(specs: Sequence[tf.TensorSpec]) -> tuple[list[tf.TensorSpec], list[str]]:
+    """``specs`` renamed for a SignatureDef, and the names in input order.
+
+    A spec keeps its name (a Keras input's name, ``"{layer}_state_{i}"`` of a
+    streaming model); unnamed or repeated names become ``input_{i}``.
+    """
+    names = [spec.name or f"input_{i}" for i, spec in enumerate(specs)]
+    if len(set(names)) < len(names):
+        names = [f"input_{i}" for i in range(len(specs))]
+    renamed = [tf.TensorSpec(spec.shape, spec.dtype, name=name) for spec, name in zip(specs, names)]
+    return renamed, names
+
+
+def flat_outputs(call):
+    """``call`` returning its outputs as a flat tuple (signature keys
+    ``output_0`` … ``output_n`` in that order)."""
+
+    def flat_call(*args):
+        return tuple(tf.nest.flatten(call(*args)))
+
+    return flat_call
 
 
 def seq2seq_signature() -> list[tf.TensorSpec]:
@@ -106,3 +153,42 @@ def decoder_step_functions(where: str, model, target_length: int):
         return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
 
     return encode, [source_spec], step, step_signature
+
+
+def language_model_step_function(where: str, model, context: int):
+    """``(step, step_signature, initial_state)`` of a `models.language_model`.
+
+    ``step(token, [t,] *state) -> (logits, *new_state)``: one token ``(B,)``
+    int32, the cache position ``t`` (a scalar int32, the Transformer only:
+    the recurrent step does not use it), and the flattened state of
+    `keras_seq.decoding.language_model_steps` (each recurrent layer's
+    states, or one key/value cache of ``context`` positions per Transformer
+    block). ``initial_state(batch_size)`` gives the first state as arrays.
+    """
+    from keras_seq import decoding
+    from keras_seq.models.language_model import language_model_kind
+
+    context = check_positive_int(where, "context", context)
+    steps = decoding.language_model_steps(model)  # refuses other models
+    transformer = language_model_kind(model) == "transformer"
+    prompt_spec = tf.TensorSpec([None, None], tf.int32)
+    start = tf.function(lambda ids: steps.start(ids, context))
+    _, state_structure = start.get_concrete_function(prompt_spec).structured_outputs
+    flat_state = tf.nest.flatten(state_structure)
+    signature = [
+        tf.TensorSpec([None], tf.int32, name="token"),
+        *([tf.TensorSpec([], tf.int32, name="t")] if transformer else []),
+        *(tf.TensorSpec(s.shape, s.dtype, name=f"state_{i}") for i, s in enumerate(flat_state)),
+    ]
+
+    def step(token, *flat):
+        t, flat = (flat[0], flat[1:]) if transformer else (tf.constant(0), flat)
+        state = tf.nest.pack_sequence_as(state_structure, list(flat))
+        logits, state = steps.step(token, t, {}, state)
+        return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
+
+    def initial_state(batch_size):
+        _, state = start(tf.zeros([batch_size, 1], tf.int32))
+        return [s.numpy() for s in tf.nest.flatten(state)]
+
+    return step, signature, initial_state

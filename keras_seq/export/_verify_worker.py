@@ -9,7 +9,10 @@ detokenizing use the vocabulary files next to each host-side artifact.
 For each artifact it appends one JSON line to RESULTS: the decoded strings'
 agreement with Keras and with the targets, the largest logit error along
 Keras' greedy tokens, the operators of TFLite files, the size and the batch-1
-latency. A ``{"running": ...}`` line comes first, so that a crash inside a
+latency. A language model's generation step (``lm_step*.tflite``) is run in
+the generation loop of `keras_seq.decoding.sample` at temperature 0, in
+NumPy: the prompts' continuations are compared with Keras' whole, and the
+step's choices along Keras' tokens token by token. A ``{"running": ...}`` line comes first, so that a crash inside a
 runtime is attributed to its artifact.
 """
 
@@ -298,6 +301,81 @@ def saved_model_artifact(path, reference, problems):
     }
 
 
+# ---------------------------------------------------------------------------
+# Language models: one generation step, the device's loop
+
+
+def lm_generate(step, prompt_ids, length, config, forced=None):
+    """Greedy generation with the step, as `keras_seq.decoding.sample` does it.
+
+    The prompt is fed token by token, then each chosen token (or, with
+    ``forced``, Keras' token: the step's choices along Keras' path). A
+    Transformer's cache of ``context`` positions restarts at 0 when full, with
+    the last ``context // 2`` tokens fed again. Returns the chosen ids
+    ``(B, length)`` and the logits they were chosen from ``(B, length, V)``.
+    """
+    batch, prompt_length = prompt_ids.shape
+    total = prompt_length + length
+    transformer = config["kind"] == "transformer"
+    window = config["context"] if transformer else total
+    keep = window // 2
+    state = [np.zeros([batch, *shape[1:]], np.float32) for shape in config["state_shapes"]]
+    ids = np.concatenate([prompt_ids, np.zeros((batch, length), np.int32)], axis=1)
+    chosen = np.zeros((batch, length), np.int32)
+    all_logits = []
+    i = t = 0
+    filled = prompt_length
+    while filled < total:
+        logits, *state = step(ids[:, i], *([np.int32(t)] if transformer else []), *state)
+        if i + 1 == filled:
+            masked = np.array(logits, np.float32)
+            masked[:, config["never_ids"]] = -np.inf
+            token = np.argmax(masked, axis=-1).astype(np.int32)
+            chosen[:, filled - prompt_length] = token
+            all_logits.append(logits)
+            ids[:, filled] = token if forced is None else forced[:, filled - prompt_length]
+            filled += 1
+        i, t = i + 1, t + 1
+        if t == window:
+            i, t = i - keep, 0
+    return chosen, np.stack(all_logits, axis=1)
+
+
+def lm_artifact(out_dir, entry, reference):
+    with open(os.path.join(out_dir, "export.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    path = os.path.join(out_dir, entry["artifact"])
+    step = TFLiteModel(path)
+    prompt_ids, keras_ids = reference["prompt_ids"], reference["keras_ids"]
+    length = keras_ids.shape[1]
+    ids, _ = lm_generate(step, prompt_ids, length, config)
+    along, logits = lm_generate(step, prompt_ids, length, config, forced=keras_ids)
+    one = prompt_ids[:1]
+    ms_per_token = median_ms(lambda: lm_generate(step, one, length, config)) / length
+    whole = [bool(np.array_equal(a, k)) for a, k in zip(ids, keras_ids)]
+    mismatches = []
+    for row in np.flatnonzero(~np.asarray(whole, bool))[:5]:
+        first = int(np.flatnonzero(ids[row] != keras_ids[row])[0])
+        mismatches.append({"source": str(reference["prompts"][row]),
+                           "keras": str(reference["keras_text"][row]),
+                           "artifact": f"differs from character {first} on"})
+    return {
+        **entry,
+        "size_bytes": os.path.getsize(path),
+        "ops": sorted(tflite_op_names(path)),
+        "max_abs_logit_error": float(np.abs(logits - reference["keras_logits"]).max()),
+        "string_match": float(np.mean(whole)),
+        "exact_match": None,
+        "token_agreement": float(np.mean(along == keras_ids)),
+        "latency_ms_batch1": round(ms_per_token * length, 3),
+        "ms_per_token": round(ms_per_token, 4),
+        "keras_ms_per_token": round(float(reference["keras_ms_per_token"]), 4),
+        "problems": [],
+        "examples": int(len(keras_ids)),
+        "mismatches": mismatches,
+    }
+
+
 def main(argv):
     out_dir, results_path = argv
     try:
@@ -309,14 +387,18 @@ def main(argv):
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     reference = dict(np.load(os.path.join(out_dir, manifest["reference"])))
-    targets = [str(s) for s in reference["targets"]]
+    language_model = manifest.get("task") == "lm"
+    targets = None if language_model else [str(s) for s in reference["targets"]]
 
     with open(results_path, "w", encoding="utf-8") as results:
         for entry in manifest["artifacts"]:
             results.write(json.dumps({"running": entry["artifact"]}) + "\n")
             results.flush()
             try:
-                record = check(out_dir, entry, reference, targets)
+                if language_model:
+                    record = lm_artifact(out_dir, entry, reference)
+                else:
+                    record = check(out_dir, entry, reference, targets)
             except Exception as error:  # a broken artifact must not hide the others
                 record = {**entry, "problems": [f"{entry['artifact']}: {error!r}"]}
             results.write(json.dumps(record, ensure_ascii=False) + "\n")

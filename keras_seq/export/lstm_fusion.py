@@ -61,10 +61,9 @@ from keras_seq.export._flatbuffer import (
     RECURRENT_TO_GATE,
     FusedLayer,
     edit_fused_ops,
-    inputs_outputs_in_call_order,
 )
-from keras_seq.export._tflite_converter import convert_concrete_function
-from keras_seq.export._tracing import traceable
+from keras_seq.export._tflite_converter import convert_with_signature
+from keras_seq.export._tracing import flat_outputs, signature_specs, traceable
 
 _GATES = "ifco"  # Keras' order of the blocks of kernel, recurrent_kernel and bias
 
@@ -139,24 +138,13 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
     else:
         call, specs = traceable(model, _with_batch(where, input_signature, batch_size))
     # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
-    names = [spec.name or f"input_{i}" for i, spec in enumerate(specs)]
-    if len(set(names)) < len(names):
-        names = [f"input_{i}" for i in range(len(specs))]
-    specs = [tf.TensorSpec(spec.shape, spec.dtype, name=name) for spec, name in zip(specs, names)]
-
-    def flat_call(*args):
-        return tuple(tf.nest.flatten(call(*args)))
-
+    specs, names = signature_specs(specs)
     layers: dict[str, FusedLayer] = {}
     with _FrozenVariables() as frozen, _routed_lstm_loops(layers, frozen):
-        concrete = tf.function(flat_call).get_concrete_function(*specs)
+        concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
     # The SavedModel route keeps the "lstm_<id>" functions for the converter to
-    # fuse; the frozen-graph route (convert_to_tflite's) inlines and prunes them
-    # first. Its trackable object holds any variable not read through Keras.
-    trackable = tf.Module()
-    trackable.captured = list(concrete.variables)
-    flatbuffer = convert_concrete_function(concrete, quantize, trackable)
-    return inputs_outputs_in_call_order(flatbuffer, names), layers
+    # fuse. Its trackable object holds any variable not read through Keras.
+    return convert_with_signature(concrete, names, quantize), layers
 
 
 def _with_batch(where, specs, batch_size):

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
+from keras_seq.export.language_model_export import export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
 from keras_seq.export.tflite_export import (
@@ -35,7 +36,7 @@ _MAX_REFERENCE_LOGITS = 16 * 2**20
 def export_run(
     run_dir: str | os.PathLike,
     out: str | os.PathLike,
-    formats: Sequence[str] = ("savedmodel",),
+    formats: Sequence[str] | None = None,
     beam_width: int = 1,
     quantize: Sequence[str] = (),
     examples: int = 200,
@@ -70,6 +71,16 @@ def export_run(
     ``export.json`` (lengths and special ids): a device tokenizes and runs the
     decoding loop itself.
 
+    A language-model run (``keras-seq train --task lm``) exports its
+    generation step instead (`keras_seq.export.language_model_export`):
+    ``lm_step.tflite`` (`convert_language_model_step_to_tflite`: one token
+    and the recurrent state or the Transformer's key/value caches of the
+    run's ``context`` positions in, the next token's logits and the new
+    state out), ``lm_step_<mode>.tflite`` for each ``quantize`` mode, the
+    tokenizer files and ``export.json``, and in ``reference.npz`` Keras'
+    greedy continuation (200 characters) of up to 20 prompts spread over the
+    run's held-out text (``test.txt``), with Keras' milliseconds per token.
+
     The held-out examples are the first ``examples`` pairs of the run's test
     split as the run recorded it (``test.tsv``,
     `keras_seq.training.run_folder.RunFolder.held_out_pairs`); for a run
@@ -83,7 +94,9 @@ def export_run(
     Args:
         run_dir: the run folder.
         out: the output folder: new or empty, or any folder with ``overwrite``.
-        formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``.
+        formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``; `None`:
+            ``("savedmodel",)`` for a translation run, ``("tflite",)`` (the
+            only one it has) for a language-model run.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
         examples: held-out examples in the reference outputs (at most).
@@ -94,16 +107,23 @@ def export_run(
         ``"tflite_encoder"``, ``"tflite_decoder_step"``, ``"onnx"``,
         ``"onnx_encoder"``, ``"onnx_decoder_step"``,
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
-        ``"reference"`` (when there are examples) and ``"manifest"``.
+        ``"reference"`` (when there are examples) and ``"manifest"``; for a
+        language model ``"tflite"`` (``lm_step.tflite``), ``"tflite_<mode>"``,
+        ``"reference"`` and ``"manifest"``.
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder.
         FileExistsError: ``out`` is a file, or a non-empty folder and
             ``overwrite`` is False.
+        ValueError: a bad argument, or a format or a beam width that a
+            language-model run does not have.
     """
     require_tensorflow("keras_seq.export.export_run", START_UNDER_TENSORFLOW)
+    from keras_seq.training.run_folder import read_run
+
     where = "export_run"
-    formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
+    if formats is not None:
+        formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
     quantize = tuple(
         check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True,
                         allow_single=True)
@@ -113,17 +133,43 @@ def export_run(
     overwrite = check_bool(where, "overwrite", overwrite)
     out = os.path.abspath(os.fspath(out))
     _check_out(where, out, overwrite)
-    run = _load_run(where, os.fspath(run_dir))
+    folder = read_run(os.fspath(run_dir), where)
+    if folder.is_language_model:
+        _check_language_model_options(where, formats, beam_width)
+    run = None if folder.is_language_model else _load_run(where, os.fspath(run_dir))
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
     try:
-        written = _export_into(run, staging, formats, beam_width, quantize, examples)
+        if run is None:
+            written, manifest = export_language_model(
+                folder, staging, quantize, examples, _write_json
+            )
+            written["manifest"] = os.path.join(staging, MANIFEST_FILE)
+            _write_json(written["manifest"], manifest)
+        else:
+            written = _export_into(
+                run, staging, formats or ("savedmodel",), beam_width, quantize, examples
+            )
         _swap_in(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return {key: os.path.join(out, os.path.relpath(path, staging)) for key, path in written.items()}
+
+
+def _check_language_model_options(where, formats, beam_width):
+    """A language-model run has one format (its ``lm_step.tflite``) and no beam."""
+    if formats is not None and tuple(formats) != ("tflite",):
+        raise ValueError(
+            f"{where}: a language-model run exports one format, 'tflite' (lm_step.tflite); "
+            f"received formats={list(formats)}."
+        )
+    if beam_width != 1:
+        raise ValueError(
+            f"{where}: `beam_width` is for translation runs (the SavedModel's decoding); a "
+            f"language-model run exports a generation step. Received beam_width={beam_width}."
+        )
 
 
 def _check_out(where, out, overwrite):

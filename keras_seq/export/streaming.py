@@ -160,9 +160,44 @@ def streaming_model(model: keras.Model) -> keras.Model:
 
     outputs = graph._run_through_graph(inputs, operation_fn=operation_fn)
     flat_outputs = keras.tree.flatten(outputs)
-    return keras.Model(
+    return _StreamingModel(
         [*inputs, *state_inputs], [*flat_outputs, *new_states], name=f"{model.name}_streaming"
     )
+
+
+class _StreamingModel(keras.Model):
+    """The functional model `streaming_model` returns: before running, it
+    checks that it is fed one tensor per input and states of the widths its
+    recurrent layers carry (Keras alone would fail deep inside a cell, or
+    broadcast a state of width 1)."""
+
+    def __call__(self, inputs, *args, **kwargs):
+        self._check_inputs(inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _check_inputs(self, inputs):
+        flat = keras.tree.flatten(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        names = [t.name for t in self.inputs]
+        if len(flat) != len(names):
+            raise ValueError(
+                f"streaming model {self.name!r}: expected {len(names)} inputs in this order, "
+                f"{', '.join(names)} (the model's inputs, then each recurrent layer's states); "
+                f"received {len(flat)}."
+            )
+        for value, spec in zip(flat, self.inputs):
+            layer_name, marker, index = spec.name.rpartition("_state_")
+            if not marker or not index.isdigit():
+                continue
+            shape = tuple(getattr(value, "shape", np.shape(value)))
+            expected = tuple(spec.shape)
+            if len(shape) != len(expected) or any(
+                e is not None and s is not None and s != e for s, e in zip(shape, expected)
+            ):
+                raise ValueError(
+                    f"streaming model {self.name!r}: state {index} of layer {layer_name!r} "
+                    f"(input {spec.name!r}) must have shape (batch, {expected[1]}); received "
+                    f"shape {shape}."
+                )
 
 
 def initial_streaming_states(stream: keras.Model, batch_size: int) -> list[np.ndarray]:

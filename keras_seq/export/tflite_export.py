@@ -14,11 +14,14 @@ import tensorflow as tf
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int
 from keras_seq.export._checks import check_quantize, check_seq2seq
-from keras_seq.export._tflite_converter import convert_concrete_function
+from keras_seq.export._tflite_converter import convert_with_signature
 from keras_seq.export._tracing import (
     decoder_step_functions,
+    flat_outputs,
+    language_model_step_function,
     seq2seq_forward,
     seq2seq_signature,
+    signature_specs,
     traceable,
 )
 from keras_seq.export.lstm_fusion import convert_fused_lstm
@@ -87,11 +90,9 @@ def convert_to_tflite(
             f"`input_signature`, put the batch size in its specs. Received batch_size={batch_size}."
         )
     call, specs = traceable(model, input_signature, batch_size)
-    concrete = tf.function(call).get_concrete_function(*specs)
-    # No trackable object: the converter then freezes the variables into
-    # constants. Passing the model keeps them as resource variables
-    # (VAR_HANDLE/READ_VARIABLE) that nothing initialises, and outputs are NaN.
-    return convert_concrete_function(concrete, quantize)
+    specs, names = signature_specs(specs)
+    concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
+    return convert_with_signature(concrete, names, quantize)
 
 
 def tflite_op_names(tflite_model: bytes) -> set[str]:
@@ -219,6 +220,41 @@ def convert_decoder_steps_to_tflite(
         convert_to_tflite(encode, encode_signature, quantize=quantize, **fused),
         convert_to_tflite(step, step_signature, quantize=quantize),
     )
+
+
+def convert_language_model_step_to_tflite(
+    model, context: int, quantize: str | None = None
+) -> bytes:
+    """Converts a language model into one generation step, for a device's own loop.
+
+        step:  token (B,) int32, [t () int32,] state_0, state_1, ...
+               -> output_0: logits (B, V) float32, output_1 ...: the new state
+
+    ``state`` is each recurrent layer's states in layer and cell order (zeros
+    to start), or one key/value cache ``(B, 2, context, heads, head_dim)``
+    per Transformer block (zeros to start) with ``t`` its write position:
+    the step attends to positions 0 … t of the cache. A device feeds the
+    prompt token by token, then its own choice of each next token; a
+    Transformer whose cache is full restarts it at t = 0 with the last
+    ``context // 2`` tokens fed again (what `keras_seq.decoding.sample`
+    does with ``context``). The names are the signature's: inputs
+    ``token``, ``t``, ``state_i``; outputs ``output_0`` … ``output_n``.
+
+    Args:
+        model: a model built by `models.language_model` (``"rnn"`` or
+            ``"transformer"``).
+        context: positions of the Transformer's caches (the run's training
+            ``context``); not used by a recurrent model.
+        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+
+    Returns:
+        The flatbuffer bytes.
+    """
+    require_tensorflow("keras_seq.export.convert_language_model_step_to_tflite", EXPORT_THERE)
+    where = "convert_language_model_step_to_tflite"
+    check_quantize(where, quantize)
+    step, signature, _ = language_model_step_function(where, model, context)
+    return convert_to_tflite(step, signature, quantize=quantize)
 
 
 def tflite_greedy_decode(

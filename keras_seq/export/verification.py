@@ -24,6 +24,8 @@ _ROW_KEYS = (
     "exact_match",
     "latency_ms_batch1",
 )
+# A language model's rows also carry these (see `verify`).
+_LM_ROW_KEYS = ("task", "token_agreement", "ms_per_token", "keras_ms_per_token")
 
 
 def verify(
@@ -50,11 +52,26 @@ def verify(
     is quantized and agrees on fewer than 99.5% of the examples, or if its host
     tokenizer gives other ids than Keras'.
 
+    A language model's export (``lm_step*.tflite``) is run in the generation
+    loop of `keras_seq.decoding.sample` at temperature 0 (the prompt fed token
+    by token, the Transformer's cache restarted as there), in NumPy:
+    ``string_match`` is the fraction of prompts whose whole continuation (200
+    characters) equals Keras' greedy one; ``token_agreement`` the fraction of
+    positions where the step, fed Keras' tokens, chooses Keras' next token;
+    ``max_abs_logit_error`` is measured along Keras' tokens; ``exact_match``
+    is None. ``ms_per_token`` is one prompt's generation time (batch 1)
+    divided by the characters generated, beside ``keras_ms_per_token``,
+    Keras' own (measured at export, `keras_seq.decoding.sample` compiled in
+    one `tf.function`). The float step fails unless every continuation equals
+    Keras'; a quantized one, unless ``token_agreement`` is at least 99.5%.
+
     Args:
         out_dir: a folder written by `export_run` (``keras-seq export``).
         json_path: where to write ``{"artifacts": [...]}`` (rows with the keys
             ``artifact, format, quantize, size_bytes, ops, max_abs_logit_error,
-            string_match, exact_match, latency_ms_batch1``), or `None`.
+            string_match, exact_match, latency_ms_batch1``, and for a language
+            model ``task, token_agreement, ms_per_token, keras_ms_per_token``),
+            or `None`.
         timeout: seconds the worker process may take.
 
     Returns:
@@ -77,9 +94,18 @@ def verify(
     records, failures = _run_worker(out_dir, manifest, timeout)
     rows = []
     for record in records:
-        rows.append({key: record.get(key) for key in _ROW_KEYS})
+        keys = _ROW_KEYS + (_LM_ROW_KEYS if record.get("task") == "lm" else ())
+        rows.append({key: record.get(key) for key in keys})
         failures.extend(record.get("problems", []))
         if record.get("string_match") is None:
+            continue
+        if record.get("task") == "lm" and record["quantize"] is not None:
+            if record["token_agreement"] < QUANTIZED_MIN_STRING_MATCH:
+                failures.append(
+                    f"{record['artifact']}: chooses Keras' next character at "
+                    f"{record['token_agreement']:.2%} of the positions (needs "
+                    f"{QUANTIZED_MIN_STRING_MATCH:.1%})"
+                )
             continue
         minimum = 1.0 if record["quantize"] is None else QUANTIZED_MIN_STRING_MATCH
         if record["string_match"] < minimum:
@@ -137,6 +163,8 @@ def verification_table(result: dict) -> str:
         "artifact", "format", "quantize", "size", "ops", "max|logit err|",
         "vs Keras", "vs targets", "batch-1 ms",
     )
+    if any(row.get("task") == "lm" for row in result["artifacts"]):
+        return _language_model_table(result)
     lines = [header]
     for row in result["artifacts"]:
         lines.append((
@@ -155,6 +183,32 @@ def verification_table(result: dict) -> str:
     order = [0, 1, 2, 3, 5, 6, 7, 8, 4]
     return "\n".join(
         "  ".join(line[i].ljust(widths[i]) if i != 4 else line[i] for i in order).rstrip()
+        for line in lines
+    )
+
+
+def _language_model_table(result: dict) -> str:
+    """The rows of a language model's export: continuations and ms per token."""
+    header = (
+        "artifact", "quantize", "size", "max|logit err|", "same text as Keras",
+        "next-token agreement", "ms/token", "Keras ms/token", "ops",
+    )
+    lines = [header]
+    for row in result["artifacts"]:
+        lines.append((
+            row["artifact"],
+            row["quantize"] or "-",
+            _size(row["size_bytes"]),
+            "-" if row["max_abs_logit_error"] is None else f"{row['max_abs_logit_error']:.2e}",
+            _percent(row["string_match"]),
+            _percent(row.get("token_agreement")),
+            "-" if row.get("ms_per_token") is None else f"{row['ms_per_token']:.3f}",
+            "-" if row.get("keras_ms_per_token") is None else f"{row['keras_ms_per_token']:.3f}",
+            ",".join(row["ops"]) if row["ops"] else "-",
+        ))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(v.ljust(w) for v, w in zip(line, widths)), line[-1]]).rstrip()
         for line in lines
     )
 

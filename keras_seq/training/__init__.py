@@ -51,9 +51,10 @@ their first character with the previous window's last
 (`keras_seq.data.text_windows`), so every held-out character but the first is
 predicted exactly once, from the preceding characters of its window (1 to
 ``context`` of them), as in training (`text_loss`). The run folder holds
-``model.keras``, the tokenizer files, ``logs/``, ``history.csv`` and
-``metrics.json`` (no ``attention.png``); `generate_text` samples from it
-(``keras-seq generate``).
+``model.keras``, the tokenizer files, ``logs/``, ``history.csv``,
+``metrics.json`` and the held-out text ``test.txt`` (no ``attention.png``);
+`generate_text` samples from it (``keras-seq generate``) and
+`keras_seq.export.export_run` exports its generation step for devices.
 
 **Resuming.** A run killed at any moment (SIGKILL included) and started again
 with the same configuration resumes from its backup: it prints ``Resuming from

@@ -11,7 +11,7 @@ from keras_seq._validation import check_positive_int
 from keras_seq.reserved_tokens import PAD_ID, START_ID
 from keras_seq.training.inference import make_decoder, translate_strings
 from keras_seq.training.prepare import PreparedData, PreparedText
-from keras_seq.training.run_folder import write_held_out
+from keras_seq.training.run_folder import write_held_out, write_held_out_text
 
 __all__ = ["evaluate_and_save", "evaluate_text_and_save", "text_loss"]
 
@@ -151,7 +151,8 @@ def evaluate_text_and_save(
 ) -> dict:
     """Scores a language model on the whole held-out text and writes its run folder.
 
-    Writes ``model.keras``, the tokenizer files and ``metrics.json``:
+    Writes ``model.keras``, the tokenizer files, the held-out text
+    (``test.txt``) and ``metrics.json``:
     ``val_loss`` (`text_loss` of the held-out ids with the training
     ``context``), ``val_perplexity`` = exp(``val_loss``), ``val_characters``
     (the predicted characters: all held-out characters but the first),
@@ -166,6 +167,7 @@ def evaluate_text_and_save(
     t_eval = time.perf_counter()
     model.save(os.path.join(run_dir, "model.keras"))
     prepared.tokenizer.save(run_dir)
+    write_held_out_text(run_dir, prepared.held_out_text)
     t_end = time.perf_counter()
     metrics = {
         "task": "lm",

@@ -164,6 +164,7 @@ class PreparedText:
             (`keras_seq.data.text_windows`), evenly spread, in batches.
         batch_size, seed, steps_per_epoch: the config's, for `epochs_data`.
         source: the file the text was read from.
+        held_out_text: the last 10% of the text (what ``held_out_ids`` encode).
     """
 
     train_ids: Any
@@ -175,6 +176,7 @@ class PreparedText:
     seed: int
     steps_per_epoch: int
     source: str
+    held_out_text: str = ""
 
     def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
@@ -208,7 +210,7 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
     ).batch(config.batch_size).with_options(data_sharding())
     return PreparedText(
         train_ids, held_out_ids, tokenizer, config.context, validation_data,
-        config.batch_size, config.seed, config.steps_per_epoch, source,
+        config.batch_size, config.seed, config.steps_per_epoch, source, held_out_text,
     )
 
 

@@ -14,10 +14,19 @@ import json
 import os
 from collections.abc import Sequence
 
-__all__ = ["HELD_OUT_FILE", "RunFolder", "read_run", "write_held_out"]
+__all__ = [
+    "HELD_OUT_FILE",
+    "HELD_OUT_TEXT_FILE",
+    "RunFolder",
+    "read_run",
+    "write_held_out",
+    "write_held_out_text",
+]
 
 HELD_OUT_FILE = "test.tsv"
 """The held-out (test) pairs of a translation run, ``source<TAB>target`` lines."""
+HELD_OUT_TEXT_FILE = "test.txt"
+"""The held-out (test) text of a language-model run: the last 10% of its text."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,23 @@ class RunFolder:
         return pairs[:examples]
 
 
+    def held_out_text(self) -> str | None:
+        """The held-out text of a language-model run: ``test.txt``; for a run
+        written before that file existed, the end of its data file
+        (`keras_seq.data.split_text`) if the file is still there; else None."""
+        path = os.path.join(self.path, HELD_OUT_TEXT_FILE)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", newline="") as f:
+                return f.read()
+        source = self.metrics.get("data")
+        if not source or not os.path.isfile(source):
+            return None
+        from keras_seq import data
+
+        with open(source, encoding="utf-8", newline="") as f:
+            return data.split_text(f.read())[1]
+
+
 def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
     """Reads a run folder's ``metrics.json``; ``task``: ``"translate"`` or ``"lm"``,
     the kind of run ``where`` needs.
@@ -125,4 +151,12 @@ def write_held_out(run_dir: str, pairs: Sequence[tuple[str, str]]) -> str:
     path = os.path.join(run_dir, HELD_OUT_FILE)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(f"{source}\t{target}\n" for source, target in pairs)
+    return path
+
+
+def write_held_out_text(run_dir: str, text: str) -> str:
+    """Writes the held-out text of a language-model run to ``run_dir/test.txt``."""
+    path = os.path.join(run_dir, HELD_OUT_TEXT_FILE)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
     return path

@@ -1,0 +1,157 @@
+"""Exporting a language-model run (``keras-seq train --task lm``): one generation step for devices.
+
+`export_language_model` writes, into the (staging) folder `export_run` gives it:
+
+- ``lm_step.tflite`` (`convert_language_model_step_to_tflite`), and
+  ``lm_step_<mode>.tflite`` for each quantization mode;
+- ``vocab.txt``, ``tokenizer.json`` and ``export.json`` (the kind of model,
+  the context, the ids never generated, the inputs of the step): what a
+  device needs to tokenize and run its generation loop;
+- ``reference.npz``: held-out prompts and Keras' greedy continuation of each
+  (`keras_seq.decoding.sample` with temperature 0 and the run's context, as
+  ``keras-seq generate --temperature 0``), with Keras' milliseconds per token;
+- the manifest entries `keras_seq.export.verify` checks.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_seq.export._tracing import language_model_step_function
+from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
+
+__all__ = ["LM_STEP_FILE", "export_language_model", "lm_step_file", "write_lm_reference"]
+
+LM_STEP_FILE = "lm_step.tflite"
+# The held-out prompts: this many, of this many characters, each continued
+# greedily for GENERATED characters.
+PROMPTS = 20
+PROMPT_LENGTH = 32
+GENERATED = 200
+_TIMING_RUNS = 3
+
+
+def lm_step_file(quantize: str | None) -> str:
+    """``lm_step.tflite``, or ``lm_step_<mode>.tflite`` for a quantized step."""
+    return LM_STEP_FILE if quantize is None else f"lm_step_{quantize}.tflite"
+
+
+def export_language_model(run, out: str, quantize, examples: int, write_json):
+    """Writes the step files, the host files and the reference of an LM run into ``out``.
+
+    Args:
+        run: the `keras_seq.training.run_folder.RunFolder` of the run.
+        out: the folder to write into (exists, empty).
+        quantize: the quantization modes, besides the float step.
+        examples: at most this many prompts (and at most `PROMPTS`).
+        write_json: ``write_json(path, value)``, the exporter's JSON writer.
+
+    Returns:
+        ``(written, manifest)``: the paths keyed ``"tflite"``,
+        ``"tflite_<mode>"``, ``"reference"`` (when the run's held-out text
+        gives prompts), and the manifest's content.
+    """
+    from keras_seq.models.language_model import language_model_kind
+    from keras_seq.reserved_tokens import RESERVED_TOKENS
+
+    model = run.load_model(compile=False)
+    tokenizer = run.load_tokenizer()
+    context = int(run.config["context"])
+    kind = language_model_kind(model)
+    written, artifacts = {}, []
+    for mode in [None, *quantize]:
+        path = os.path.join(out, lm_step_file(mode))
+        with open(path, "wb") as f:
+            f.write(convert_language_model_step_to_tflite(model, context, quantize=mode))
+        written["tflite" if mode is None else f"tflite_{mode}"] = path
+        artifacts.append({"artifact": os.path.basename(path), "format": "tflite",
+                          "quantize": mode, "task": "lm"})
+    tokenizer.save(out)
+    suppress = list(range(1, len(RESERVED_TOKENS)))
+    _, signature, initial_state = language_model_step_function("export_run", model, context)
+    write_json(
+        os.path.join(out, "export.json"),
+        {
+            "task": "lm",
+            "kind": kind,
+            "context": context,
+            # The padding id and the reserved ids are never generated.
+            "never_ids": [0, *suppress],
+            "inputs": [spec.name for spec in signature],
+            "state_shapes": [[None, *s.shape[1:]] for s in initial_state(1)],
+        },
+    )
+    prompts = held_out_prompts(run.held_out_text(), min(examples, PROMPTS), PROMPT_LENGTH)
+    if prompts:
+        path = os.path.join(out, "reference.npz")
+        write_lm_reference(path, model, tokenizer, prompts, context, suppress)
+        written["reference"] = path
+    manifest = {
+        "task": "lm",
+        "run_dir": os.path.basename(os.path.normpath(run.path)),
+        "reference": "reference.npz" if prompts else None,
+        "artifacts": artifacts,
+        "context": context,
+        "kind": kind,
+    }
+    return written, manifest
+
+
+def held_out_prompts(text: str | None, count: int, length: int) -> list[tuple[str, str]]:
+    """``count`` (prompt, true continuation) pairs evenly spread over the held-out
+    text; prompts of ``length`` characters (fewer for a short text)."""
+    if not text or len(text) < 2:
+        return []
+    length = min(length, max(1, len(text) // 2))
+    last = len(text) - length
+    starts = np.unique(np.linspace(0, last, count).round().astype(int))
+    return [
+        (text[s : s + length], text[s + length : s + length + GENERATED]) for s in starts
+    ]
+
+
+def write_lm_reference(path, model, tokenizer, prompts, context, suppress) -> None:
+    """Keras' greedy continuation of each prompt, and its milliseconds per token.
+
+    ``reference.npz``: ``prompts``, ``continuations`` (the true text after
+    each prompt), ``prompt_ids (N, P)``, ``keras_ids (N, GENERATED)``, the
+    logits each was chosen from ``keras_logits (N, GENERATED, V)``, ``keras_text``, and ``keras_ms_per_token``: the median over runs of one
+    prompt's generation time (batch 1, the prompt fed and `GENERATED`
+    characters generated, in one compiled loop) divided by `GENERATED`.
+    """
+    from keras_seq import decoding
+
+    prompt_ids = tokenizer.tokenize([p for p, _ in prompts]).to_tensor().numpy().astype(np.int32)
+
+    @tf.function(autograph=False)
+    def greedy(ids):
+        return decoding.sample(
+            model, ids, GENERATED, temperature=0.0, seed=0, context=context,
+            suppress_ids=suppress, return_logits=True,
+        )
+
+    keras_ids, keras_logits = greedy(prompt_ids)
+    keras_ids = keras_ids.numpy().astype(np.int32)
+    one = prompt_ids[:1]
+    greedy(one)  # traced once for batch 1, outside the timing
+    times = []
+    for _ in range(_TIMING_RUNS):
+        t0 = time.perf_counter()
+        greedy(one)[0].numpy()
+        times.append(time.perf_counter() - t0)
+    vocabulary = tokenizer.vocabulary
+    np.savez(
+        path,
+        prompts=np.array([p for p, _ in prompts], dtype=str),
+        continuations=np.array([c for _, c in prompts], dtype=str),
+        prompt_ids=prompt_ids,
+        keras_ids=keras_ids,
+        keras_logits=keras_logits.numpy().astype(np.float32),
+        keras_text=np.array(["".join(vocabulary[i] for i in row) for row in keras_ids], dtype=str),
+        keras_ms_per_token=np.float64(1000 * statistics.median(times) / GENERATED),
+    )
