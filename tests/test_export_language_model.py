@@ -1,0 +1,176 @@
+"""``keras-seq export`` of a language-model run: ``lm_step.tflite`` and its greedy parity.
+
+References: the full Keras model run on each prefix (the step's logits), and
+Keras' own greedy generation (`training.generate_text` at temperature 0,
+what ``keras-seq generate --temperature 0`` prints) for the text the
+exported step generates in LiteRT.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+import keras_seq.models  # noqa: F401  (registers the layers for loading)
+from keras_seq import training
+from keras_seq.cli import main
+from keras_seq.export import convert_language_model_step_to_tflite, tflite_op_names, verify
+from keras_seq.training.run_folder import read_run
+
+_TEXT = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n"
+) * 20
+_TINY = ["--task", "lm", "--units", "16", "--layers", "2", "--context", "16",
+         "--batch-size", "4", "--steps-per-epoch", "3", "--epochs", "1",
+         "--validation-size", "4", "--verbose", "0"]
+
+
+@pytest.fixture(scope="module")
+def lm_exports(tmp_path_factory):
+    """kind -> (run folder, export folder) of a tiny rnn and Transformer run."""
+    root = tmp_path_factory.mktemp("lm_export")
+    text_file = root / "text.txt"
+    text_file.write_text(_TEXT, encoding="utf-8")
+    exports = {}
+    for kind, quantize in (("rnn", ["--quantize", "dynamic"]), ("transformer", [])):
+        argv = ["train", *_TINY, "--model", kind, "--data", str(text_file), "--out", str(root),
+                "--name", kind]
+        assert main(argv) == 0
+        assert main(["export", str(root / kind), str(root / f"out_{kind}"), *quantize]) == 0
+        exports[kind] = (root / kind, root / f"out_{kind}")
+    return text_file, exports
+
+
+def test_an_lm_run_records_its_held_out_text(lm_exports):
+    _, exports = lm_exports
+    run_dir, _ = exports["rnn"]
+    assert (run_dir / "test.txt").read_text(encoding="utf-8") == _TEXT[int(len(_TEXT) * 0.9):]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_exports, kind):
+    _, exports = lm_exports
+    run_dir, out = exports[kind]
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".tflite") == (
+        ["lm_step.tflite", "lm_step_dynamic.tflite"] if kind == "rnn" else ["lm_step.tflite"]
+    )
+    reference = np.load(out / "reference.npz")
+    held_out = (run_dir / "test.txt").read_text(encoding="utf-8")
+    prompts = [str(p) for p in reference["prompts"]]
+    assert len(prompts) == 20 and all(p in held_out for p in prompts)
+    assert reference["keras_ids"].shape == (20, 200)
+    # Keras' reference is what `keras-seq generate --temperature 0` gives.
+    expected = training.generate_text(run_dir, prompts[3], length=200, temperature=0.0)
+    assert str(reference["keras_text"][3]) == expected
+
+    result = verify(out)
+    assert result["passed"], result["failures"]
+    rows = {row["artifact"]: row for row in result["artifacts"]}
+    float_row = rows["lm_step.tflite"]
+    assert float_row["string_match"] == 1.0 and float_row["token_agreement"] == 1.0
+    assert float_row["max_abs_logit_error"] < 1e-4
+    assert float_row["ms_per_token"] > 0 and float_row["keras_ms_per_token"] > 0
+    assert not [op for op in float_row["ops"] if op.startswith("CUSTOM")]
+    if kind == "rnn":
+        assert rows["lm_step_dynamic.tflite"]["token_agreement"] >= 0.995
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_exports, kind):
+    from ai_edge_litert.interpreter import Interpreter
+
+    _, exports = lm_exports
+    run_dir, out = exports[kind]
+    model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
+    runner = Interpreter(model_path=str(out / "lm_step.tflite")).get_signature_runner()
+    config = json.loads((out / "export.json").read_text())
+    signature = Interpreter(model_path=str(out / "lm_step.tflite")).get_signature_list()
+    assert sorted(signature["serving_default"]["inputs"]) == sorted(config["inputs"])
+    assert config["inputs"][:2] == (["token", "t"] if kind == "transformer" else
+                                    ["token", "state_0"])
+    ids = np.random.default_rng(0).integers(4, model.outputs[0].shape[-1], (2, 12)).astype("int32")
+    states = [np.zeros([2, *shape[1:]], "float32") for shape in config["state_shapes"]]
+    full = np.asarray(model(ids))
+    for t in range(ids.shape[1]):
+        inputs = {"token": ids[:, t], **dict(zip(config["inputs"][-len(states):], states))}
+        if kind == "transformer":
+            inputs["t"] = np.int32(t)
+        outputs = runner(**inputs)
+        states = [outputs[f"output_{i + 1}"] for i in range(len(states))]
+        np.testing.assert_allclose(outputs["output_0"], full[:, t], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_verify_fails_a_step_that_generates_other_text(lm_exports, tmp_path):
+    import shutil
+
+    _, exports = lm_exports
+    _, out = exports["transformer"]
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    reference = dict(np.load(copy / "reference.npz"))
+    keras_ids = reference["keras_ids"].copy()
+    keras_ids[2, 7] = 4 if keras_ids[2, 7] != 4 else 5  # Keras "said" something else
+    reference["keras_ids"] = keras_ids
+    np.savez(copy / "reference.npz", **reference)
+    result = verify(copy)
+    assert not result["passed"]
+    assert result["artifacts"][0]["string_match"] == pytest.approx(19 / 20)
+    assert any("lm_step.tflite: decodes 95.00% of 20 examples" in f for f in result["failures"])
+
+
+@pytest.mark.slow
+def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, capsys, tmp_path):
+    _, exports = lm_exports
+    run_dir, out = exports["rnn"]
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["export", str(run_dir), str(out)]) == 1
+    assert "is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert main(["export", str(run_dir), str(tmp_path / "a"), "--formats", "savedmodel"]) == 1
+    assert "exports one format, 'tflite'" in capsys.readouterr().err
+    assert main(["export", str(run_dir), str(tmp_path / "b"), "--beam", "3"]) == 1
+    assert "`beam_width` is for translation runs" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    replaced = tmp_path / "replaced"
+    replaced.mkdir()
+    (replaced / "old.txt").write_text("an earlier export")
+    assert main(["export", str(run_dir), str(replaced), "--overwrite"]) == 0
+    assert sorted(p.name for p in replaced.iterdir()) == [
+        "export.json", "lm_step.tflite", "manifest.json", "reference.npz", "tokenizer.json",
+        "vocab.txt",
+    ]
+
+
+@pytest.mark.slow
+def test_a_run_without_test_txt_takes_its_prompts_from_the_data_file(lm_exports, tmp_path):
+    import shutil
+
+    text_file, exports = lm_exports
+    run_dir, _ = exports["rnn"]
+    old = tmp_path / "old_run"
+    shutil.copytree(run_dir, old)
+    (old / "test.txt").unlink()
+    folder = read_run(old, "test", task="lm")
+    assert folder.held_out_text() == _TEXT[int(len(_TEXT) * 0.9):]
+    metrics = json.loads((old / "metrics.json").read_text())
+    metrics["data"] = str(text_file) + ".gone"
+    (old / "metrics.json").write_text(json.dumps(metrics))
+    assert read_run(old, "test", task="lm").held_out_text() is None
+
+
+def test_the_step_converter_refuses_a_model_that_is_not_a_language_model():
+    x = keras.Input((None,), dtype="int32")
+    model = keras.Model(x, keras.layers.Dense(3)(keras.layers.Embedding(5, 4)(x)))
+    with pytest.raises(ValueError, match="language_model"):
+        convert_language_model_step_to_tflite(model, context=8)
+    assert "FULLY_CONNECTED" in tflite_op_names(
+        convert_language_model_step_to_tflite(
+            keras_seq.models.language_model(9, kind="rnn", num_layers=1, units=4), context=8
+        )
+    )
