@@ -306,3 +306,18 @@ def test_a_sequential_model_streams():
     sequence = np.random.default_rng(3).normal(size=(B, T, IN)).astype("float32")
     np.testing.assert_allclose(np.concatenate(_stream(stream, sequence), axis=1),
                                np.asarray(model(sequence)), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_tflite_fed_a_state_of_the_wrong_width_fails_in_litert_and_run_tflite_names_it():
+    from ai_edge_litert.interpreter import Interpreter
+
+    x = keras.Input((None, IN), name="sensor")
+    stream = streaming_model(keras.Model(x, layers.GRU(4, return_sequences=True, name="gru")(x)))
+    flatbuffer = convert_to_tflite(stream)
+    chunk, wrong = np.zeros((2, 3, IN), "float32"), np.zeros((2, 5), "float32")
+    runner = Interpreter(model_content=flatbuffer).get_signature_runner()
+    with pytest.raises(RuntimeError, match="failed to prepare"):  # the runtime's own error
+        runner(sensor=chunk, gru_state_0=wrong)
+    with pytest.raises(ValueError, match=r"input 1 .*gru_state_0.*\(None, 4\).*\(2, 5\)"):
+        run_tflite(flatbuffer, chunk, wrong)

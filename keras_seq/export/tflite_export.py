@@ -136,6 +136,7 @@ class _Runner:
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         shapes = [np.shape(x) for x in inputs]
         if shapes != self._shapes:
+            self._check_shapes(shapes)
             for d, shape in zip(self.inputs, shapes):
                 self.interpreter.resize_tensor_input(d["index"], shape, strict=False)
             self.interpreter.allocate_tensors()
@@ -144,6 +145,20 @@ class _Runner:
             self.interpreter.set_tensor(d["index"], np.asarray(x, dtype=d["dtype"]))
         self.interpreter.invoke()
         return [self.interpreter.get_tensor(d["index"]) for d in self.outputs]
+
+    def _check_shapes(self, shapes):
+        """Fixed dimensions (a state's width) must match: LiteRT itself only
+        fails later, in a delegate's "failed to prepare"."""
+        for i, (d, shape) in enumerate(zip(self.inputs, shapes)):
+            expected = tuple(int(n) for n in d["shape_signature"])
+            if len(shape) != len(expected) or any(
+                e != -1 and n != e for n, e in zip(shape, expected)
+            ):
+                shown = tuple(None if e == -1 else e for e in expected)
+                raise ValueError(
+                    f"run_tflite: input {i} ({d['name']!r}) must have shape {shown} (None: "
+                    f"any size); received shape {tuple(shape)}."
+                )
 
 
 def run_tflite(tflite_model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
