@@ -37,22 +37,34 @@ from keras_seq.layers._recurrent_driver import (
     project,
     recurrent_matmul,
     run_recurrence,
+    split,
 )
 
 
 def validate_recurrent_args(owner: str, units, activation, recurrent_activation, dropout,
-                            recurrent_dropout, **flags) -> None:
+                            recurrent_dropout, zoneout=0.0, **flags) -> None:
     """Raises a clear error for bad constructor arguments (before anything is built).
 
     ``flags`` are boolean arguments (``use_bias=...``), checked with `check_bool`.
     """
     check_positive_int(owner, "units", units)
+    check_zoneout(owner, zoneout)
     check_activation(owner, "activation", activation)
     check_activation(owner, "recurrent_activation", recurrent_activation)
     check_rate(owner, "dropout", dropout)
     check_rate(owner, "recurrent_dropout", recurrent_dropout)
     for name, value in flags.items():
         check_bool(owner, name, value)
+
+
+def check_zoneout(owner: str, zoneout):
+    """``zoneout``: one rate in ``[0, 1)``, or a list of them (one per state;
+    the count is checked against the cell's states by `RecurrentCell.zoneout_rates`)."""
+    if isinstance(zoneout, (list, tuple)):
+        if not zoneout:
+            raise invalid_value(owner, "zoneout", "a float in [0, 1) or one per state", "[]")
+        return [check_rate(owner, "zoneout", z) for z in zoneout]
+    return check_rate(owner, "zoneout", zoneout)
 
 
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
@@ -132,6 +144,10 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         ``d_params_t`` are this step's per-example ``(B, ...)`` contributions
         to the gradients of ``params``.
 
+    Zoneout (``zoneout=``, Krueger et al. 2017) needs nothing from a cell:
+    the base class mixes each new state with the previous one after
+    ``recurrent_step`` (`apply_zoneout`), in ``call`` and in the layer's loop.
+
     Then a layer: a `RecurrentLayer` subclass whose ``__init__`` validates
     with `validate_recurrent_args`, builds the cell and passes the layer
     arguments on (`delegate_to_cell` for the cell's own attributes);
@@ -159,11 +175,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         seed: int | None = None,
+        zoneout=0.0,
         **kwargs,
     ):
         owner = type(self).__name__
         validate_recurrent_args(owner, units, activation, recurrent_activation, dropout,
                                 recurrent_dropout, use_bias=use_bias)
+        zoneout = check_zoneout(owner, zoneout)
         # Accepted and ignored, as Keras' LSTM and GRU cells do (old configs pass it).
         kwargs.pop("implementation", None)
         super().__init__(**kwargs)
@@ -184,6 +202,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         self.recurrent_dropout = float(recurrent_dropout)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed=seed)
+        self.zoneout = zoneout
         self.output_size = self.units
 
     # --- hooks (see the class docstring) ---
@@ -293,6 +312,65 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             return vector
         return ops.broadcast_to(vector, (batch_size, self.units))
 
+    # --- zoneout (Krueger et al. 2017) ---
+
+    def state_sizes(self) -> list[int]:
+        size = self.state_size
+        return [int(s) for s in size] if isinstance(size, (list, tuple)) else [int(size)]
+
+    def zoneout_rates(self, owner=None) -> list[float]:
+        """One zoneout rate per state, in state order (a float applies to all);
+        ``owner`` names who is told about a wrong count (default: the cell)."""
+        sizes = self.state_sizes()
+        if not isinstance(self.zoneout, (list, tuple)):
+            return [float(self.zoneout)] * len(sizes)
+        if len(self.zoneout) != len(sizes):
+            raise invalid_value(
+                owner or self, "zoneout",
+                f"a float in [0, 1), or one per state ({len(sizes)} values)",
+                f"{len(self.zoneout)} values {list(self.zoneout)}",
+            )
+        return [float(z) for z in self.zoneout]
+
+    def zoneout_masks(self, shape_prefix) -> list:
+        """Fresh keep-masks for training, one per state: 1 where a unit keeps its
+        previous value (probability z), else 0; ``None`` for a state with z = 0.
+        ``shape_prefix``: ``(B,)`` for one step, ``(T, B)`` for a sequence."""
+        masks = []
+        for rate, size in zip(self.zoneout_rates(), self.state_sizes()):
+            if rate <= 0.0:
+                masks.append(None)
+                continue
+            draw = keras.random.uniform((*shape_prefix, size), seed=self.seed_generator)
+            masks.append(ops.cast(draw < rate, self.compute_dtype))
+        return masks
+
+    def apply_zoneout(self, states, new_states, keep_masks=None) -> list:
+        """The zoned-out states: with ``keep_masks`` (training) each unit keeps
+        its previous value where its mask is 1; without (inference), the
+        expectation z·previous + (1 − z)·new."""
+        zoned = []
+        for i, (rate, old, new) in enumerate(zip(self.zoneout_rates(), states, new_states)):
+            if rate <= 0.0:
+                zoned.append(new)
+            elif keep_masks is not None:
+                zoned.append(ops.where(keep_masks[i] > 0.5, old, new))
+            else:
+                rate = ops.cast(rate, new.dtype)
+                zoned.append(rate * old + (1.0 - rate) * new)
+        return zoned
+
+    def zoned_step(self, xw_t, states, weights, recurrent_mask=None, keep_masks=None):
+        """``recurrent_step`` then zoneout; the output is the new h (or the
+        cell's own output, for a cell whose output is not its first state)."""
+        output, new_states = self.recurrent_step(xw_t, states, weights, recurrent_mask)
+        if not any(rate > 0.0 for rate in self.zoneout_rates()):
+            return output, new_states
+        new_states = self.apply_zoneout(states, list(new_states), keep_masks)
+        if self.output_is_first_state:
+            output = new_states[0]
+        return output, new_states
+
     def call(self, inputs, states, training=False):
         """One time step: ``(output, new_states)`` as in the Keras cells."""
         nested = isinstance(states, (list, tuple))
@@ -303,9 +381,12 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         recurrent_mask = None
         if training and self.recurrent_dropout > 0.0:
             recurrent_mask = self.get_recurrent_dropout_mask(states[0])
-        output, new_states = self.recurrent_step(
+        keep_masks = None
+        if training and any(rate > 0.0 for rate in self.zoneout_rates()):
+            keep_masks = self.zoneout_masks((ops.shape(states[0])[0],))
+        output, new_states = self.zoned_step(
             self.project_inputs(inputs, bias=False), states, self.recurrent_weights(None),
-            recurrent_mask,
+            recurrent_mask, keep_masks,
         )
         if not nested and len(new_states) == 1:
             return output, new_states[0]
@@ -333,6 +414,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             "dropout": self.dropout,
             "recurrent_dropout": self.recurrent_dropout,
             "seed": self.seed,
+            "zoneout": self.zoneout,
         }
         return {**super().get_config(), **config}
 
@@ -394,6 +476,7 @@ class RecurrentLayer(keras.layers.RNN):
         # pass it; like Keras, get_config does not return it).
         kwargs.pop("implementation", None)
         super().__init__(cell, **kwargs)
+        cell.zoneout_rates(owner=self)  # one value per state, checked before any call
 
     def _check_inputs_shape(self, shape) -> None:
         shape = tuple(shape)
@@ -494,7 +577,11 @@ class RecurrentLayer(keras.layers.RNN):
         recurrent_mask = None
         if training and cell.recurrent_dropout > 0.0:
             recurrent_mask = cell.get_recurrent_dropout_mask(initial_state[0])
-        loop = choose_loop(training, self.unroll, cell.bptt_supported())
+        # Zoneout in training: fresh keep-masks for every step, drawn before
+        # the loop and fed to it beside the inputs (the hand-written gradient
+        # does not know them: autodiff of the loop trains it).
+        zoneout_training = bool(training) and any(r > 0.0 for r in cell.zoneout_rates())
+        loop = choose_loop(training, self.unroll, cell.bptt_supported() and not zoneout_training)
         bptt = loop == "bptt"
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         # (T, B, gates * units); the step adds (part of) the bias itself, the
@@ -529,10 +616,23 @@ class RecurrentLayer(keras.layers.RNN):
         if not cell.output_is_first_state:
             initial_output = ops.zeros((batch_size, cell.output_size), dtype=cell.compute_dtype)
 
+        keep_widths = []
+        if zoneout_training:
+            masks = cell.zoneout_masks((ops.shape(xs)[0], batch_size))
+            kept = [m for m in masks if m is not None]
+            keep_widths = [int(m.shape[-1]) for m in kept]
+            width = int(xw.shape[-1])
+            xw = ops.concatenate([xw, *(ops.cast(m, xw.dtype) for m in kept)], axis=-1)
+
         def step(xw_t, states):
+            keep_masks = None
+            if keep_widths:
+                pieces = split(xw_t, [width, *keep_widths])
+                xw_t, kept_t = pieces[0], iter(pieces[1:])
+                keep_masks = [None if m is None else next(kept_t) for m in masks]
             if not hoisted:  # xw_t is x_t
                 xw_t = cell.project_inputs(xw_t, bias=False)
-            return cell.recurrent_step(xw_t, states, weights, recurrent_mask)
+            return cell.zoned_step(xw_t, states, weights, recurrent_mask, keep_masks)
 
         return run_recurrence(
             step,
@@ -553,6 +653,10 @@ class RecurrentLayer(keras.layers.RNN):
         cell_config = self.cell.get_config()
         for key in ("name", "trainable", "dtype"):
             cell_config.pop(key, None)
+        if not cell_config.get("zoneout"):
+            # Left out at its default: a layer written before zoneout (or
+            # outside this package) need not accept it.
+            cell_config.pop("zoneout", None)
         return {**config, **cell_config}
 
     @classmethod
@@ -569,7 +673,7 @@ for _name in (
     "units", "activation", "recurrent_activation", "use_bias", "kernel_initializer",
     "recurrent_initializer", "bias_initializer", "kernel_regularizer", "recurrent_regularizer",
     "bias_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",
-    "dropout", "recurrent_dropout", "seed",
+    "dropout", "recurrent_dropout", "seed", "zoneout",
 ):
     setattr(RecurrentLayer, _name, delegate_to_cell(_name))
 del _name

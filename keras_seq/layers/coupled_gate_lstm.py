@@ -38,8 +38,8 @@ class CoupledGateLSTMCell(LSTMCellBase):
         use_peepholes: bool, default False: add the peephole terms.
         **kwargs: `activation`, `recurrent_activation`, `use_bias`,
             `*_initializer`, `unit_forget_bias`, `*_regularizer`,
-            `*_constraint`, `dropout`, `recurrent_dropout`, `seed`: as in
-            `PeepholeLSTMCell`.
+            `*_constraint`, `dropout`, `recurrent_dropout`, `seed`, `zoneout`:
+            as in `PeepholeLSTMCell`.
 
     Examples:
         >>> import numpy as np, keras
@@ -147,8 +147,8 @@ class CoupledGateLSTM(RecurrentLayer):
 
     `units`, `use_peepholes`, `activation`, `recurrent_activation`,
     `use_bias`, `*_initializer`, `unit_forget_bias`, `*_regularizer`,
-    `*_constraint`, `dropout`, `recurrent_dropout` and `seed` are as in
-    `CoupledGateLSTMCell`; `activity_regularizer`, `return_sequences`,
+    `*_constraint`, `dropout`, `recurrent_dropout`, `seed` and `zoneout` are
+    as in `CoupledGateLSTMCell`; `activity_regularizer`, `return_sequences`,
     `return_state`, `go_backwards`, `stateful` and `unroll` as in
     `PeepholeLSTM`.
 
@@ -191,6 +191,7 @@ class CoupledGateLSTM(RecurrentLayer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         seed: int | None = None,
+        zoneout=0.0,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
@@ -200,7 +201,7 @@ class CoupledGateLSTM(RecurrentLayer):
     ):
         validate_recurrent_args(
             type(self).__name__, units, activation, recurrent_activation, dropout,
-            recurrent_dropout, use_bias=use_bias, use_peepholes=use_peepholes,
+            recurrent_dropout, zoneout=zoneout, use_bias=use_bias, use_peepholes=use_peepholes,
             unit_forget_bias=unit_forget_bias,
             return_sequences=return_sequences, return_state=return_state,
             go_backwards=go_backwards, stateful=stateful, unroll=unroll,
@@ -227,6 +228,7 @@ class CoupledGateLSTM(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            zoneout=zoneout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="coupled_gate_lstm_cell",

@@ -42,7 +42,8 @@ class GRUCell(RecurrentCell):
         **kwargs: `activation`, `recurrent_activation`, `use_bias`,
             `kernel_initializer`, `recurrent_initializer`, `bias_initializer`,
             `*_regularizer`, `*_constraint`, `dropout`, `recurrent_dropout`,
-            `seed`: as in `keras.layers.GRUCell`.
+            `seed`: as in `keras.layers.GRUCell`; `zoneout` (of h): as in
+            `PeepholeLSTMCell`.
 
     Examples:
         >>> import numpy as np, keras
@@ -173,7 +174,7 @@ class GRU(RecurrentLayer):
 
     `units`, `reset_after`, `activation`, `recurrent_activation`, `use_bias`,
     `*_initializer`, `*_regularizer`, `*_constraint`, `dropout`,
-    `recurrent_dropout` and `seed` are as in `GRUCell`;
+    `recurrent_dropout`, `seed` and `zoneout` are as in `GRUCell`;
     `activity_regularizer`, `return_sequences`, `return_state`,
     `go_backwards`, `stateful` and `unroll` as in `PeepholeLSTM`.
 
@@ -213,6 +214,7 @@ class GRU(RecurrentLayer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         seed: int | None = None,
+        zoneout=0.0,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
@@ -223,7 +225,7 @@ class GRU(RecurrentLayer):
     ):
         validate_recurrent_args(
             type(self).__name__, units, activation, recurrent_activation, dropout,
-            recurrent_dropout, use_bias=use_bias, reset_after=reset_after,
+            recurrent_dropout, zoneout=zoneout, use_bias=use_bias, reset_after=reset_after,
             return_sequences=return_sequences, return_state=return_state,
             go_backwards=go_backwards, stateful=stateful, unroll=unroll,
         )
@@ -245,6 +247,7 @@ class GRU(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            zoneout=zoneout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="gru_cell",

@@ -173,8 +173,9 @@ class NTMCell(RecurrentCell):
             `use_bias`, `kernel_initializer` (also of the head and output
             kernels), `recurrent_initializer`, `bias_initializer`,
             `*_regularizer`, `*_constraint`, `dropout` (of x_t),
-            `recurrent_dropout` (of h_{t-1}), `seed`: as in
-            `PeepholeLSTMCell`; and `keras.layers.Layer`'s.
+            `recurrent_dropout` (of h_{t-1}), `seed`, `zoneout` (a float, or
+            one per state in state order): as in `PeepholeLSTMCell`; and
+            `keras.layers.Layer`'s.
 
     Examples:
         >>> import numpy as np, keras
@@ -407,7 +408,7 @@ class NTM(RecurrentLayer):
     `clip_value`, `initial_memory`, `unit_forget_bias`,
     `initial_read_initializer`, `activation`, `recurrent_activation`,
     `use_bias`, `*_initializer`, `*_regularizer`, `*_constraint`, `dropout`,
-    `recurrent_dropout`, `seed`) are as in `NTMCell`; `activity_regularizer`,
+    `recurrent_dropout`, `seed`, `zoneout`) are as in `NTMCell`; `activity_regularizer`,
     `return_sequences`, `return_state`, `go_backwards`, `stateful` and
     `unroll` as in `PeepholeLSTM`. With `stateful=True`, `reset_state()`
     returns to the initial state of `NTMCell` (not to zeros).
@@ -458,6 +459,7 @@ class NTM(RecurrentLayer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         seed: int | None = None,
+        zoneout=0.0,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
@@ -470,7 +472,7 @@ class NTM(RecurrentLayer):
                           num_write_heads, shift_range, output_size, clip_value, initial_memory)
         validate_recurrent_args(
             owner, controller_units, activation, recurrent_activation, dropout,
-            recurrent_dropout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
+            recurrent_dropout, zoneout=zoneout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
             return_sequences=return_sequences, return_state=return_state,
             go_backwards=go_backwards, stateful=stateful, unroll=unroll,
         )
@@ -502,6 +504,7 @@ class NTM(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            zoneout=zoneout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="ntm_cell",

@@ -51,7 +51,13 @@ class PeepholeLSTMCell(LSTMCellBase):
         *_constraint: optional `kernel_`, `recurrent_`, `bias_constraint`.
         dropout: float in [0, 1), input dropout (one mask per sequence).
         recurrent_dropout: float in [0, 1), dropout on h_{t-1} before U.
-        seed: int, seed of the dropout masks.
+        seed: int, seed of the dropout and zoneout masks.
+        zoneout: float in [0, 1), or one per state `(z_h, z_c)`: zoneout
+            (Krueger et al. 2017). In training each unit of each state keeps
+            its previous value with probability z (fresh masks at every step
+            of every call); at inference the state is z·previous + (1 − z)·new.
+            The output at a step is the new h. Training with zoneout runs the
+            autodiff loop, not the hand-written gradient.
 
     Examples:
         >>> import numpy as np, keras
@@ -194,6 +200,7 @@ class PeepholeLSTM(RecurrentLayer):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
         seed: int | None = None,
+        zoneout=0.0,
         return_sequences: bool = False,
         return_state: bool = False,
         go_backwards: bool = False,
@@ -203,7 +210,7 @@ class PeepholeLSTM(RecurrentLayer):
     ):
         validate_recurrent_args(
             type(self).__name__, units, activation, recurrent_activation, dropout,
-            recurrent_dropout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
+            recurrent_dropout, zoneout=zoneout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
             return_sequences=return_sequences, return_state=return_state,
             go_backwards=go_backwards, stateful=stateful, unroll=unroll,
         )
@@ -228,6 +235,7 @@ class PeepholeLSTM(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            zoneout=zoneout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="peephole_lstm_cell",
