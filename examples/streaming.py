@@ -39,19 +39,24 @@ GESTURE = 6  # steps of a gesture
 MEMORY = 12  # a gesture is reported for this many steps after it ends
 
 
-def make_streams(count: int, length: int, rng: np.random.Generator):
-    """``(x, y)``: ``(count, length, 3)`` float32 streams and ``(count, length)`` labels."""
+def make_streams(count: int, length: int, rng: np.random.Generator, return_starts=False):
+    """``(x, y)``: ``(count, length, 3)`` float32 streams and ``(count, length)``
+    labels (and each stream's gesture starts, with ``return_starts``)."""
     x = rng.normal(0.0, 0.35, (count, length, CHANNELS))
     x += np.cumsum(rng.normal(0.0, 0.03, (count, length, CHANNELS)), axis=1)  # drift
     y = np.zeros((count, length), np.int32)
     ramp = np.linspace(0.4, 1.6, GESTURE)
+    all_starts = []
     for row in range(count):
-        for start in rng.choice(length - GESTURE, size=rng.integers(0, 4), replace=False):
+        starts = rng.choice(length - GESTURE, size=rng.integers(0, 4), replace=False)
+        for start in starts:
             x[row, start : start + GESTURE, 0] += ramp
             x[row, start : start + GESTURE, 1] -= 1.0
             end = start + GESTURE - 1
             y[row, end : end + MEMORY + 1] = 1
-    return x.astype(np.float32), y
+        all_starts.append(sorted(int(s) for s in starts))
+    x = x.astype(np.float32)
+    return (x, y, all_starts) if return_starts else (x, y)
 
 
 def build_model() -> keras.Model:

@@ -82,10 +82,12 @@ MODELS = ("rnn", "transformer")
 """`TrainingConfig.model` choices."""
 # The `cell=` names of the model builders' built-in cells (keras_seq.models'
 # registry; tests/test_cli.py checks the two agree), and the LSTM family among them.
-CELLS = ("gru", "lstm", "peephole", "coupled", "simple")
+CELLS = ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm")
 """`TrainingConfig.cell` choices: the model builders' built-in cells."""
 LSTM_CELLS = ("lstm", "peephole", "coupled")
-"""The LSTM family among `CELLS`: an (h, c) state, and their own defaults."""
+"""The LSTM family among `CELLS`: an (h, c) state, their own defaults, and
+TFLite's fused LSTM kernel applies (not to ``"layernorm_lstm"``, whose norms
+it cannot express, though it shares their defaults)."""
 ATTENTIONS = ("bahdanau", "none")
 """`TrainingConfig.attention` choices."""
 DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")
@@ -117,7 +119,7 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
     if key in _LM_KEYS:
         raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
     defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
-    if model == "rnn" and cell in LSTM_CELLS:
+    if model == "rnn" and cell in (*LSTM_CELLS, "layernorm_lstm"):
         defaults.update(_LSTM_FAMILY_DEFAULTS)
     return defaults[key]
 

@@ -15,6 +15,7 @@ RECURRENT_CASES = {
     ),
     "gru": (layers.GRU, layers.GRUCell, {}, 1),
     "gru_reset_before": (layers.GRU, layers.GRUCell, {"reset_after": False}, 1),
+    "layernorm_lstm": (layers.LayerNormLSTM, layers.LayerNormLSTMCell, {}, 2),
 }
 RECURRENT_LAYERS = list(dict.fromkeys(case[0] for case in RECURRENT_CASES.values()))
 RECURRENT_CELLS = list(dict.fromkeys(case[1] for case in RECURRENT_CASES.values()))

@@ -321,3 +321,46 @@ def test_a_tflite_fed_a_state_of_the_wrong_width_fails_in_litert_and_run_tflite_
         runner(sensor=chunk, gru_state_0=wrong)
     with pytest.raises(ValueError, match=r"input 1 .*gru_state_0.*\(None, 4\).*\(2, 5\)"):
         run_tflite(flatbuffer, chunk, wrong)
+
+
+# ---------------------------------------------------------------------------
+# The example (examples/streaming.py)
+
+
+@pytest.fixture(scope="module")
+def example():
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "streaming.py")
+    spec = importlib.util.spec_from_file_location("streaming_example", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_the_example_labels_each_step_within_memory_of_a_gesture_end(example):
+    x, y, starts = example.make_streams(40, 60, np.random.default_rng(0), return_starts=True)
+    g, memory = example.GESTURE, example.MEMORY
+    for row in range(len(y)):
+        for t in range(60):  # 1 iff some gesture ended at most MEMORY steps before t
+            ended = any(0 <= t - (s + g - 1) <= memory for s in starts[row])
+            assert y[row, t] == int(ended), (row, t)
+    # During a gesture channel 0 rises by the ramp against the stream's noise.
+    rises = [x[r, s + g - 1, 0] - x[r, s, 0] for r in range(len(y)) for s in starts[r]]
+    assert len(rises) > 10 and np.mean(rises) > 0.8
+    assert 0.05 < y.mean() < 0.6  # both labels occur
+
+
+@pytest.mark.slow
+def test_the_example_streams_in_litert_as_keras_and_int8_weights_agree(example, capsys):
+    result = example.main(["--train", "400", "--epochs", "2", "--test", "20", "--length", "40"])
+    assert result["parity_chunk_1"] < 1e-5 and result["parity_chunk_10"] < 1e-5
+    assert result["int8_agreement"] > 0.95
+    assert result["int8_kb"] < result["float_kb"]
+    printed = capsys.readouterr().out
+    assert "parity, LiteRT chunk by chunk" in printed and "(target 99.5%)" in printed

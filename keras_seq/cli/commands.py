@@ -166,8 +166,13 @@ def _export(args) -> int:
     from keras_seq.training.run_folder import read_run
 
     formats = args.formats
-    if formats is None and not read_run(args.run_dir, "export_run").is_language_model:
-        formats = ("savedmodel", "tflite", "onnx")  # a language model's: its lm_step.tflite
+    if formats is None:
+        try:
+            language_model = read_run(args.run_dir, "export_run").is_language_model
+        except (OSError, ValueError):
+            language_model = False  # export_run says what is wrong, in its order
+        # A translation run: every format; a language model: its lm_step.tflite.
+        formats = None if language_model else ("savedmodel", "tflite", "onnx")
     written = export_run(
         args.run_dir, args.out, formats=formats, beam_width=args.beam,
         quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,

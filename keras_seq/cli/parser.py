@@ -205,7 +205,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         choices=("savedmodel", "tflite", "onnx"),
         default=None,
         help="default: savedmodel tflite onnx for a translation run; a language-model run "
-        "(train --task lm) has one, tflite: OUT/lm_step.tflite, one generation step",
+        "has one, tflite: OUT/lm_step.tflite, one generation step",
     )
     export.add_argument(
         "--quantize",

@@ -4,12 +4,14 @@
 from keras_seq.layers.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
 from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
 from keras_seq.layers.gru import GRU, GRUCell  # noqa: F401
+from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell  # noqa: F401
 from keras_seq.layers.ntm import NTM, NTMCell  # noqa: F401
 from keras_seq.layers.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
 # isort: split
 from keras_seq.layers.bahdanau_attention import BahdanauAttention  # noqa: F401
+from keras_seq.layers.luong_attention import LuongAttention  # noqa: F401
 from keras_seq.layers.multi_head_attention import MultiHeadAttention  # noqa: F401
 from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
 from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
@@ -31,6 +33,10 @@ from keras_seq.layers.highway import Highway  # noqa: F401
 from keras_seq.layers.k_max_pooling import DynamicKMaxPooling, KMaxPooling  # noqa: F401
 from keras_seq.layers.wide_convolution import WideConvolution1D  # noqa: F401
 
+# --- ELMo ---
+# isort: split
+from keras_seq.layers.scalar_mix import ScalarMix  # noqa: F401
+
 # Written out, not built from dir(): importing the classes also binds their
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
@@ -45,6 +51,9 @@ __all__ = [
     "GRUCell",
     "Highway",
     "KMaxPooling",
+    "LayerNormLSTM",
+    "LayerNormLSTMCell",
+    "LuongAttention",
     "MultiHeadAttention",
     "NTM",
     "NTMCell",
@@ -53,6 +62,7 @@ __all__ = [
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
     "RecurrentDecoder",
+    "ScalarMix",
     "SinusoidalPositionalEncoding",
     "TokenEmbedding",
     "TransformerDecoder",

@@ -18,6 +18,7 @@ from keras_seq._validation import check_choice
 from keras_seq.layers.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell
 from keras_seq.layers.gru import GRU, GRUCell
+from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
 from keras_seq.layers.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell
 from keras_seq.run_config import LSTM_CELLS
 
@@ -90,3 +91,4 @@ register_cell("lstm", ConvertibleLSTM, keras.layers.LSTMCell)
 register_cell("peephole", PeepholeLSTM, PeepholeLSTMCell)
 register_cell("coupled", CoupledGateLSTM, CoupledGateLSTMCell)
 register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)
+register_cell("layernorm_lstm", LayerNormLSTM, LayerNormLSTMCell)

@@ -67,6 +67,22 @@ def _np_gru_step(weights, x, states):
     return h_t, [h_t]
 
 
+def _np_layernorm_lstm_step(weights, x, states, eps=1e-3):
+    """TensorFlow Addons' LayerNormLSTMCell: z = LN_x(xW) + LN_h(hU) + b,
+    c_t = LN_c(f c + i c~), h = o tanh(c_t)."""
+    W, U_, b, g_x, b_x, g_h, b_h, g_c, b_c = weights
+    h, c = states
+
+    def ln(v, gamma, beta):
+        centred = v - v.mean(-1, keepdims=True)
+        return gamma * centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps) + beta
+
+    z_i, z_f, z_c, z_o = np.split(ln(x @ W, g_x, b_x) + ln(h @ U_, g_h, b_h) + b, 4, axis=-1)
+    c_t = ln(_sigmoid(z_f) * c + _sigmoid(z_i) * np.tanh(z_c), g_c, b_c)
+    h_t = _sigmoid(z_o) * np.tanh(c_t)
+    return h_t, [h_t, c_t]
+
+
 def _np_run(step, weights, x, states, mask=None, go_backwards=False):
     """Keras semantics: masked steps keep the states and repeat the previous output."""
     steps = range(x.shape[1])
@@ -90,6 +106,7 @@ _NP_STEPS = {
     layers.PeepholeLSTM: _np_peephole_step,
     layers.CoupledGateLSTM: _np_cifg_step,
     layers.GRU: _np_gru_step,
+    layers.LayerNormLSTM: _np_layernorm_lstm_step,
 }
 # case -> (layer class, constructor arguments, NumPy step, number of states)
 CASES = {
