@@ -1,6 +1,7 @@
 """Show, Attend and Tell on synthetic digit strips: attention over image regions.
 
     python examples/show_attend_tell.py [--out DIR] [--epochs N] [--train-size N] [--seed S]
+                                        [--beam K]
 
 Each image is a 16 x 48 canvas with one to four digits from a 5 x 7 bitmap
 font, at random positions that do not overlap; its caption is the digits read
@@ -15,12 +16,15 @@ Xu et al. (2015) at toy scale:
 
 The decoder is `keras_seq.models.RecurrentDecoder` (`BahdanauAttention` and
 `GRUCell` inside); captions come from `keras_seq.decoding.greedy_decode_steps`
-driving the decoder one step at a time. A convolutional feature map does not
+driving the decoder one step at a time through `CaptionSteps`, and with
+``--beam K`` also from `keras_seq.decoding.beam_search_steps` over the same
+steps (K beams per image). A convolutional feature map does not
 know where it is, and reading left to right needs exactly that, so the image
 gets two coordinate channels first (CoordConv, Liu et al. 2018).
 
 Writes ``DIR/results.json`` (greedy exact match on held-out images, none of
-them identical to a training image) and ``DIR/attention.png`` (α over the
+them identical to a training image, and the beam-search exact match with
+``--beam``) and ``DIR/attention.png`` (α over the
 image for each output token).
 
 References:
@@ -250,6 +254,28 @@ def greedy_caption(model: keras.Model, images, max_length: int = MAX_LENGTH):
     return ids, np.asarray(alpha)
 
 
+def beam_caption(
+    model: keras.Model,
+    images,
+    beam_width: int,
+    max_length: int = MAX_LENGTH,
+    length_penalty: float = 0.0,
+):
+    """Beam-search captions: the most probable caption among ``beam_width`` beams.
+
+    Returns:
+        ``ids`` int32 ``(B, max_length)``, laid out as `greedy_caption`'s, and
+        ``log_probs`` float32 ``(B,)``: log p(caption | image), the sum of the
+        log-probabilities of its tokens up to and including ``[END]``.
+        ``beam_width=1`` gives the greedy captions.
+    """
+    images = tf.convert_to_tensor(images, "float32")
+    ids, log_probs = decoding.beam_search_steps(
+        CaptionSteps(model), images, max_length, beam_width, length_penalty
+    )
+    return ids.numpy(), log_probs.numpy()
+
+
 def caption_hits(ids: np.ndarray, captions: np.ndarray) -> np.ndarray:
     """Per row: the output up to and including ``[END]`` equals the target caption."""
     return np.array(
@@ -353,6 +379,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--units", type=_positive, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--beam", type=_positive, default=None, metavar="K",
+        help="also caption the held-out images by beam search with K beams",
+    )
     return parser.parse_args(argv)
 
 
@@ -397,12 +427,20 @@ def run(args: argparse.Namespace) -> tuple[keras.Model, dict]:
             for i, c in zip(ids[:10], test_data["captions"][:10])
         ],
     }
+    if args.beam is not None:
+        beam_ids, _ = beam_caption(model, test_data["images"], args.beam)
+        results["beam_width"] = args.beam
+        results["beam_exact_match"] = float(caption_hits(beam_ids, test_data["captions"]).mean())
+        results["beam_examples"] = [caption_text(i) for i in beam_ids[:10]]
+    results["total_seconds"] = round(time.perf_counter() - started, 1)
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     print(
         f"greedy exact match on {args.test_size} held-out images: {results['exact_match']:.2%} "
         f"(train {train_seconds:.0f} s); figure: {figure}"
     )
+    if args.beam is not None:
+        print(f"beam search ({args.beam} beams) exact match: {results['beam_exact_match']:.2%}")
     return model, results
 
 

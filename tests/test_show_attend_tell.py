@@ -1,4 +1,5 @@
-"""examples/show_attend_tell.py: the digit-strip generator, greedy captions, attention."""
+"""examples/show_attend_tell.py: the digit-strip generator, greedy and beam-search
+captions, attention."""
 
 import importlib.util
 import json
@@ -96,7 +97,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("show_attend_tell")
     args = sat.parse_args(["--out", str(out), "--epochs", "4", "--train-size", "256",
                            "--test-size", "6", "--batch-size", "32", "--units", "16",
-                           "--learning-rate", "0.01"])
+                           "--learning-rate", "0.01", "--beam", "3"])
     model, results = sat.run(args)
     return model, results, out, sat.make_dataset(8, seed=4)["images"]
 
@@ -174,9 +175,60 @@ def test_run_writes_exact_match_and_attention_figure(trained):
     assert len(targets) == 6
     assert saved["exact_match"] == np.mean([o == t for o, t in zip(outputs, targets)])
     assert (out / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert saved["beam_width"] == 3
+    beam_outputs = saved["beam_examples"]
+    assert saved["beam_exact_match"] == np.mean([o == t for o, t in zip(beam_outputs, targets)])
+
+
+def _log_probability(model, images, ids):
+    """log p(ids | image) from one teacher-forced call, summed in NumPy up to [END]."""
+    ids = np.asarray(ids)
+    logits = np.asarray(model({"images": images, "decoder_inputs": sat.shift_right(ids)}),
+                        "float64")
+    logits = logits - logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    token_log_p = np.take_along_axis(log_p, ids[..., None].astype("int64"), -1)[..., 0]
+    return np.array([token_log_p[b, : len(_until_end(row))].sum() for b, row in enumerate(ids)])
+
+
+@pytest.mark.slow
+def test_beam_of_one_gives_the_greedy_captions(trained):
+    model, _, _, images = trained
+    greedy, _ = sat.greedy_caption(model, images)
+    ids, log_probs = sat.beam_caption(model, images, beam_width=1)
+    np.testing.assert_array_equal(ids, greedy)
+    np.testing.assert_allclose(log_probs, _log_probability(model, images, greedy), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_beam_captions_score_at_least_the_greedy_captions(trained):
+    model, _, _, images = trained
+    greedy, _ = sat.greedy_caption(model, images)
+    greedy_score = _log_probability(model, images, greedy)
+    ids, log_probs = sat.beam_caption(model, images, beam_width=4)
+    beam_score = _log_probability(model, images, ids)
+    np.testing.assert_allclose(log_probs, beam_score, atol=1e-4)
+    # Not a theorem for a narrow beam (the greedy prefix can drop out of it);
+    # it holds for this model and these images.
+    assert (beam_score >= greedy_score - 1e-5).all()
+    # A theorem when the beam holds every prefix but the last token's
+    # (V^(T-1) beams): the search is then exhaustive and finds the most
+    # probable caption of length T.
+    length = 3
+    greedy = sat.greedy_caption(model, images, max_length=length)[0]
+    ids, log_probs = sat.beam_caption(
+        model, images, beam_width=sat.VOCABULARY_SIZE ** (length - 1), max_length=length
+    )
+    beam_score = _log_probability(model, images, ids)
+    np.testing.assert_allclose(log_probs, beam_score, atol=1e-4)
+    assert (beam_score >= _log_probability(model, images, greedy) - 1e-5).all()
 
 
 def test_command_line_rejects_a_non_positive_size(capsys):
     with pytest.raises(SystemExit):
         sat.parse_args(["--train-size", "0"])
     assert "expected a positive integer, received 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sat.parse_args(["--beam", "0"])
+    assert "expected a positive integer, received 0" in capsys.readouterr().err
+    assert sat.parse_args([]).beam is None

@@ -16,6 +16,8 @@ carries a self-attention key/value cache per block and reads cross-attention
 keys/values computed once from the encoder output. `decoder_steps` returns
 that one-step view (`DecoderSteps`); `keras_seq.export` converts it into an
 encoder and a decoder-step model for decoding loops outside TensorFlow.
+`greedy_decode_steps` and `beam_search_steps` run the same searches on any
+`DecoderSteps` (a captioner with an image encoder, say).
 `language_model_steps` is the same view of a `models.language_model` (the
 Transformer's blocks with the same caches, without cross-attention), which
 `sample` drives.
@@ -32,6 +34,7 @@ Examples:
 from keras_seq.decoding.sampling import sample
 from keras_seq.decoding.search import (
     beam_search,
+    beam_search_steps,
     greedy_decode,
     greedy_decode_steps,
     sequence_log_probability,
@@ -47,6 +50,7 @@ __all__ = [
     "DecoderSteps",
     "attention_weights",
     "beam_search",
+    "beam_search_steps",
     "decoder_steps",
     "greedy_decode",
     "greedy_decode_steps",

@@ -1,5 +1,10 @@
 """Greedy decoding and beam search of `DecoderSteps`, in one `tf.while_loop`
-over a fixed ``(B, max_length)`` buffer, and `sequence_log_probability`."""
+over a fixed ``(B, max_length)`` buffer, and `sequence_log_probability`.
+
+One loop per search (`_greedy`, `_beam_search`) serves both the seq2seq
+models (`greedy_decode`, `beam_search`) and any `DecoderSteps`
+(`greedy_decode_steps`, `beam_search_steps`); the public functions only
+check their arguments and pick the steps."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID
 __all__ = [
     "NEG_INF",
     "beam_search",
+    "beam_search_steps",
     "greedy_decode",
     "greedy_decode_steps",
     "sequence_log_probability",
@@ -43,6 +49,23 @@ def _check_decode_args(where, encoder_inputs, max_length):
     if encoder_inputs.shape.rank != 2:
         raise shape_error(where, "encoder_inputs", "(batch, length)", encoder_inputs.shape)
     return tf.cast(encoder_inputs, "int32"), max_length
+
+
+def _check_steps_args(where, steps, inputs, max_length):
+    """``(inputs as a tensor, max_length as int)`` after checking ``steps`` too."""
+    for method in ("start", "step"):
+        if not callable(getattr(steps, method, None)):
+            raise invalid_type(
+                where, "steps",
+                "an object with the start and step methods of keras_seq.decoding.DecoderSteps "
+                f"(it has no callable `{method}`)",
+                steps,
+            )
+    max_length = check_positive_int(where, "max_length", max_length)
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank == 0:
+        raise shape_error(where, "inputs", "(batch, ...)", inputs.shape)
+    return inputs, max_length
 
 
 def _greedy(steps, encoder_inputs, max_length, start_id, end_id):
@@ -122,10 +145,7 @@ def greedy_decode_steps(
         ``(B, max_length)`` int32 ids laid out as in `greedy_decode`.
     """
     require_tensorflow("keras_seq.decoding.greedy_decode_steps")
-    max_length = check_positive_int("greedy_decode_steps", "max_length", max_length)
-    inputs = tf.convert_to_tensor(inputs)
-    if inputs.shape.rank == 0:
-        raise shape_error("greedy_decode_steps", "inputs", "(batch, ...)", inputs.shape)
+    inputs, max_length = _check_steps_args("greedy_decode_steps", steps, inputs, max_length)
     return _greedy(steps, inputs, max_length, start_id, end_id)
 
 
@@ -142,10 +162,33 @@ def _sequence_lengths(ids, end_id):
     return tf.where(tf.reduce_any(is_end, axis=-1), first_end + 1, max_length)
 
 
-def _beam_search(steps, encoder_inputs, max_length, beam_width, length_penalty, start_id, end_id):
+def _check_batch_major(where, inputs, constants, state):
+    """Every tensor of ``constants`` and ``state`` must have a batch axis first:
+    the search tiles and gathers along it."""
+    batch_size = inputs.shape[0]
+    for kind, nest in (("constants", constants), ("state", state)):
+        for x in tf.nest.flatten(nest):
+            shape = tf.convert_to_tensor(x).shape
+            if shape.rank == 0 or (
+                shape.rank is not None and None not in (shape[0], batch_size)
+                and shape[0] != batch_size
+            ):
+                raise shape_error(
+                    where, "steps",
+                    f"{kind} from steps.start with the batch axis (size {batch_size}) first "
+                    "in every tensor",
+                    shape,
+                )
+
+
+def _beam_search(
+    steps, encoder_inputs, max_length, beam_width, length_penalty, start_id, end_id,
+    where="beam_search_steps",
+):
     batch_size = tf.shape(encoder_inputs)[0]
     k = beam_width
     constants, state = steps.start(encoder_inputs, max_length)
+    _check_batch_major(where, encoder_inputs, constants, state)
     # Beams of one example sit next to each other: row b * k + j.
     tile = lambda x: tf.repeat(x, k, axis=0)  # noqa: E731
     constants = tf.nest.map_structure(tile, constants)
@@ -206,6 +249,7 @@ def beam_search(
     unchanged. The answer is the beam maximising log p(Y|x) / lp(Y), with the
     GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (α = 0: plain log-probability;
     α > 0 favours longer outputs). ``beam_width=1`` is greedy decoding.
+    It is `beam_search_steps` on ``decoder_steps(model)`` (one search loop).
 
     Args:
         model: a model built by `models.rnn_seq2seq` or
@@ -236,6 +280,79 @@ def beam_search(
         length_penalty,
         start_id,
         end_id,
+        "beam_search",
+    )
+
+
+def beam_search_steps(
+    steps: DecoderSteps,
+    inputs,
+    max_length: int,
+    beam_width: int,
+    length_penalty: float = 0.0,
+    start_id: int = START_ID,
+    end_id: int = END_ID,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """`beam_search` for any `DecoderSteps`, e.g. a model with an image encoder.
+
+    The search of `beam_search` (the same loop; `beam_search(model, ...)` is
+    this function on `decoder_steps(model)`), driving ``steps``: an object
+    with the ``start`` and ``step`` methods of `DecoderSteps`. ``inputs`` go
+    to ``steps.start`` unchanged. Every tensor of the ``constants`` and
+    ``state`` it returns (any nest) must have the batch axis first: the
+    constants are repeated once to ``B * beam_width`` rows (the beams of
+    example b are rows ``b * beam_width ... b * beam_width + beam_width - 1``),
+    and after every step the state's rows are gathered from the beams each
+    kept prefix extends.
+
+    The answer is the beam maximising log p(Y|x) / lp(Y), with the GNMT
+    length penalty lp(Y) = ((5 + |Y|) / 6)^α of `beam_search`, |Y| counting
+    the tokens up to and including ``[END]`` (all ``max_length`` if there is
+    none). ``beam_width=1`` is `greedy_decode_steps`.
+
+    Args:
+        steps: the one-step view of the model.
+        inputs: a tensor ``(B, ...)``, what ``steps.start`` encodes. ``B`` may be 0.
+        max_length: int, size of the output buffer (``[END]`` included).
+        beam_width: int ≥ 1, beams kept per example.
+        length_penalty: float α ≥ 0. Default 0 (plain log-probability).
+        start_id: id fed as y_0. Default ``[START]``.
+        end_id: id that ends a sequence. Default ``[END]``.
+
+    Returns:
+        ``(ids, log_probs)``: ``(B, max_length)`` int32 ids of the best beam,
+        laid out as in `greedy_decode` (tokens up to and including
+        ``[END]``, then ``[PAD]``), and ``(B,)`` float32 log p(ids | x), the
+        sum of the log-softmax of the step logits (without the length
+        penalty), as `beam_search` returns.
+
+    Raises:
+        TypeError: ``steps`` lacks ``start`` or ``step``; an argument of the
+            wrong type.
+        ValueError: ``max_length`` or ``beam_width`` below 1, a negative
+            ``length_penalty``, a scalar ``inputs``, or constants or state
+            without a leading batch axis.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from keras_seq import models, decoding
+        >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)
+        >>> ids, log_probs = decoding.beam_search_steps(
+        ...     decoding.decoder_steps(model), tf.constant([[5, 6, 7]]), max_length=4, beam_width=3
+        ... )
+        >>> tuple(ids.shape), tuple(log_probs.shape)
+        ((1, 4), (1,))
+
+    References:
+        Wu et al. Google's Neural Machine Translation System. arXiv:1609.08144, 2016.
+    """
+    require_tensorflow("keras_seq.decoding.beam_search_steps")
+    where = "beam_search_steps"
+    beam_width = check_positive_int(where, "beam_width", beam_width)
+    length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
+    inputs, max_length = _check_steps_args(where, steps, inputs, max_length)
+    return _beam_search(
+        steps, inputs, max_length, beam_width, length_penalty, start_id, end_id, where
     )
 
 
