@@ -189,6 +189,16 @@ def check_rate(owner: Any, argument: str, value: Any) -> float:
     return check_float(owner, argument, value, low=0.0, high=1.0, high_inclusive=False)
 
 
+def check_zoneout(owner: Any, zoneout: Any):
+    """A zoneout rate in ``[0, 1)``, or a non-empty list of them (one per state;
+    the count is checked against a cell's states by the cell)."""
+    if isinstance(zoneout, (list, tuple)):
+        if not zoneout:
+            raise invalid_value(owner, "zoneout", "a float in [0, 1) or one per state", "[]")
+        return [check_rate(owner, "zoneout", z) for z in zoneout]
+    return check_rate(owner, "zoneout", zoneout)
+
+
 def check_bool(owner: Any, argument: str, value: Any) -> bool:
     """``True`` or ``False`` (NumPy bools accepted, integers not)."""
     if not _is_bool(value):

@@ -88,7 +88,7 @@ LSTM_CELLS = ("lstm", "peephole", "coupled")
 """The LSTM family among `CELLS`: an (h, c) state, their own defaults, and
 TFLite's fused LSTM kernel applies (not to ``"layernorm_lstm"``, whose norms
 it cannot express, though it shares their defaults)."""
-ATTENTIONS = ("bahdanau", "none")
+ATTENTIONS = ("bahdanau", "luong", "none")
 """`TrainingConfig.attention` choices."""
 DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")
 """`TrainingConfig.distribute` choices (`keras_seq.distribute.STRATEGIES` and ``"auto"``)."""
@@ -138,9 +138,13 @@ class TrainingConfig:
             `models.language_model`. None: ``"rnn"``, or ``"transformer"``
             for ``task="lm"``.
         cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
-            ``"peephole"``, ``"coupled"`` or ``"simple"`` (Elman). None: ``"gru"``, or ``"lstm"``
-            for ``task="lm"``.
-        attention: ``"bahdanau"`` or ``"none"`` (``model="rnn"``, translation).
+            ``"peephole"``, ``"coupled"``, ``"simple"`` (Elman) or
+            ``"layernorm_lstm"``. None: ``"gru"``, or ``"lstm"`` for ``task="lm"``.
+        attention: ``"bahdanau"``, ``"luong"`` or ``"none"`` (``model="rnn"``,
+            translation).
+        zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
+            translation models (0: none); a cell of this package (not
+            ``"lstm"`` or ``"simple"``).
         data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
             text (``task="lm"``).
         epochs, batch_size, learning_rate, units, layers: None takes the
@@ -207,6 +211,7 @@ class TrainingConfig:
     task: str | None = None
     context: int | None = None
     steps_per_epoch: int | None = None
+    zoneout: float = 0.0
 
     def resolved(self) -> TrainingConfig:
         """A checked copy with the task and the family defaults filled in."""
@@ -229,6 +234,16 @@ class TrainingConfig:
         cell = self.cell if self.cell is not None else ("lstm" if task == "lm" else "gru")
         check_choice(where, "cell", cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
+        zoneout = check_float(where, "zoneout", self.zoneout, low=0.0, high=1.0,
+                              high_inclusive=False)
+        if zoneout and (model != "rnn" or task == "lm"):
+            raise invalid_value(where, "zoneout",
+                                "0 except for model 'rnn' translation models", zoneout)
+        if zoneout and cell in ("lstm", "simple"):
+            raise invalid_value(
+                where, "zoneout", "0 with Keras' own cells ('lstm', 'simple'): zoneout needs a "
+                "cell of this package (gru, peephole, coupled, layernorm_lstm)", zoneout,
+            )
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)
@@ -249,7 +264,7 @@ class TrainingConfig:
         values["learning_rate"] = check_float(
             where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
         )
-        values.update(task=task, model=model, cell=cell)
+        values.update(task=task, model=model, cell=cell, zoneout=float(zoneout))
         for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
             values[key] = check_positive_int(where, key, getattr(self, key))
         values["seed"] = check_int(where, "seed", self.seed)

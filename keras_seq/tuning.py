@@ -76,13 +76,18 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         source_vocabulary_size: int, number of source token ids.
         target_vocabulary_size: int, number of target token ids.
         cells: cell types to choose from (``"gru"``, ``"lstm"``, ``"peephole"``,
-            ``"coupled"``, ``"simple"``). Default all five.
+            ``"coupled"``, ``"simple"``, ``"layernorm_lstm"``: every registered
+            cell). Default all of them.
         units: recurrent widths to choose from. Default ``(64, 128, 256)``.
         embedding_dims: embedding widths to choose from. Default ``(32, 64)``.
-        attention: attention choices, ``"bahdanau"`` and/or ``"none"``.
-            Default both.
+        attention: attention choices among ``"bahdanau"``, ``"luong"`` and
+            ``"none"``. Default all three.
         max_dropout: float in [0, 1), upper end of the dropout range (step
             0.1). Default 0.3.
+        zoneout: zoneout rates to choose from (the hyperparameter
+            ``zoneout``, searched only when there is a choice or a rate above
+            0; Keras' own cells ``"lstm"`` and ``"simple"`` get 0). Default
+            ``(0.0,)``: none.
         learning_rate: ``(low, high)`` bounds, sampled on a log scale.
             Default ``(1e-4, 1e-2)``.
 
@@ -101,8 +106,9 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         cells: Sequence[str] = _ALL_CELLS,
         units: Sequence[int] = SEARCH_UNITS,
         embedding_dims: Sequence[int] = SEARCH_EMBEDDING_DIMS,
-        attention: Sequence[str] = ("bahdanau", "none"),
+        attention: Sequence[str] = ("bahdanau", "luong", "none"),
         max_dropout: float = 0.3,
+        zoneout: Sequence[float] = (0.0,),
         learning_rate: tuple[float, float] = (1e-4, 1e-2),
         **kwargs,
     ):
@@ -117,20 +123,30 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         self.cells = check_selection(where, "cells", cells, _ALL_CELLS)
         self.units = _check_int_choices(where, "units", units)
         self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
-        self.attention = check_selection(where, "attention", attention, ("bahdanau", "none"))
+        self.attention = check_selection(
+            where, "attention", attention, ("bahdanau", "luong", "none")
+        )
+        self.zoneout = [check_rate(where, "zoneout", z) for z in zoneout] or [0.0]
         self.max_dropout = check_rate(where, "max_dropout", max_dropout)
         self.learning_rate = _check_learning_rate(where, learning_rate)
 
     def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
         attention = hp.Choice("attention", self.attention)
+        cell = hp.Choice("cell", self.cells)
+        zoneout = 0.0
+        if len(self.zoneout) > 1 or self.zoneout[0] > 0.0:
+            zoneout = hp.Choice("zoneout", self.zoneout)
+            if cell in ("lstm", "simple"):  # Keras' own cells have no zoneout
+                zoneout = 0.0
         model = models.rnn_seq2seq(
             self.source_vocabulary_size,
             self.target_vocabulary_size,
             units=hp.Choice("units", self.units),
             embedding_dim=hp.Choice("embedding_dim", self.embedding_dims),
-            cell=hp.Choice("cell", self.cells),
+            cell=cell,
             attention=None if attention == "none" else attention,
             dropout=hp.Float("dropout", 0.0, self.max_dropout, step=0.1),
+            zoneout=zoneout,
         )
         model.compile(
             optimizer=keras.optimizers.Adam(_learning_rate(hp, self.learning_rate)),

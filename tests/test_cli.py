@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import keras
 import pytest
 
 from keras_seq.cli import main
@@ -62,6 +63,21 @@ def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, t
         inputs=tf.constant([e["source"] for e in examples])
     )["outputs"]
     assert [o.decode() for o in outputs.numpy()] == [e["output"] for e in examples]
+
+
+@pytest.mark.slow
+def test_train_with_luong_attention_a_layernorm_lstm_and_zoneout(tmp_path, tiny_run_args):
+    assert main(["train", "--attention", "luong", "--cell", "layernorm_lstm", "--zoneout", "0.1",
+                 "--out", str(tmp_path), "--name", "luong", *tiny_run_args]) == 0
+    config = json.loads((tmp_path / "luong" / "metrics.json").read_text())["config"]
+    assert (config["attention"], config["cell"], config["zoneout"]) == (
+        "luong", "layernorm_lstm", 0.1)
+    model = keras.saving.load_model(tmp_path / "luong" / "model.keras", safe_mode=True)
+    decoder = model.get_layer("decoder")
+    assert type(decoder.attention).__name__ == "LuongAttention"
+    assert type(decoder.cell).__name__ == "LayerNormLSTMCell" and decoder.cell.zoneout == 0.1
+    encoder = model.get_layer("encoder").get_layer("bidirectional_encoder")
+    assert encoder.forward_layer.zoneout == 0.1
 
 
 @pytest.mark.slow
@@ -167,6 +183,9 @@ def _usage_error(capsys, argv):
         (["train", "--model", "transformer", "--cell", "gru"], "train", "--cell chooses"),
         (["train", "--model", "transformer", "--attention", "none"], "train", "--attention"),
         (["train", "--task", "lm", "--attention", "none"], "train", "language models"),
+        (["train", "--model", "transformer", "--zoneout", "0.1"], "train", "`zoneout`"),
+        (["train", "--cell", "lstm", "--zoneout", "0.1"], "train", "Keras' own cells"),
+        (["train", "--zoneout", "1.5"], "train", "`zoneout`"),
         (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 0"),
         (["translate", "no-such-run", "x", "--beam", "3", "--length-penalty", "-5"],
          "translate", "--length-penalty must be >= 0, got -5.0"),

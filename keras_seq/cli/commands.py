@@ -26,7 +26,7 @@ def _config_options(args, *search) -> dict:
     left out, so the config's own defaults apply)."""
     return {
         k: v for k, v in vars(args).items()
-        if k not in ("command", *search) and not (k == "attention" and v is None)
+        if k not in ("command", *search) and not (k in ("attention", "zoneout") and v is None)
     }
 
 

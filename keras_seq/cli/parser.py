@@ -77,6 +77,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help=f"attention of --model rnn translation models (default: {config.attention})",
     )
     train.add_argument(
+        "--zoneout", type=float, metavar="Z",
+        help="zoneout rate of the recurrent layers of --model rnn translation models, in "
+        "[0, 1) (Krueger et al. 2017; cells gru, peephole, coupled, layernorm_lstm) "
+        f"(default: {config.zoneout})",
+    )
+    train.add_argument(
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
         "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once)",
@@ -276,7 +282,7 @@ def _add_tune_parser(commands, training, config) -> None:
                       help="embedding widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_EMBEDDING_DIMS))})")
     tune.add_argument("--attention", nargs="+", choices=training.ATTENTIONS,
-                      help="attention choices to search (default: both)")
+                      help="attention choices to search (default: all)")
     tune.add_argument(
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
     )

@@ -179,9 +179,10 @@ class DecoderSteps(Protocol):
     `models.transformer_seq2seq`; `greedy_decode`, `beam_search` and the
     encoder/decoder-step exports of `keras_seq.export` all drive it. Write
     one for a model of your own (an image encoder, say) and
-    `greedy_decode_steps` decodes with it.
+    `greedy_decode_steps` and `beam_search_steps` decode with it.
     ``constants`` and ``state`` are nests of tensors (dicts and lists); their
-    structure is fixed for a given model.
+    structure is fixed for a given model, and for beam search every tensor
+    in them has the batch axis first (the search repeats and reorders rows).
     """
 
     def start(self, encoder_inputs: tf.Tensor, max_length: int) -> tuple[dict, dict]:

@@ -27,6 +27,7 @@ from keras_seq._validation import (
     check_bool,
     check_positive_int,
     check_rate,
+    check_zoneout,
     float_inputs,
     invalid_value,
     shape_error,
@@ -55,16 +56,6 @@ def validate_recurrent_args(owner: str, units, activation, recurrent_activation,
     check_rate(owner, "recurrent_dropout", recurrent_dropout)
     for name, value in flags.items():
         check_bool(owner, name, value)
-
-
-def check_zoneout(owner: str, zoneout):
-    """``zoneout``: one rate in ``[0, 1)``, or a list of them (one per state;
-    the count is checked against the cell's states by `RecurrentCell.zoneout_rates`)."""
-    if isinstance(zoneout, (list, tuple)):
-        if not zoneout:
-            raise invalid_value(owner, "zoneout", "a float in [0, 1) or one per state", "[]")
-        return [check_rate(owner, "zoneout", z) for z in zoneout]
-    return check_rate(owner, "zoneout", zoneout)
 
 
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):

@@ -1,12 +1,22 @@
-"""The recurrent decoder of `rnn_seq2seq`, with Bahdanau attention fed at every step."""
+"""The recurrent decoder of `rnn_seq2seq`, with Bahdanau or Luong attention fed at every step."""
 
 from __future__ import annotations
 
 import keras
 
-from keras_seq._validation import check_bool, check_positive_int, invalid_value
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_zoneout,
+    invalid_value,
+)
+from keras_seq.layers._recurrent_base import RecurrentCell
 from keras_seq.layers._recurrent_driver import choose_loop, scan
 from keras_seq.layers.bahdanau_attention import BahdanauAttention
+from keras_seq.layers.luong_attention import LuongAttention
+
+ATTENTION_KINDS = ("bahdanau", "luong")
 
 # Longer statically known target lengths run in a loop instead of unrolled.
 _MAX_UNROLL = 32
@@ -32,6 +42,9 @@ class RecurrentDecoder(keras.layers.Layer):
         s_i  = cell([y_{i-1}; c_i], s_{i-1})
         o_i  = [s_i; c_i]
 
+    With ``attention="luong"`` the score is Luong et al.'s (2015) "general"
+    one, e_ij = s_{i-1} · (h_j W_a) (`LuongAttention`), in the same place.
+
     Without attention (``attention_units=None``) it is the plain encoder-decoder
     of Sutskever et al. (2014) / Cho et al. (2014): ``s_i = cell(y_{i-1},
     s_{i-1})`` and ``o_i = s_i``; the encoder reaches it only through the
@@ -40,7 +53,9 @@ class RecurrentDecoder(keras.layers.Layer):
     The whole-sequence call (teacher forcing) and one-step decoding share
     `step()`, so greedy decoding computes exactly what training computed.
     The cell has no dropout of its own (dropout masks cannot be drawn inside
-    the step loop); put `Dropout` layers around the decoder instead.
+    the step loop); put `Dropout` layers around the decoder instead. Zoneout
+    (``zoneout=``, this package's cells only) draws its masks for every step
+    before the loop.
 
     Args:
         units: int, width of the decoder state s.
@@ -48,8 +63,15 @@ class RecurrentDecoder(keras.layers.Layer):
             ``"coupled"``, ``"simple"`` (Keras' SimpleRNN, an Elman RNN).
             Default ``"gru"``.
         attention_units: int or None, width of the additive attention's hidden
-            layer; None disables attention. Default None.
-        attention_normalize: bool, weight-normalised attention. Default False.
+            layer; None disables attention. With ``attention="luong"`` any
+            int switches attention on (the Luong kernel maps keys to
+            ``units``, the width of the query s). Default None.
+        attention_normalize: bool, weight-normalised attention (Bahdanau's).
+            Default False.
+        attention: ``"bahdanau"`` (default) or ``"luong"``, the score.
+        zoneout: float or one per state: the cell's zoneout (see
+            `keras_seq.layers.PeepholeLSTM`); not for Keras' cells
+            (``"lstm"``, ``"simple"``). Default 0.
 
     Call arguments:
         inputs: ``(B, T, E)`` embedded previous tokens y_{i-1}.
@@ -82,9 +104,14 @@ class RecurrentDecoder(keras.layers.Layer):
         cell: str = "gru",
         attention_units: int | None = None,
         attention_normalize: bool = False,
+        attention: str = "bahdanau",
+        zoneout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.attention_kind = check_choice("RecurrentDecoder", "attention", attention,
+                                           ATTENTION_KINDS)
+        self.zoneout = check_zoneout("RecurrentDecoder", zoneout)
         self.units = check_positive_int("RecurrentDecoder", "units", units)
         self.attention_units = check_positive_int(
             "RecurrentDecoder", "attention_units", attention_units, allow_none=True
@@ -93,6 +120,13 @@ class RecurrentDecoder(keras.layers.Layer):
         self.attention_normalize = check_bool(
             "RecurrentDecoder", "attention_normalize", attention_normalize
         )
+        _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
+        if self.zoneout and not issubclass(cell_class, RecurrentCell):
+            raise invalid_value(
+                "RecurrentDecoder", "zoneout",
+                "0 with Keras' own cells ('lstm', 'simple'); zoneout needs a cell of this "
+                "package", f"{zoneout} with cell {cell!r}",
+            )
         self.supports_masking = True
 
     @property
@@ -111,18 +145,24 @@ class RecurrentDecoder(keras.layers.Layer):
         input_dim = inputs_shape[-1]
         if self.attention_units is not None:
             value_dim = encoder_outputs_shape[-1]
-            self.attention = BahdanauAttention(
-                self.attention_units,
-                normalize=self.attention_normalize,
-                dtype=self.dtype_policy,
-                name="attention",
-            )
+            if self.attention_kind == "luong":
+                self.attention = LuongAttention(
+                    self.units, dtype=self.dtype_policy, name="attention"
+                )
+            else:
+                self.attention = BahdanauAttention(
+                    self.attention_units,
+                    normalize=self.attention_normalize,
+                    dtype=self.dtype_policy,
+                    name="attention",
+                )
             self.attention.build((None, self.units), (None, None, value_dim))
             input_dim += value_dim
         else:
             self.attention = None
         _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
-        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
+        extra = {"zoneout": self.zoneout} if self.zoneout else {}
+        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell", **extra)
         self.cell.build((None, input_dim))
         self.built = True
 
@@ -146,8 +186,12 @@ class RecurrentDecoder(keras.layers.Layer):
         processed_key=None,
         encoder_mask=None,
         training=None,
+        keep_masks=None,
     ):
         """One decoder step: ``(B, E)`` input y_{i-1} and states s_{i-1}.
+
+        ``keep_masks``: the zoneout masks of this step (training), drawn by
+        ``call`` before its loop; without them a training step draws its own.
 
         Returns ``(o_i, new_states, alpha_i)``; ``alpha_i`` is ``(B, S)``, or
         None without attention.
@@ -165,7 +209,14 @@ class RecurrentDecoder(keras.layers.Layer):
                 training=training,
             )
             y = keras.ops.concatenate([y, context], axis=-1)
-        s, new_states = self.cell(y, states, training=training)
+        if keep_masks is not None:
+            cell = self.cell
+            s, new_states = cell.zoned_step(
+                cell.project_inputs(y, bias=False), states, cell.recurrent_weights(None),
+                None, keep_masks,
+            )
+        else:
+            s, new_states = self.cell(y, states, training=training)
         new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [new_states]
         o = s if self.attention is None else keras.ops.concatenate([s, context], axis=-1)
         return o, new_states, alpha
@@ -211,10 +262,20 @@ class RecurrentDecoder(keras.layers.Layer):
             else keras.ops.zeros((batch_size, 0), dtype=self.compute_dtype)
         )
         templates = [o0, alpha0] if return_attention_scores else [o0]
+        sequences, masks = [y_seq], []
+        if training and self.zoneout:
+            # Fresh zoneout masks for every step, drawn here: not inside the loop.
+            masks = self.cell.zoneout_masks((keras.ops.shape(y_seq)[0], batch_size))
+            sequences += [m for m in masks if m is not None]
 
         def body(y_t, carry):
+            keep_masks = None
+            if masks:
+                drawn = iter(y_t[1:])
+                keep_masks = [None if m is None else next(drawn) for m in masks]
             o, new_states, alpha = self.step(
-                y_t[0], carry, encoder_outputs, processed_key, encoder_outputs_mask, training
+                y_t[0], carry, encoder_outputs, processed_key, encoder_outputs_mask, training,
+                keep_masks,
             )
             if not return_attention_scores:
                 return [o], list(new_states)
@@ -224,7 +285,7 @@ class RecurrentDecoder(keras.layers.Layer):
 
         # Training (TensorArray form) runs one step per loop iteration, as the
         # decoder's tf.scan did; more per iteration were not measured here.
-        outputs, _ = scan(loop, body, [y_seq], states, templates,
+        outputs, _ = scan(loop, body, sequences, states, templates,
                           steps_per_iteration=1 if loop == "tensor_array" else None)
         # (B, T, o_dim) and (B, T, S)
         return tuple(outputs) if return_attention_scores else outputs[0]
@@ -248,4 +309,9 @@ class RecurrentDecoder(keras.layers.Layer):
                 "attention_normalize": self.attention_normalize,
             }
         )
+        # Left out at their defaults: files saved before they existed load.
+        if self.attention_kind != "bahdanau":
+            config["attention"] = self.attention_kind
+        if self.zoneout:
+            config["zoneout"] = self.zoneout
         return config

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 import keras
 
-from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_rate,
+    check_zoneout,
+    invalid_value,
+)
 from keras_seq.layers import PaddingMask, RecurrentDecoder
 from keras_seq.models._cells import check_cell, num_states, recurrent_classes
 from keras_seq.models.embedding import check_num_heads, embed_positions
@@ -72,6 +79,7 @@ def rnn_seq2seq(
     attention_units: int | None = None,
     dropout: float = 0.0,
     name: str = "rnn_seq2seq",
+    zoneout=0.0,
 ) -> keras.Model:
     """Bidirectional recurrent encoder and attentive recurrent decoder.
 
@@ -92,14 +100,22 @@ def rnn_seq2seq(
         cell: ``"gru"`` (default), ``"lstm"`` (Keras' LSTM), ``"peephole"``
             (`keras_seq.layers.PeepholeLSTM`), ``"coupled"``
             (`keras_seq.layers.CoupledGateLSTM`) or ``"simple"`` (Keras'
-            SimpleRNN, the Elman RNN h_t = tanh(x_t W + h_{t-1} U + b)). The
+            SimpleRNN, the Elman RNN h_t = tanh(x_t W + h_{t-1} U + b)) or
+            ``"layernorm_lstm"`` (`keras_seq.layers.LayerNormLSTM`). The
             LSTM family carries two states (h, c) and gets one bridge per
             state; the GRU and the Elman RNN carry h alone.
-        attention: ``"bahdanau"`` (default) or None.
+        attention: ``"bahdanau"`` (default), ``"luong"`` (Luong et al.'s
+            "general" score, `keras_seq.layers.LuongAttention`, in the same
+            place: the query is s_{i-1}) or None.
         attention_units: int, hidden width of the additive attention. Defaults
-            to ``units``.
+            to ``units``. Not used by ``"luong"`` (its kernel maps the
+            annotations to ``units``).
         dropout: float, dropout on the embeddings and on [s_i; c_i]. Default 0.
         name: model name.
+        zoneout: float or one per state: zoneout of the encoder's and the
+            decoder's recurrent layers (Krueger et al. 2017; see
+            `keras_seq.layers.PeepholeLSTM`). Default 0. Needs a cell of this
+            package (not ``"lstm"`` or ``"simple"``, Keras' own).
 
     Returns:
         An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
@@ -128,12 +144,22 @@ def rnn_seq2seq(
     units = check_positive_int(where, "units", units)
     embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim)
     check_cell(cell, where)
-    check_choice(where, "attention", attention, ("bahdanau", None))
+    check_choice(where, "attention", attention, ("bahdanau", "luong", None))
+    zoneout = check_zoneout(where, zoneout)
     if attention_units is None:
         attention_units = units
     attention_units = check_positive_int(where, "attention_units", attention_units)
     dropout = check_rate(where, "dropout", dropout)
     layer_class, _ = recurrent_classes(cell)
+    extra = {}
+    if zoneout:
+        if not hasattr(layer_class, "zoneout"):  # Keras' LSTM and SimpleRNN
+            raise invalid_value(
+                where, "zoneout",
+                "0 with Keras' own cells ('lstm', 'simple'); zoneout needs a cell of this "
+                "package", f"{zoneout} with cell {cell!r}",
+            )
+        extra["zoneout"] = zoneout
 
     # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
     source = keras.Input((None,), dtype="int32", name="source_ids")
@@ -142,7 +168,7 @@ def rnn_seq2seq(
     )(source)
     x = keras.layers.Dropout(dropout, name="source_dropout")(x)
     encoded = keras.layers.Bidirectional(
-        layer_class(units, return_sequences=True, return_state=True),
+        layer_class(units, return_sequences=True, return_state=True, **extra),
         name="bidirectional_encoder",
     )(x)
     h, states = encoded[0], encoded[1:]
@@ -170,7 +196,9 @@ def rnn_seq2seq(
         units,
         cell=cell,
         attention_units=attention_units if attention else None,
+        attention=attention or "bahdanau",
         name="decoder",
+        **extra,
     )
     if attention:
         o = decoder(y, h, initial_state=s0)

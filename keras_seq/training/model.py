@@ -28,7 +28,8 @@ def build_model(config: TrainingConfig, vocabulary_size: int):
             vocabulary_size,
             units=config.units,
             cell=config.cell,
-            attention=None if config.attention == "none" else "bahdanau",
+            attention=None if config.attention == "none" else config.attention,
+            zoneout=config.zoneout,
         )
     return models.transformer_seq2seq(
         vocabulary_size,

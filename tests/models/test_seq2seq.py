@@ -55,6 +55,67 @@ def test_recurrent_decoder_matches_numpy_equations(rng):
     np.testing.assert_allclose(alpha, expected_alpha, atol=1e-6)
 
 
+def _reference_luong_gru_decoder(y, h, s0, source_mask, decoder, zoneout=0.0):
+    """NumPy: RecurrentDecoder with Luong's general score e_ij = s_{i-1}·(h_j W_a)
+    and, at inference, zoneout s_i = z s_{i-1} + (1 − z) GRU(...)."""
+    w_a = np.asarray(decoder.attention.key_kernel)
+    kernel, recurrent_kernel, bias = (np.asarray(w) for w in decoder.cell.weights)
+    u = s0.shape[-1]
+    s = s0
+    outputs = []
+    for i in range(y.shape[1]):
+        e = np.einsum("bd,bsd->bs", s, h @ w_a)
+        e = np.where(source_mask, e, -np.inf)
+        alpha = np.exp(e - e.max(-1, keepdims=True))
+        alpha /= alpha.sum(-1, keepdims=True)
+        c = np.einsum("bs,bsd->bd", alpha, h)
+        x_proj = np.concatenate([y[:, i], c], -1) @ kernel + bias[0]
+        s_proj = s @ recurrent_kernel + bias[1]
+        z = _sigmoid(x_proj[:, :u] + s_proj[:, :u])
+        r = _sigmoid(x_proj[:, u : 2 * u] + s_proj[:, u : 2 * u])
+        new = z * s + (1 - z) * np.tanh(x_proj[:, 2 * u :] + r * s_proj[:, 2 * u :])
+        s = zoneout * s + (1 - zoneout) * new
+        outputs.append(np.concatenate([s, c], -1))
+    return np.stack(outputs, 1)
+
+
+@pytest.mark.parametrize("zoneout", [0.0, 0.3])
+def test_luong_decoder_with_zoneout_matches_numpy_equations(rng, zoneout):
+    decoder = models.RecurrentDecoder(6, cell="gru", attention_units=6, attention="luong",
+                                      zoneout=zoneout)
+    y = rng.normal(size=(3, 4, 2)).astype("float32")
+    h = rng.normal(size=(3, 7, 8)).astype("float32")
+    s0 = rng.normal(size=(3, 6)).astype("float32")
+    mask = np.arange(7)[None, :] < np.array([[7], [3], [1]])
+    out = decoder(y, h, initial_state=[s0], encoder_outputs_mask=mask)
+    assert decoder.attention.key_kernel.shape == (8, 6)  # W_a (dk, dq)
+    expected = _reference_luong_gru_decoder(y, h, s0, mask, decoder, zoneout)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_decoder_zoneout_in_training_keeps_or_updates_each_unit(rng):
+    """Training: each unit of s_i is s_{i-1} or the GRU update (masks drawn per step)."""
+    decoder = models.RecurrentDecoder(16, cell="gru", attention_units=16, attention="luong",
+                                      zoneout=0.5)
+    plain = models.RecurrentDecoder(16, cell="gru", attention_units=16, attention="luong")
+    y = rng.normal(size=(4, 6, 2)).astype("float32")
+    h = rng.normal(size=(4, 5, 3)).astype("float32")
+    s0 = rng.normal(size=(4, 16)).astype("float32")
+    plain(y, h, initial_state=[s0])
+    decoder(y, h, initial_state=[s0])
+    plain.set_weights(decoder.get_weights())
+    out = np.asarray(decoder(y, h, initial_state=[s0], training=True))
+    s, kept = s0, []
+    for i in range(y.shape[1]):  # one plain step from the zoned state
+        step = np.asarray(plain(y[:, i : i + 1], h, initial_state=[s]))[:, 0, :16]
+        s_i = out[:, i, :16]
+        keep = np.isclose(s_i, s, atol=1e-6)
+        assert np.all(keep | np.isclose(s_i, step, atol=1e-5))
+        kept.append(keep)
+        s = s_i
+    assert 0.35 < np.mean(kept) < 0.65
+
+
 def test_loop_over_a_long_sequence_equals_the_unrolled_prefix(rng):
     # Up to 32 steps run unrolled; longer sequences in the backend's loop.
     decoder = models.RecurrentDecoder(5, cell="coupled", attention_units=4)
@@ -95,6 +156,9 @@ _BUILDERS = {
     "rnn_lstm_plain": lambda: models.rnn_seq2seq(
         12, 12, units=16, embedding_dim=8, cell="lstm", attention=None
     ),
+    "rnn_layernorm_luong_zoneout": lambda: models.rnn_seq2seq(
+        12, 12, units=16, embedding_dim=8, cell="layernorm_lstm", attention="luong", zoneout=0.1
+    ),
     "transformer": lambda: models.transformer_seq2seq(
         12, 12, num_layers=1, model_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0
     ),
@@ -122,12 +186,15 @@ def test_seq2seq_loss_falls_when_training_a_copy_task(kind, rng):
         lambda: models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, cell="peephole"),
         lambda: models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, cell="coupled",
                                    attention=None),
+        lambda: models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, cell="layernorm_lstm",
+                                   attention="luong", zoneout=[0.1, 0.2]),
         lambda: models.transformer_seq2seq(12, 10, num_layers=1, model_dim=8, num_heads=2,
                                            intermediate_dim=16, normalize_first=True),
         lambda: models.transformer_seq2seq(12, 10, num_layers=1, model_dim=8, num_heads=2,
                                            intermediate_dim=16, tie_embeddings=False),
     ],
-    ids=["rnn_peephole", "rnn_coupled_plain", "transformer_prenorm", "transformer_untied"],
+    ids=["rnn_peephole", "rnn_coupled_plain", "rnn_layernorm_luong_zoneout",
+         "transformer_prenorm", "transformer_untied"],
 )
 def test_keras_file_round_trip_reproduces_outputs(build, rng, tmp_path):
     model = build()
@@ -177,7 +244,13 @@ def test_mixed_precision_keeps_float32_logits():
     "call, message",
     [
         (lambda: models.rnn_seq2seq(10, 10, cell="lstmx"), "rnn_seq2seq: invalid value for argument `cell`"),
-        (lambda: models.rnn_seq2seq(10, 10, attention="luong"), "`attention`"),
+        (lambda: models.rnn_seq2seq(10, 10, attention="dot"), "`attention`"),
+        (lambda: models.rnn_seq2seq(10, 10, cell="lstm", zoneout=0.1),
+         "rnn_seq2seq.*`zoneout`.*Keras' own cells"),
+        (lambda: models.rnn_seq2seq(10, 10, zoneout=1.0), "rnn_seq2seq.*`zoneout`"),
+        (lambda: models.RecurrentDecoder(4, cell="simple", zoneout=0.2),
+         "RecurrentDecoder.*`zoneout`"),
+        (lambda: models.RecurrentDecoder(4, attention="dot"), "RecurrentDecoder.*`attention`"),
         (lambda: models.rnn_seq2seq(0, 10), "source_vocabulary_size"),
         (lambda: models.rnn_seq2seq(10, 10, dropout=1.5), "`dropout`"),
         (lambda: models.transformer_seq2seq(10, 10, model_dim=10, num_heads=4), "divide"),
