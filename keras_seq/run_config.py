@@ -33,6 +33,8 @@ __all__ = [
     "SEARCH_EMBEDDING_DIMS",
     "SEARCH_UNITS",
     "TASKS",
+    "TEXT_TASKS",
+    "BILM_DEFAULTS",
     "TUNERS",
     "TrainingConfig",
     "default_for",
@@ -72,12 +74,22 @@ LM_DEFAULTS = {
             "validation_size": 256},
 }
 """Per ``kind`` of language model: the defaults of ``task="lm"``."""
+# ELMo's biLM (task="bilm", models.bidirectional_language_model): two stacks
+# of 2 CIFG layers of 128 units each way; 1000 steps of 32 windows of 64
+# characters.
+BILM_DEFAULTS = {"epochs": 4, "steps_per_epoch": 250, "batch_size": 32,
+                 "learning_rate": 3e-3, "units": 128, "layers": 2, "context": 64,
+                 "validation_size": 256}
+"""The defaults of ``task="bilm"``."""
 _SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
 _FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
 _LM_KEYS = ("steps_per_epoch", "context")
 
-TASKS = ("dates", "translate", "lm")
+TASKS = ("dates", "translate", "lm", "bilm")
 """`TrainingConfig.task` choices."""
+TEXT_TASKS = ("lm", "bilm")
+"""The tasks that train on a text (``data=`` a text file, by default tiny
+Shakespeare) in random windows of ``context`` characters."""
 MODELS = ("rnn", "transformer")
 """`TrainingConfig.model` choices."""
 # The `cell=` names of the model builders' built-in cells (keras_seq.models'
@@ -116,6 +128,8 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
     """
     if task == "lm":
         return LM_DEFAULTS[model][key]
+    if task == "bilm":
+        return BILM_DEFAULTS[key]
     if key in _LM_KEYS:
         raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
     defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
@@ -130,7 +144,9 @@ class TrainingConfig:
 
     Attributes:
         task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
-            file, ``data``) or ``"lm"`` (a character language model of a
+            file, ``data``), ``"bilm"`` (ELMo's bidirectional character
+            language model, `models.bidirectional_language_model`, of a text
+            file, by default tiny Shakespeare) or ``"lm"`` (a character language model of a
             text file, ``data``, by default tiny Shakespeare). None:
             ``"translate"`` when ``data`` is given, else ``"dates"``.
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
@@ -231,12 +247,16 @@ class TrainingConfig:
             "transformer" if task == "lm" else "rnn"
         )
         check_choice(where, "model", model, MODELS)
-        cell = self.cell if self.cell is not None else ("lstm" if task == "lm" else "gru")
+        if task == "bilm" and model != "rnn":
+            raise invalid_value(where, "model", "'rnn' for task 'bilm' (ELMo's biLM is "
+                                "recurrent)", model)
+        default_cell = {"lm": "lstm", "bilm": "coupled"}.get(task, "gru")
+        cell = self.cell if self.cell is not None else default_cell
         check_choice(where, "cell", cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
         zoneout = check_float(where, "zoneout", self.zoneout, low=0.0, high=1.0,
                               high_inclusive=False)
-        if zoneout and (model != "rnn" or task == "lm"):
+        if zoneout and (model != "rnn" or task in TEXT_TASKS):
             raise invalid_value(where, "zoneout",
                                 "0 except for model 'rnn' translation models", zoneout)
         if zoneout and cell in ("lstm", "simple"):
@@ -247,17 +267,17 @@ class TrainingConfig:
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)
-        keys = _FAMILY_KEYS + (_LM_KEYS if task == "lm" else ())
+        keys = _FAMILY_KEYS + (_LM_KEYS if task in TEXT_TASKS else ())
         values = {
             key: default_for(key, model, cell, task) if getattr(self, key) is None
             else getattr(self, key)
             for key in keys
         }
-        if task != "lm":
+        if task not in TEXT_TASKS:
             for key in _LM_KEYS:
                 if getattr(self, key) is not None:
-                    raise invalid_value(where, key, "None (it is an option of task 'lm')",
-                                        getattr(self, key))
+                    raise invalid_value(where, key, "None (it is an option of tasks 'lm' and "
+                                        "'bilm')", getattr(self, key))
         for key in ("epochs", "batch_size", "units", "layers", "validation_size", *_LM_KEYS):
             if key in values:
                 values[key] = check_positive_int(where, key, values[key])

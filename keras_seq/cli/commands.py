@@ -41,14 +41,14 @@ def _check_train(args) -> None:
         config = TrainingConfig(**_config_options(args)).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
-    if config.model == "transformer" or config.task == "lm":
+    if config.model == "transformer" or config.task in ("lm", "bilm"):
         if args.cell is not None and config.model == "transformer":
             raise UsageError(
                 "--cell chooses the recurrent cell of --model rnn; a transformer has none "
                 "(leave --cell out, or add --model rnn)"
             )
         if args.attention is not None:
-            what = "language models" if config.task == "lm" else "--model transformer"
+            what = "language models" if config.task in ("lm", "bilm") else "--model transformer"
             raise UsageError(
                 f"--attention chooses the attention of --model rnn translation models; "
                 f"{what} have their own (leave --attention out)"
@@ -114,6 +114,13 @@ def _train(args) -> int:
 
     result = training.train(training.TrainingConfig(**_config_options(args)))
     metrics = result.metrics
+    if metrics.get("task") == "bilm":
+        print(
+            f"Held-out loss: forward {metrics['val_forward_loss']:.4f}, backward "
+            f"{metrics['val_backward_loss']:.4f} nats/character, total "
+            f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+        )
+        return 0
     if metrics.get("task") == "lm":
         print(
             f"Held-out loss: {metrics['val_loss']:.4f} nats/character (perplexity "

@@ -59,7 +59,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--task",
         choices=training.TASKS,
         help="dates: the embedded date task; translate: a parallel corpus (--data FILE.tsv); "
-        "lm: a character language model of --data FILE.txt, by default tiny Shakespeare "
+        "lm: a character language model of --data FILE.txt, by default tiny Shakespeare; "
+        "bilm: ELMo's bidirectional character language model of the same text "
         "(default: dates, or translate when --data is given)",
     )
     train.add_argument(

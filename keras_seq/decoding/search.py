@@ -333,7 +333,7 @@ def beam_search_steps(
             ``length_penalty``, a scalar ``inputs``, or constants or state
             without a leading batch axis.
 
-    Example:
+    Examples:
         >>> import tensorflow as tf
         >>> from keras_seq import models, decoding
         >>> model = models.rnn_seq2seq(20, 12, units=8, embedding_dim=4)

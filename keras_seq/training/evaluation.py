@@ -139,6 +139,52 @@ def text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> tu
     return total / count, count
 
 
+def bidirectional_text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> dict:
+    """Forward and backward mean cross-entropy of a biLM over a whole text.
+
+    The text is cut as in `text_loss` (windows of ``context`` inputs). The
+    forward logits at t score id t + 1 (every id but the first once, from the
+    ids before it in its window); the backward logits at t score id t − 1 of
+    the window (from the ids at and after t in its window: every id but the
+    last input of each window).
+
+    Returns:
+        ``{"forward": (mean loss, count), "backward": (mean loss, count)}``.
+    """
+    require_tensorflow("keras_seq.training.bidirectional_text_loss")
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq import data
+
+    batch_size = check_positive_int("bidirectional_text_loss", "batch_size", batch_size)
+    inputs, targets = data.text_windows(ids, context)
+    # Padding (the last window's end) predicts nothing.
+    previous = np.where(inputs != PAD_ID, np.pad(inputs[:, :-1], ((0, 0), (1, 0))), PAD_ID)
+
+    def summed(logits, y):
+        log_p = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        loss = -tf.gather(log_p, y, batch_dims=2)
+        return tf.reduce_sum(tf.where(tf.not_equal(y, PAD_ID), loss, 0.0), axis=-1)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 3)
+    def summed_losses(x, forward, backward):
+        logits = model(x, training=False)
+        return summed(logits["forward"], forward), summed(logits["backward"], backward)
+
+    totals = [0.0, 0.0]
+    for start in range(0, len(inputs), batch_size):
+        window = slice(start, start + batch_size)
+        parts = summed_losses(inputs[window], targets[window], previous[window])
+        for k, part in enumerate(parts):
+            totals[k] += float(np.sum(part.numpy(), dtype=np.float64))
+    counts = [int(np.count_nonzero(targets)), int(np.count_nonzero(previous))]
+    return {
+        "forward": (totals[0] / counts[0], counts[0]),
+        "backward": (totals[1] / counts[1], counts[1]),
+    }
+
+
 def evaluate_text_and_save(
     model,
     prepared: PreparedText,
@@ -157,20 +203,36 @@ def evaluate_text_and_save(
     ``context``), ``val_perplexity`` = exp(``val_loss``), ``val_characters``
     (the predicted characters: all held-out characters but the first),
     ``train_characters``, ``steps``, ``seconds`` and ``config`` (as
-    `evaluate_and_save`), plus ``extra``.
+    `evaluate_and_save`), plus ``extra``. A biLM's run (``task="bilm"``)
+    also gets ``val_forward_loss`` and ``val_backward_loss``
+    (`bidirectional_text_loss`), their perplexities and
+    ``val_backward_characters``; its ``val_loss`` is their mean.
     """
     require_tensorflow("keras_seq.training.evaluate_text_and_save")
     import math
 
     t_evaluate = time.perf_counter()
-    val_loss, count = text_loss(model, prepared.held_out_ids, prepared.context)
+    if prepared.bidirectional:
+        losses = bidirectional_text_loss(model, prepared.held_out_ids, prepared.context)
+        (forward, count), (backward, backward_count) = losses["forward"], losses["backward"]
+        val_loss = (forward + backward) / 2
+        extra = {
+            "val_forward_loss": forward,
+            "val_backward_loss": backward,
+            "val_forward_perplexity": math.exp(forward),
+            "val_backward_perplexity": math.exp(backward),
+            "val_backward_characters": backward_count,
+            **(extra or {}),
+        }
+    else:
+        val_loss, count = text_loss(model, prepared.held_out_ids, prepared.context)
     t_eval = time.perf_counter()
     model.save(os.path.join(run_dir, "model.keras"))
     prepared.tokenizer.save(run_dir)
     write_held_out_text(run_dir, prepared.held_out_text)
     t_end = time.perf_counter()
     metrics = {
-        "task": "lm",
+        "task": "bilm" if prepared.bidirectional else "lm",
         "val_loss": val_loss,
         "val_perplexity": math.exp(val_loss),
         "val_characters": count,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keras_seq.reserved_tokens import PAD_ID
-from keras_seq.run_config import TrainingConfig
+from keras_seq.run_config import TEXT_TASKS, TrainingConfig
 
 __all__ = ["build_model", "build_optimizer", "compile_model"]
 
@@ -11,6 +11,12 @@ __all__ = ["build_model", "build_optimizer", "compile_model"]
 def build_model(config: TrainingConfig, vocabulary_size: int):
     from keras_seq import models
 
+    if config.task == "bilm":
+        from keras_seq.models.elmo import bidirectional_language_model
+
+        return bidirectional_language_model(
+            vocabulary_size, num_layers=config.layers, units=config.units, cell=config.cell,
+        )
     if config.task == "lm":
         return models.language_model(
             vocabulary_size,
@@ -56,15 +62,18 @@ def compile_model(model, config: TrainingConfig, steps: int) -> None:
         warmup_steps=warmup,
     )
     metrics = None
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID)
     if config.task == "lm":
         from keras_seq.metrics import Perplexity
 
         metrics = [Perplexity(mask_token_id=PAD_ID)]
+    if config.task == "bilm":  # one loss per direction; Keras adds them
+        loss = {"forward": loss, "backward": loss}
     # β2 = 0.99 for the language models, as nanoGPT: few tokens per step.
-    beta_2 = 0.99 if config.task == "lm" else 0.999
+    beta_2 = 0.99 if config.task in TEXT_TASKS else 0.999
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate, beta_2=beta_2, clipnorm=1.0),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
+        loss=loss,
         metrics=metrics,
     )
     build_optimizer(model)

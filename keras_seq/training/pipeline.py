@@ -18,7 +18,7 @@ import keras
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import invalid_value
-from keras_seq.run_config import BACKUP_DIR, TrainingConfig
+from keras_seq.run_config import BACKUP_DIR, TEXT_TASKS, TrainingConfig
 from keras_seq.training.backup import (
     HISTORY_FILE,
     History,
@@ -178,7 +178,7 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         "loss": history["loss"][-1] if history else None,
     }
     seconds = {"data": t_data - t_start, "train": t_train - t_data}
-    if config.task == "lm":
+    if config.task in TEXT_TASKS:
         metrics = evaluate_text_and_save(
             model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
             started=t_start, replicas=replicas, extra=extra,

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Any
 
-from keras_seq.run_config import TrainingConfig
+from keras_seq.run_config import TEXT_TASKS, TrainingConfig
 
 __all__ = [
     "PreparedData",
@@ -58,7 +58,7 @@ def _data_file(config: TrainingConfig) -> str:
         raise FileNotFoundError(
             f"train: the data file {path} does not exist"
             + (" (it is a folder)" if os.path.isdir(path) else "")
-            + "; --data takes a " + ("UTF-8 text file." if config.task == "lm" else
+            + "; --data takes a " + ("UTF-8 text file." if config.task in TEXT_TASKS else
                                      "source<TAB>target file.")
         )
     return path
@@ -73,7 +73,7 @@ def _load_text(config: TrainingConfig) -> tuple[str, str, str]:
     train_text, held_out_text = data.split_text(full_text)
     if len(train_text) <= config.context or len(held_out_text) < 2:
         raise ValueError(
-            f"train: {source} has {len(full_text)} characters; task 'lm' with "
+            f"train: {source} has {len(full_text)} characters; task {config.task!r} with "
             f"context={config.context} needs more than {config.context} in its first 90% "
             "and at least 2 in its last 10%."
         )
@@ -88,7 +88,7 @@ def load_data(config: TrainingConfig) -> tuple:
         `load_pairs`' ``(train, validation, test)`` pairs, or for
         ``task="lm"`` ``(source file, training text, held-out text)``.
     """
-    return _load_text(config) if config.task == "lm" else load_pairs(config)
+    return _load_text(config) if config.task in TEXT_TASKS else load_pairs(config)
 
 
 @dataclasses.dataclass
@@ -165,6 +165,8 @@ class PreparedText:
         batch_size, seed, steps_per_epoch: the config's, for `epochs_data`.
         source: the file the text was read from.
         held_out_text: the last 10% of the text (what ``held_out_ids`` encode).
+        bidirectional: ``task="bilm"``: the targets are ``{"forward": next
+            ids, "backward": previous ids}`` (`bidirectional_targets`).
     """
 
     train_ids: Any
@@ -177,6 +179,7 @@ class PreparedText:
     steps_per_epoch: int
     source: str
     held_out_text: str = ""
+    bidirectional: bool = False
 
     def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
@@ -187,7 +190,21 @@ class PreparedText:
             self.train_ids, self.batch_size, self.context, self.steps_per_epoch, self.seed,
             epochs=epochs, first_epoch=first_epoch,
         )
+        if self.bidirectional:
+            batches = batches.map(bidirectional_targets)
         return batches.skip(skip).with_options(data_sharding())
+
+
+def bidirectional_targets(inputs, targets):
+    """``(inputs, {"forward": targets, "backward": previous})`` of a batch of
+    text windows: at t the forward target is id t + 1 (``targets``), the
+    backward one id t − 1 of the window (0, not scored, at t = 0 and at
+    padding)."""
+    import tensorflow as tf
+
+    previous = tf.pad(inputs[:, :-1], [[0, 0], [1, 0]])
+    previous = tf.where(tf.not_equal(inputs, 0), previous, tf.zeros_like(previous))
+    return inputs, {"forward": targets, "backward": previous}
 
 
 def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> PreparedText:
@@ -207,10 +224,15 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
     chosen = np.unique(np.linspace(0, len(inputs) - 1, config.validation_size).round().astype(int))
     validation_data = tf.data.Dataset.from_tensor_slices(
         (inputs[chosen], targets[chosen])
-    ).batch(config.batch_size).with_options(data_sharding())
+    ).batch(config.batch_size)
+    bidirectional = config.task == "bilm"
+    if bidirectional:
+        validation_data = validation_data.map(bidirectional_targets)
     return PreparedText(
-        train_ids, held_out_ids, tokenizer, config.context, validation_data,
+        train_ids, held_out_ids, tokenizer, config.context,
+        validation_data.with_options(data_sharding()),
         config.batch_size, config.seed, config.steps_per_epoch, source, held_out_text,
+        bidirectional,
     )
 
 
@@ -228,7 +250,7 @@ def prepare_data(
     """
     from keras_seq import data, text
 
-    if config.task == "lm":
+    if config.task in TEXT_TASKS:
         return _prepare_text(config, loaded)
 
     train_pairs, validation_pairs, test_pairs = loaded or load_pairs(config)

@@ -129,6 +129,12 @@ def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
     if not isinstance(metrics, dict) or not isinstance(metrics.get("config"), dict):
         raise ValueError(f"{where}: {metrics_path} has no `config`; is it a run's?")
     run = RunFolder(run_dir, metrics)
+    if task is not None and run.config.get("task") == "bilm":
+        raise ValueError(
+            f"{where}: {run_dir} holds a bidirectional language model (keras-seq train --task "
+            "bilm): load its model.keras and use keras_seq.models.contextual_embedder for "
+            "contextual vectors; it neither translates nor generates."
+        )
     if task == "translate" and run.is_language_model:
         raise ValueError(
             f"{where}: {run_dir} holds a language model (keras-seq train --task lm); sample "

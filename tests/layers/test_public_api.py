@@ -20,6 +20,9 @@ NOT_OUR_LAYERS = {
     "SinePositionEncoding": "KerasHub's layer, compared with ours",
     "RecurrentCell": "the cell protocol, a base class and not a layer users build",
     "True": "a Python value",
+    "None": "a Python value",
+    "DecoderSteps": "keras_seq.decoding's protocol of a decoder run one step at a time",
+    "Seq2SeqHyperModel": "keras_seq.tuning's search space",
 }
 
 
