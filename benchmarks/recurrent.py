@@ -2,7 +2,7 @@
 
 Times one batch of inference (forward, ``training=False``) and of a training
 step (forward + backward giving the gradients of all trainable weights) for
-PeepholeLSTM, CoupledGateLSTM and GRU against keras.layers.LSTM /
+PeepholeLSTM, CoupledGateLSTM, GRU and LayerNormLSTM against keras.layers.LSTM /
 keras.layers.GRU with the same shapes, on one Keras backend and device:
 
 - TensorFlow: ``tf.function``, without and with ``jit_compile=True`` (on a GPU
@@ -32,6 +32,7 @@ is reported as an error row and the others still run.
     python benchmarks/recurrent.py                        # TF, CPU: B64 T100 in128 u256 + B1
     python benchmarks/recurrent.py --backend jax --device gpu
     python benchmarks/recurrent.py --backend torch --repeats 5 --batches 64
+    python benchmarks/recurrent.py --layers "LayerNormLSTM,keras LSTM" --batches 64
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-LAYERS = ["PeepholeLSTM", "CoupledGateLSTM", "GRU", "keras LSTM", "keras GRU"]
+LAYERS = ["PeepholeLSTM", "CoupledGateLSTM", "GRU", "LayerNormLSTM", "keras LSTM", "keras GRU"]
 FLOORS = {"floor P=4u": 4, "floor P=3u": 3}  # name: P / u
 REFERENCE = {  # the Keras layer each row is compared with
     "PeepholeLSTM": "keras LSTM",
     "CoupledGateLSTM": "keras LSTM",
     "GRU": "keras GRU",
+    "LayerNormLSTM": "keras LSTM",
     "keras LSTM": "keras LSTM",
     "keras GRU": "keras GRU",
     "floor P=4u": "keras LSTM",
@@ -61,10 +63,11 @@ FLOOR_OF = {  # the floor with the same matmul shapes
     "PeepholeLSTM": "floor P=4u",
     "CoupledGateLSTM": "floor P=3u",
     "GRU": "floor P=3u",
+    "LayerNormLSTM": "floor P=4u",
     "keras LSTM": "floor P=4u",
     "keras GRU": "floor P=3u",
 }
-OURS = {"PeepholeLSTM", "CoupledGateLSTM", "GRU"}
+OURS = {"PeepholeLSTM", "CoupledGateLSTM", "GRU", "LayerNormLSTM"}
 
 
 def _no_device(backend, device):
@@ -339,6 +342,7 @@ def _make_layer(name, units):
         "PeepholeLSTM": layers.PeepholeLSTM,
         "CoupledGateLSTM": layers.CoupledGateLSTM,
         "GRU": layers.GRU,
+        "LayerNormLSTM": layers.LayerNormLSTM,
         "keras LSTM": keras.layers.LSTM,
         "keras GRU": keras.layers.GRU,
     }[name]
@@ -449,8 +453,16 @@ def main():
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--units", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--layers", default=None,
+                        help="comma-separated subset of " + ", ".join(LAYERS) + " (default: all)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
+    if args.layers:
+        chosen = [name.strip() for name in args.layers.split(",")]
+        unknown = sorted(set(chosen) - set(LAYERS))
+        if unknown:
+            parser.error(f"--layers: unknown {unknown}; choose from {LAYERS}")
+        LAYERS[:] = [name for name in LAYERS if name in chosen]
 
     os.environ["KERAS_BACKEND"] = args.backend  # before anything imports Keras
     backend = BACKENDS[args.backend](args.device)

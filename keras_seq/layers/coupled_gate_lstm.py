@@ -10,10 +10,9 @@ from keras_seq._validation import check_bool
 from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
 from keras_seq.layers._recurrent_base import (
     LSTMCellBase,
-    RecurrentLayer,
-    delegate_to_cell,
     validate_recurrent_args,
 )
+from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

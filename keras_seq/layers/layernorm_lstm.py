@@ -8,11 +8,10 @@ from keras import initializers, ops
 from keras_seq._validation import check_bool, check_float
 from keras_seq.layers._recurrent_base import (
     RecurrentCell,
-    RecurrentLayer,
-    delegate_to_cell,
     validate_recurrent_args,
 )
 from keras_seq.layers._recurrent_driver import matmul, project, split
+from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
 
 
 def _check_norm_epsilon(owner: str, norm_epsilon) -> float:

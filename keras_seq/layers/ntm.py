@@ -15,11 +15,10 @@ from keras_seq._validation import (
 )
 from keras_seq.layers._recurrent_base import (
     RecurrentCell,
-    RecurrentLayer,
-    delegate_to_cell,
     validate_recurrent_args,
 )
 from keras_seq.layers._recurrent_driver import matmul, recurrent_matmul, split
+from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
 
 # Guards that keep every value and gradient finite (see `cosine_similarity`
 # and `sharpen`); far below the values they are added to in normal operation.

@@ -11,7 +11,8 @@ import pytest
 from keras import ops
 
 from keras_seq import models
-from keras_seq.layers._recurrent_base import RecurrentCell, RecurrentLayer
+from keras_seq.layers._recurrent_base import RecurrentCell
+from keras_seq.layers._recurrent_layer import RecurrentLayer
 
 
 class ElmanCell(RecurrentCell):
