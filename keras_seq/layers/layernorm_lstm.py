@@ -37,6 +37,27 @@ def _layer_norm(v, gamma, beta, epsilon: float):
     return ops.cast(normed, dtype)
 
 
+def _normalise(v, epsilon: float):
+    """``((v − mean v) / σ, 1/σ)`` over the last axis, σ = sqrt(var v + ε)
+    (TensorFlow: the hand-written gradient's forward step)."""
+    import tensorflow as tf
+
+    centred = v - tf.reduce_mean(v, axis=-1, keepdims=True)
+    inverse_sigma = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+                                  + epsilon)
+    return centred * inverse_sigma, inverse_sigma
+
+
+def _normalise_grad(d_normed, normed, inverse_sigma):
+    """The gradient of v from that of n = (v − mean v)/σ:
+    (1/σ)(dn − mean(dn) − n·mean(dn ⊙ n))."""
+    import tensorflow as tf
+
+    mean = tf.reduce_mean(d_normed, axis=-1, keepdims=True)
+    projection = tf.reduce_mean(d_normed * normed, axis=-1, keepdims=True)
+    return inverse_sigma * (d_normed - mean - normed * projection)
+
+
 @keras.saving.register_keras_serializable(package="keras_seq")
 class LayerNormLSTMCell(RecurrentCell):
     """One step of an LSTM with layer-normalised gate pre-activations and cell state.
@@ -145,8 +166,16 @@ class LayerNormLSTMCell(RecurrentCell):
                            self.norm_epsilon)
 
     def recurrent_weights(self, batch_size=None, bptt=False):
-        """``[U, γ_h, β_h + b, γ_c, β_c]``; no hand-written gradient (``bptt``
-        is never asked for: `bptt_supported` is False)."""
+        """``[U, γ_h, β_h + b, γ_c, β_c]``; with ``bptt`` ``[U, γ_h, β_h, γ_c,
+        β_c]`` as stored (the bias is then in the projection)."""
+        if bptt:
+            return [
+                self.read_weight(self.recurrent_kernel),
+                *(self._read_norm(w) for w in (
+                    self.recurrent_norm_gamma, self.recurrent_norm_beta,
+                    self.state_norm_gamma, self.state_norm_beta,
+                )),
+            ]
         beta_h = self._read_norm(self.recurrent_norm_beta)
         if self.use_bias:
             # LN_h(hU) + b = γ_h ⊙ n + (β_h + b): one add per step instead of two.
@@ -160,6 +189,56 @@ class LayerNormLSTMCell(RecurrentCell):
             self._read_norm(self.state_norm_gamma, batch_size),
             self._read_norm(self.state_norm_beta, batch_size),
         ]
+
+    # Hand-written gradient for training on TensorFlow (the bptt_* hooks of
+    # RecurrentCell). Saved per step: the normalised h U and its 1/σ, the
+    # gates (i, f, c̃, o), the normalised cell input and its 1/σ.
+    bptt_d_r_is_d_xw = False
+
+    @property
+    def bptt_saved_widths(self):
+        u = self.units
+        return [4 * u, 1, 4 * u, u, 1]
+
+    def bptt_supported(self):
+        # The statistics of float16 inputs are taken in float32 (`_layer_norm`):
+        # the hand-written step is for float32 and float64.
+        return self.standard_activations() and self.compute_dtype in ("float32", "float64")
+
+    def bptt_forward(self, xw_t, r_t, states, params):
+        import tensorflow as tf
+
+        from keras_seq.layers._bptt import fast_sigmoid, fast_tanh
+
+        gamma_h, beta_h, gamma_c, beta_c = params
+        n_h, rstd_h = _normalise(r_t, self.norm_epsilon)
+        z_i, z_f, z_c, z_o = tf.split(xw_t + gamma_h * n_h + beta_h, 4, axis=-1)
+        i, f, o = fast_sigmoid(z_i), fast_sigmoid(z_f), fast_sigmoid(z_o)
+        g = fast_tanh(z_c)
+        n_c, rstd_c = _normalise(f * states[1] + i * g, self.norm_epsilon)
+        c = gamma_c * n_c + beta_c
+        h = o * fast_tanh(c)
+        return [h, c], [n_h, rstd_h, tf.concat([i, f, g, o], axis=-1), n_c, rstd_c]
+
+    def bptt_backward(self, saved, states_prev, states, d_states, params):
+        import tensorflow as tf
+
+        from keras_seq.layers._bptt import fast_tanh, sigmoid_grad, tanh_grad
+
+        n_h, rstd_h, gates, n_c, rstd_c = saved
+        i, f, g, o = tf.split(gates, 4, axis=-1)
+        gamma_h, _, gamma_c, _ = params
+        d_h, d_c = d_states
+        tanh_c = fast_tanh(states[1])  # recomputed rather than stored
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o)
+        d_s = _normalise_grad(d_c * gamma_c, n_c, rstd_c)  # through LN_c
+        d_zi = sigmoid_grad(i, d_s * g)
+        d_zf = sigmoid_grad(f, d_s * states_prev[1])
+        d_zc = tanh_grad(g, d_s * i)
+        d_z = tf.concat([d_zi, d_zf, d_zc, d_zo], axis=-1)
+        d_r = _normalise_grad(d_z * gamma_h, n_h, rstd_h)  # through LN_h
+        return d_z, d_r, [None, d_s * f], [d_z * n_h, d_z, d_c * n_c, d_c]
 
     def recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
         h_tm1, c_tm1 = states

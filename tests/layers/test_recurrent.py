@@ -443,7 +443,7 @@ def _finite_difference_grads(loss, arrays, eps=1e-6):
     return grads
 
 
-@pytest.mark.parametrize("case", ["peephole", "cifg", "cifg_peepholes", "gru"])
+@pytest.mark.parametrize("case", ["peephole", "cifg", "cifg_peepholes", "gru", "layernorm_lstm"])
 @pytest.mark.parametrize("variant", ["plain", "masked_backwards_initial_state"])
 def test_training_gradient_matches_finite_differences_of_numpy_reference(
     case, variant, rng, monkeypatch, gradients
@@ -503,7 +503,7 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
 
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
-@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
+@pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru", "layernorm_lstm"])
 def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
     case, zero_output_for_mask, rng
 ):
@@ -558,8 +558,11 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
             continue
         np.testing.assert_allclose(g, e, atol=2e-5, err_msg=name)
         compared.append(name)
-    # All but the kernel, used only in the input projection (xw is given).
-    assert "recurrent_kernel" in compared and len(compared) == len(names) - 1
+    # All but the weights used only in the input projection (xw is given):
+    # the kernel, and LayerNormLSTM's kernel norm.
+    projection_only = {"kernel", "kernel_norm_gamma", "kernel_norm_beta"}
+    assert "recurrent_kernel" in compared
+    assert set(names) - set(compared) <= projection_only and "kernel" not in compared
 
 
 @pytest.mark.parametrize("policy, rtol", [("mixed_float16", 3e-2), ("mixed_bfloat16", 1e-1)])
