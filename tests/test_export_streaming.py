@@ -358,7 +358,7 @@ def test_the_example_labels_each_step_within_memory_of_a_gesture_end(example):
 
 @pytest.mark.slow
 def test_the_example_streams_in_litert_as_keras_and_int8_weights_agree(example, capsys):
-    result = example.main(["--train", "400", "--epochs", "2", "--test", "20", "--length", "40"])
+    result = example.main(["--train", "200", "--epochs", "1", "--test", "10", "--length", "30"])
     assert result["parity_chunk_1"] < 1e-5 and result["parity_chunk_10"] < 1e-5
     assert result["int8_agreement"] > 0.95
     assert result["int8_kb"] < result["float_kb"]

@@ -144,7 +144,6 @@ def cases() -> dict:
             lambda: layers.CoupledGateLSTM(5, use_peepholes=True, return_sequences=True)),
         "GRU": _sequence_model(lambda: layers.GRU(5, return_sequences=True)),
         "LayerNormLSTM": _sequence_model(lambda: layers.LayerNormLSTM(5, return_sequences=True)),
-        "GRU_zoneout": _sequence_model(lambda: layers.GRU(5, zoneout=0.2, return_sequences=True)),
         "GRU_reset_before": _sequence_model(
             lambda: layers.GRU(5, reset_after=False, go_backwards=True)),
         "NTM": _sequence_model(
@@ -161,7 +160,6 @@ def cases() -> dict:
         "Bidirectional_PeepholeLSTM": _sequence_model(
             lambda: keras.layers.Bidirectional(layers.PeepholeLSTM(4, return_sequences=True))),
         "BahdanauAttention": _attention(lambda: layers.BahdanauAttention(5)),
-        "LuongAttention": _attention(lambda: layers.LuongAttention()),
         "MultiHeadAttention": _attention(lambda: layers.MultiHeadAttention(2, 3)),
         "SinusoidalPositionalEncoding": _plain_model(layers.SinusoidalPositionalEncoding, head=True),
         "PositionwiseFeedForward": _plain_model(lambda: layers.PositionwiseFeedForward(7)),

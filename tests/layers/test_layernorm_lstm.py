@@ -2,15 +2,11 @@
 published numbers and Keras' own RNN loop."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
 
@@ -95,45 +91,6 @@ def _ragged_mask(lengths, steps=T):
 # --- against the NumPy reference -------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["plain", "masked_backwards_initial_state"])
-def test_layer_and_cell_match_numpy_reference(variant, rng):
-    layer, weights = _make(rng, return_sequences=True, return_state=True,
-                           go_backwards=variant != "plain")
-    x = rng.normal(size=(B, T, IN)).astype("float32")
-    mask, initial, go_backwards = None, None, False
-    states = [np.zeros((B, U), "float32")] * 2
-    if variant != "plain":
-        mask = _ragged_mask([5, 3, 1])
-        states = [rng.normal(size=(B, U)).astype("float32") for _ in range(2)]
-        initial, go_backwards = states, True
-    expected, expected_states = _np_run(
-        [w.astype("float64") for w in weights], x.astype("float64"),
-        [s.astype("float64") for s in states], mask, go_backwards,
-    )
-
-    # Inference (TensorFlow's convertible loop) and training (its TensorArray
-    # loop, trained by autodiff): the same numbers.
-    for training in (False, True):
-        sequence, *final_states = layer(x, mask=mask, initial_state=initial, training=training)
-        np.testing.assert_allclose(sequence, expected, atol=1e-5)
-        for got, want in zip(final_states, expected_states):
-            np.testing.assert_allclose(got, want, atol=1e-5)
-
-    # The per-step cell, driven by Keras' own generic loop.
-    rnn = keras.layers.RNN(
-        layer.cell, return_sequences=True, return_state=True, go_backwards=go_backwards
-    )
-    cell_sequence, *cell_states = rnn(x, mask=mask, initial_state=initial)
-    if BACKEND == "jax" and mask is not None:
-        # Keras' JAX loop outputs the initial state h_0, not zeros, at the
-        # masked steps before the first valid one: compare the valid steps.
-        valid = mask[:, ::-1] if go_backwards else mask  # in processing order
-        cell_sequence, expected = np.asarray(cell_sequence)[valid], expected[valid]
-    np.testing.assert_allclose(cell_sequence, expected, atol=1e-5)
-    for got, want in zip(cell_states, expected_states):
-        np.testing.assert_allclose(got, want, atol=1e-5)
-
-
 def test_without_bias_and_with_other_epsilon_matches_numpy_reference(rng):
     layer = LayerNormLSTM(U, use_bias=False, norm_epsilon=0.5, return_sequences=True)
     layer.build((None, None, IN))
@@ -144,26 +101,6 @@ def test_without_bias_and_with_other_epsilon_matches_numpy_reference(rng):
     reference = [*weights[:2], np.zeros(4 * U, "float32"), *weights[2:]]
     expected, _ = _np_run(reference, x, [np.zeros((B, U), "float32")] * 2, eps=0.5)
     np.testing.assert_allclose(layer(x), expected, atol=1e-5)
-
-
-def test_zoneout_at_inference_mixes_each_state_with_its_previous_value(rng):
-    """At inference a state is z·previous + (1 − z)·new (z_h, z_c), after LN_c."""
-    z_h, z_c = 0.3, 0.6
-    layer = LayerNormLSTM(U, zoneout=[z_h, z_c], return_sequences=True, return_state=True)
-    layer.build((None, None, IN))
-    weights = _random_weights(rng)
-    layer.set_weights(weights)
-    x = rng.normal(size=(B, T, IN)).astype("float32")
-    h, c = np.zeros((B, U)), np.zeros((B, U))
-    expected = []
-    for t in range(T):
-        _, (h_new, c_new) = _np_step(weights, x[:, t], [h, c])
-        h, c = z_h * h + (1 - z_h) * h_new, z_c * c + (1 - z_c) * c_new
-        expected.append(h)
-    sequence, h_final, c_final = layer(x)
-    np.testing.assert_allclose(sequence, np.stack(expected, axis=1), atol=1e-5)
-    np.testing.assert_allclose(h_final, h, atol=1e-5)
-    np.testing.assert_allclose(c_final, c, atol=1e-5)
 
 
 # --- TensorFlow Addons' published numbers --------------------------------------------
@@ -213,22 +150,6 @@ def test_cell_reproduces_tensorflow_addons_published_outputs():
 # --- masking -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("go_backwards", [False, True])
-def test_padded_batch_equals_unpadded(go_backwards, rng):
-    layer, _ = _make(rng, return_sequences=True, return_state=True, go_backwards=go_backwards)
-    lengths = [5, 3, 2]
-    x = rng.normal(size=(B, T, IN)).astype("float32")
-    sequence, *states = layer(x, mask=_ragged_mask(lengths))
-    for b, length in enumerate(lengths):
-        alone, *alone_states = layer(x[b : b + 1, :length])
-        for got, want in zip(states, alone_states):
-            np.testing.assert_allclose(got[b], want[0], atol=1e-5)
-        # Valid positions in processing order: the first `length` outputs going
-        # forwards; going backwards the padded steps come first and repeat zeros.
-        valid = sequence[b, :length] if not go_backwards else sequence[b, T - length :]
-        np.testing.assert_allclose(valid, alone[0], atol=1e-5)
-
-
 def test_all_masked_sequence_gives_finite_zero_output(rng):
     layer, _ = _make(rng, return_sequences=True, return_state=True)
     x = rng.normal(size=(B, T, IN)).astype("float32")
@@ -257,50 +178,6 @@ def _finite_difference_grads(loss, arrays, eps=1e-6):
             g[index] = (up - down) / (2 * eps)
         grads.append(g)
     return grads
-
-
-@pytest.mark.parametrize("masked", [False, True])
-def test_training_gradient_matches_finite_differences_of_numpy_reference(
-    masked, rng, gradients
-):
-    """Autodiff of the training loop against float64 central differences of the
-    NumPy reference, for the inputs, the nine weights and the initial states."""
-    # Keras' JAX ops compute float64 in float32 (its type promotion caps at
-    # 32 bits): there the layer runs in float32, to float32's tolerances.
-    if BACKEND == "jax":
-        dtype, loss_tolerance, atol = "float32", {"atol": 1e-4}, 1e-4
-    else:
-        dtype, loss_tolerance, atol = "float64", {"rtol": 1e-10}, 1e-6
-    batch, steps, features, units = 2, 3, 3, 3
-    layer = LayerNormLSTM(units, return_sequences=True, return_state=True, go_backwards=masked,
-                          dtype=dtype)
-    layer.build((None, None, features))
-    weights = _random_weights(rng, units, features, "float64")
-    layer.set_weights(weights)
-    x = rng.normal(size=(batch, steps, features))
-    states = [rng.normal(size=(batch, units)) if masked else np.zeros((batch, units))
-              for _ in range(2)]
-    mask = _ragged_mask([3, 1], steps) if masked else None
-    probes = [rng.normal(size=(batch, steps, units))] + [rng.normal(size=(batch, units))] * 2
-
-    def numpy_loss():
-        sequence, final = _np_run(weights, x, states, mask, masked)
-        return np.sum(sequence * probes[0]) + sum(np.sum(s * p) for s, p in zip(final, probes[1:]))
-
-    expected = _finite_difference_grads(numpy_loss, [x, *weights, *states])
-
-    def loss(x, *initial):
-        outputs = layer(x, mask=mask, initial_state=list(initial) or None, training=True)
-        return sum(ops.sum(o * ops.convert_to_tensor(p, o.dtype)) for o, p in zip(outputs, probes))
-
-    inputs = [x, *states] if masked else [x]
-    value, grads = gradients(loss, inputs, layer.trainable_weights)
-    # In the order of `expected`: x, the weights, then the initial states.
-    got = [grads[0], *grads[len(inputs) :], *grads[1 : len(inputs)]]
-    assert len(got) == (12 if masked else 10)
-    np.testing.assert_allclose(float(value), numpy_loss(), **loss_tolerance)
-    for g, e in zip(got, expected[: len(got)]):
-        np.testing.assert_allclose(g, e, atol=atol)
 
 
 def test_fit_with_dropout_updates_every_weight(rng):
@@ -444,29 +321,3 @@ _OTHER_BACKEND_SCRIPT = textwrap.dedent("""
     np.savez(sys.argv[2], *[keras.ops.convert_to_numpy(o) for o in [*outputs, *trained]])
 """)
 
-
-@pytest.mark.slow
-@pytest.mark.tensorflow_only  # the check starts the other backends itself
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_other_backend_matches_numpy_reference(backend, tmp_path, rng):
-    weights = _random_weights(rng)
-    x = rng.normal(size=(B, T, IN)).astype("float32")
-    mask = _ragged_mask([5, 3, 1])
-    data, out = tmp_path / "in.npz", tmp_path / "out.npz"
-    np.savez(data, x=x, mask=mask, **{f"w{i}": w for i, w in enumerate(weights)})
-    env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(
-        [sys.executable, "-c", _OTHER_BACKEND_SCRIPT, str(data), str(out), backend],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    expected, expected_states = _np_run(
-        [w.astype("float64") for w in weights], x.astype("float64"),
-        [np.zeros((B, U))] * 2, mask,
-    )
-    got = np.load(out)
-    for k in range(2):  # inference, then training=True
-        sequence, h, c = (got[f"arr_{3 * k + j}"] for j in range(3))
-        np.testing.assert_allclose(sequence, expected, atol=1e-5)
-        np.testing.assert_allclose(h, expected_states[0], atol=1e-5)
-        np.testing.assert_allclose(c, expected_states[1], atol=1e-5)

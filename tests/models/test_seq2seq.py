@@ -156,9 +156,6 @@ _BUILDERS = {
     "rnn_lstm_plain": lambda: models.rnn_seq2seq(
         12, 12, units=16, embedding_dim=8, cell="lstm", attention=None
     ),
-    "rnn_layernorm_luong_zoneout": lambda: models.rnn_seq2seq(
-        12, 12, units=16, embedding_dim=8, cell="layernorm_lstm", attention="luong", zoneout=0.1
-    ),
     "transformer": lambda: models.transformer_seq2seq(
         12, 12, num_layers=1, model_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0
     ),
