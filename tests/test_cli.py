@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-import keras
+import numpy as np
 import pytest
 
 from keras_seq.cli import main
@@ -65,18 +65,27 @@ def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, t
     assert [o.decode() for o in outputs.numpy()] == [e["output"] for e in examples]
 
 
-@pytest.mark.slow
-def test_train_with_luong_attention_a_layernorm_lstm_and_zoneout(tmp_path, tiny_run_args):
-    assert main(["train", "--attention", "luong", "--cell", "layernorm_lstm", "--zoneout", "0.1",
-                 "--out", str(tmp_path), "--name", "luong", *tiny_run_args]) == 0
-    config = json.loads((tmp_path / "luong" / "metrics.json").read_text())["config"]
-    assert (config["attention"], config["cell"], config["zoneout"]) == (
-        "luong", "layernorm_lstm", 0.1)
-    model = keras.saving.load_model(tmp_path / "luong" / "model.keras", safe_mode=True)
+def test_train_options_reach_the_model_luong_attention_a_layernorm_lstm_and_zoneout():
+    """The options as parsed become the run's config and the model `train` builds."""
+    from keras_seq.cli.commands import _config_options
+    from keras_seq.cli.parser import build_parser
+    from keras_seq.run_config import TrainingConfig
+    from keras_seq.training.model import build_model
+
+    args = build_parser()[0].parse_args(
+        ["train", "--attention", "luong", "--cell", "layernorm_lstm", "--zoneout", "0.1",
+         "--units", "8"])
+    config = TrainingConfig(**_config_options(args)).resolved()
+    assert (config.attention, config.cell, config.zoneout) == ("luong", "layernorm_lstm", 0.1)
+    model = build_model(config, vocabulary_size=12)
     decoder = model.get_layer("decoder")
+    decoder_inputs = {"encoder_inputs": np.ones((1, 3), "int32"),
+                      "decoder_inputs": np.ones((1, 2), "int32")}
+    assert model(decoder_inputs).shape == (1, 2, 12)
     assert type(decoder.attention).__name__ == "LuongAttention"
     assert type(decoder.cell).__name__ == "LayerNormLSTMCell" and decoder.cell.zoneout == 0.1
     encoder = model.get_layer("encoder").get_layer("bidirectional_encoder")
+    assert type(encoder.forward_layer).__name__ == "LayerNormLSTM"
     assert encoder.forward_layer.zoneout == 0.1
 
 
