@@ -159,8 +159,7 @@ class TrainingConfig:
         attention: ``"bahdanau"``, ``"luong"`` or ``"none"`` (``model="rnn"``,
             translation).
         zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
-            translation models (0: none); a cell of this package (not
-            ``"lstm"`` or ``"simple"``).
+            translation models (0: none), any ``cell``.
         data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
             text (``task="lm"``).
         epochs, batch_size, learning_rate, units, layers: None takes the
@@ -259,11 +258,6 @@ class TrainingConfig:
         if zoneout and (model != "rnn" or task in TEXT_TASKS):
             raise invalid_value(where, "zoneout",
                                 "0 except for model 'rnn' translation models", zoneout)
-        if zoneout and cell in ("lstm", "simple"):
-            raise invalid_value(
-                where, "zoneout", "0 with Keras' own cells ('lstm', 'simple'): zoneout needs a "
-                "cell of this package (gru, peephole, coupled, layernorm_lstm)", zoneout,
-            )
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)

@@ -193,7 +193,6 @@ def _usage_error(capsys, argv):
         (["train", "--model", "transformer", "--attention", "none"], "train", "--attention"),
         (["train", "--task", "lm", "--attention", "none"], "train", "language models"),
         (["train", "--model", "transformer", "--zoneout", "0.1"], "train", "`zoneout`"),
-        (["train", "--cell", "lstm", "--zoneout", "0.1"], "train", "Keras' own cells"),
         (["train", "--zoneout", "1.5"], "train", "`zoneout`"),
         (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 0"),
         (["translate", "no-such-run", "x", "--beam", "3", "--length-penalty", "-5"],

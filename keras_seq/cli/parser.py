@@ -80,7 +80,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--zoneout", type=float, metavar="Z",
         help="zoneout rate of the recurrent layers of --model rnn translation models, in "
-        "[0, 1) (Krueger et al. 2017; cells gru, peephole, coupled, layernorm_lstm) "
+        "[0, 1) (Krueger et al. 2017) "
         f"(default: {config.zoneout})",
     )
     train.add_argument(
