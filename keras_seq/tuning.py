@@ -86,8 +86,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
             0.1). Default 0.3.
         zoneout: zoneout rates to choose from (the hyperparameter
             ``zoneout``, searched only when there is a choice or a rate above
-            0; Keras' own cells ``"lstm"`` and ``"simple"`` get 0). Default
-            ``(0.0,)``: none.
+            0). Default ``(0.0,)``: none.
         learning_rate: ``(low, high)`` bounds, sampled on a log scale.
             Default ``(1e-4, 1e-2)``.
 
@@ -136,8 +135,6 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         zoneout = 0.0
         if len(self.zoneout) > 1 or self.zoneout[0] > 0.0:
             zoneout = hp.Choice("zoneout", self.zoneout)
-            if cell in ("lstm", "simple"):  # Keras' own cells have no zoneout
-                zoneout = 0.0
         model = models.rnn_seq2seq(
             self.source_vocabulary_size,
             self.target_vocabulary_size,

@@ -25,8 +25,9 @@ A layer that the kernel cannot express keeps its loop (WHILE, builtin ops),
 with a `UserWarning` that names it and the reason: a mask (the op has no mask
 input; this includes ``mask_zero`` embeddings and ``keras.layers.Masking``),
 ``return_state=True`` (the op does not output the final cell state), an
-``initial_state``, ``stateful=True``, activations other than tanh/sigmoid, a
-compute dtype other than float32, or a dynamic batch. Subclasses of the three
+``initial_state``, ``stateful=True``, zoneout (at inference each state is
+mixed with its previous one, which the kernel cannot do), activations other
+than tanh/sigmoid, a compute dtype other than float32, or a dynamic batch. Subclasses of the three
 layers that define their own `inner_loop` are routed too and assumed to compute
 their parent's recurrence. Do not call these layers from other threads while a
 conversion runs.
@@ -259,6 +260,9 @@ def _why_not_fused(layer, sequences, initial_state, mask, training) -> str | Non
         return "stateful=True"
     if training is True:
         return "training=True"
+    if getattr(layer, "zoneout", 0.0):
+        # At inference each state mixes with its previous value: not the kernel's LSTM.
+        return "zoneout > 0 and the kernel computes a plain LSTM"
     if not (
         cell.activation is keras.activations.tanh
         and cell.recurrent_activation is keras.activations.sigmoid

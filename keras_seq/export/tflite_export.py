@@ -53,8 +53,8 @@ def convert_to_tflite(
             batch: `batch_size`, default 1); each ``invoke()`` starts from a
             zero state. A layer the kernel cannot express (one that receives a
             mask or an ``initial_state``, ``return_state=True``, ``stateful``,
-            other activations than tanh/sigmoid, a compute dtype other than
-            float32) keeps its builtin loop, with a `UserWarning` naming the
+            zoneout, other activations than tanh/sigmoid, a compute dtype other
+            than float32) keeps its builtin loop, with a `UserWarning` naming the
             layer and the reason. See `keras_seq.export.lstm_fusion`. Faster
             is not guaranteed: LiteRT's default XNNPACK delegate speeds up
             the loop form but not the fused op, so on a CPU the loop can be

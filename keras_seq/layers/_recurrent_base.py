@@ -30,12 +30,18 @@ from keras_seq._validation import (
     check_rate,
     check_zoneout,
     float_inputs,
-    invalid_value,
     shape_error,
 )
 from keras_seq.layers._recurrent_driver import (
     project,
     recurrent_matmul,
+)
+from keras_seq.layers._zoneout import (
+    apply_zoneout,
+    has_zoneout,
+    state_sizes,
+    zoneout_masks,
+    zoneout_rates,
 )
 
 
@@ -304,56 +310,30 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     # --- zoneout (Krueger et al. 2017) ---
 
     def state_sizes(self) -> list[int]:
-        size = self.state_size
-        return [int(s) for s in size] if isinstance(size, (list, tuple)) else [int(size)]
+        return state_sizes(self.state_size)
 
     def zoneout_rates(self, owner=None) -> list[float]:
         """One zoneout rate per state, in state order (a float applies to all);
         ``owner`` names who is told about a wrong count (default: the cell)."""
-        sizes = self.state_sizes()
-        if not isinstance(self.zoneout, (list, tuple)):
-            return [float(self.zoneout)] * len(sizes)
-        if len(self.zoneout) != len(sizes):
-            raise invalid_value(
-                owner or self, "zoneout",
-                f"a float in [0, 1), or one per state ({len(sizes)} values)",
-                f"{len(self.zoneout)} values {list(self.zoneout)}",
-            )
-        return [float(z) for z in self.zoneout]
+        return zoneout_rates(self.zoneout, self.state_size, owner or self)
 
     def zoneout_masks(self, shape_prefix) -> list:
-        """Fresh keep-masks for training, one per state: 1 where a unit keeps its
-        previous value (probability z), else 0; ``None`` for a state with z = 0.
-        ``shape_prefix``: ``(B,)`` for one step, ``(T, B)`` for a sequence."""
-        masks = []
-        for rate, size in zip(self.zoneout_rates(), self.state_sizes()):
-            if rate <= 0.0:
-                masks.append(None)
-                continue
-            draw = keras.random.uniform((*shape_prefix, size), seed=self.seed_generator)
-            masks.append(ops.cast(draw < rate, self.compute_dtype))
-        return masks
+        """Fresh keep-masks for training, one per state (`keras_seq.layers._zoneout.zoneout_masks`),
+        from the cell's seed; ``shape_prefix``: ``(B,)`` for one step, ``(T, B)`` for a sequence."""
+        return zoneout_masks(self.zoneout_rates(), self.state_size, shape_prefix,
+                             self.seed_generator, self.compute_dtype)
 
     def apply_zoneout(self, states, new_states, keep_masks=None) -> list:
-        """The zoned-out states: with ``keep_masks`` (training) each unit keeps
-        its previous value where its mask is 1; without (inference), the
-        expectation z·previous + (1 − z)·new."""
-        zoned = []
-        for i, (rate, old, new) in enumerate(zip(self.zoneout_rates(), states, new_states)):
-            if rate <= 0.0:
-                zoned.append(new)
-            elif keep_masks is not None:
-                zoned.append(ops.where(keep_masks[i] > 0.5, old, new))
-            else:
-                rate = ops.cast(rate, new.dtype)
-                zoned.append(rate * old + (1.0 - rate) * new)
-        return zoned
+        """The zoned-out states (`keras_seq.layers._zoneout.apply_zoneout`): with
+        ``keep_masks`` (training) kept or updated unit by unit; without, the
+        inference mix."""
+        return apply_zoneout(self.zoneout_rates(), states, new_states, keep_masks)
 
     def zoned_step(self, xw_t, states, weights, recurrent_mask=None, keep_masks=None):
         """``recurrent_step`` then zoneout; the output is the new h (or the
         cell's own output, for a cell whose output is not its first state)."""
         output, new_states = self.recurrent_step(xw_t, states, weights, recurrent_mask)
-        if not any(rate > 0.0 for rate in self.zoneout_rates()):
+        if not has_zoneout(self.zoneout_rates()):
             return output, new_states
         new_states = self.apply_zoneout(states, list(new_states), keep_masks)
         if self.output_is_first_state:
@@ -371,7 +351,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         if training and self.recurrent_dropout > 0.0:
             recurrent_mask = self.get_recurrent_dropout_mask(states[0])
         keep_masks = None
-        if training and any(rate > 0.0 for rate in self.zoneout_rates()):
+        if training and has_zoneout(self.zoneout_rates()):
             keep_masks = self.zoneout_masks((ops.shape(states[0])[0],))
         output, new_states = self.zoned_step(
             self.project_inputs(inputs, bias=False), states, self.recurrent_weights(None),

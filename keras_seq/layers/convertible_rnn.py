@@ -1,22 +1,25 @@
 """Keras' LSTM and SimpleRNN with an inference loop that converts to TFLite
-builtins and ONNX (the builders' ``cell="lstm"`` and ``cell="simple"``)."""
+builtins and ONNX, and zoneout (the builders' ``cell="lstm"`` and ``cell="simple"``)."""
 
 from __future__ import annotations
 
 import keras
 from keras import ops
 
+from keras_seq._validation import check_zoneout
 from keras_seq.layers._recurrent_driver import (
     choose_loop,
     project,
     recurrent_matmul,
     run_recurrence,
+    split,
 )
+from keras_seq.layers._zoneout import apply_zoneout, has_zoneout, zoneout_masks, zoneout_rates
 
 
 class _ConvertibleInference:
     """Mixin for a Keras recurrent layer: its inference loop converts to TFLite
-    builtins and ONNX.
+    builtins and ONNX, and it takes ``zoneout=``.
 
     At inference (``training`` not True) the layer runs this package's sequence
     driver instead of Keras' loop: the input projection ``x @ kernel`` hoisted
@@ -27,11 +30,27 @@ class _ConvertibleInference:
     (training, ``unroll=True``), Keras' own loop runs, so training (cuDNN
     included) is untouched.
 
+    With zoneout (a rate above 0) every call runs the driver: at inference
+    on TensorFlow the convertible step followed by the zoneout mix; in
+    every other case the Keras cell's own ``call`` (its dropout included)
+    over the loop `choose_loop` picks, with the training keep-masks of all
+    steps drawn before the loop and fed to it beside the inputs. Keras'
+    cuDNN kernel, which knows no zoneout, never runs then.
+
     A subclass supplies `inference_step`: the per-step recurrence of its
-    cell, given the cast recurrent kernel and bias. On JAX and PyTorch
-    Keras' own loop always runs. Dropout is not part of
-    it: Keras applies dropout only in training, which Keras' loop runs.
+    cell at inference, given the cast recurrent kernel and bias (no dropout:
+    Keras applies it only in training, where the cell's own ``call`` runs).
+    Without zoneout, JAX and PyTorch run Keras' own loop.
     """
+
+    def __init__(self, units, *args, zoneout=0.0, **kwargs):
+        super().__init__(units, *args, **kwargs)
+        self.zoneout = check_zoneout(self, zoneout)
+        self.zoneout_rates()  # one value per state, checked before any call
+
+    def zoneout_rates(self) -> list[float]:
+        """One zoneout rate per state of the cell, in state order."""
+        return zoneout_rates(self.zoneout, self.cell.state_size, self)
 
     def inference_step(self, recurrent_kernel, bias):
         """``step(xw_t, states) -> (h, new_states)`` for `run_recurrence`."""
@@ -39,10 +58,39 @@ class _ConvertibleInference:
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
         loop = choose_loop(training, self.unroll)
-        if loop != "convertible":
+        rates = self.zoneout_rates()
+        zoned = has_zoneout(rates)
+        if loop != "convertible" and not zoned:
             return super().inner_loop(sequences, initial_state, mask, training=training)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [
+            initial_state
+        ]
+        if self.stateful and keras.backend.backend() == "torch":
+            # As Keras' loop: the state variables' tensors must not be
+            # modified in place under autograd.
+            states = [ops.copy(s) for s in states]
+        xs = ops.transpose(sequences, (1, 0, 2))  # (T, B, in)
+        if loop == "convertible":
+            xs, step = self._convertible_step(xs)  # xs: (T, B, P), x @ kernel
+        else:
+            step = self._cell_step(training)
+        if zoned:
+            xs, step = self._zoned(xs, step, rates, training)
+        return run_recurrence(
+            step,
+            xs,
+            states,
+            mask=mask,
+            go_backwards=self.go_backwards,
+            loop=loop,
+            return_sequences=self.return_sequences,
+            zero_output_for_mask=self.zero_output_for_mask,
+        )
+
+    def _convertible_step(self, xs):
+        """The hoisted projection ``x @ kernel`` of ``xs`` and `inference_step`."""
         cell = self.cell
         kernel = ops.cast(cell.kernel, self.compute_dtype)
         recurrent_kernel = ops.cast(cell.recurrent_kernel, self.compute_dtype)
@@ -50,20 +98,53 @@ class _ConvertibleInference:
             bias = ops.cast(cell.bias, self.compute_dtype)
         else:
             bias = ops.zeros((kernel.shape[-1],), self.compute_dtype)
-        xw = project(ops.transpose(sequences, (1, 0, 2)), kernel)  # (T, B, P)
-        initial_state = initial_state if isinstance(initial_state, (list, tuple)) else [
-            initial_state
-        ]
-        return run_recurrence(
-            self.inference_step(recurrent_kernel, bias),
-            xw,
-            list(initial_state),
-            mask=mask,
-            go_backwards=self.go_backwards,
-            loop=loop,
-            return_sequences=self.return_sequences,
-            zero_output_for_mask=self.zero_output_for_mask,
-        )
+        return project(xs, kernel), self.inference_step(recurrent_kernel, bias)
+
+    def _cell_step(self, training):
+        """One step through the Keras cell's ``call``, as Keras' own loop runs it."""
+
+        def step(x_t, states):
+            output, new_states = self.cell(x_t, states, training=training)
+            if not isinstance(new_states, (list, tuple)):
+                new_states = [new_states]
+            return output, list(new_states)
+
+        return step
+
+    def _zoned(self, xs, step, rates, training):
+        """``(xs, step)`` with zoneout after each step; the output is the new h.
+
+        In training, fresh keep-masks for every step, drawn here and
+        concatenated to ``xs`` (the loop draws nothing: JAX's scan and
+        TensorFlow's while loop), split off again in the step.
+        """
+        keep = []
+        if training:
+            keep = zoneout_masks(rates, self.cell.state_size, tuple(ops.shape(xs)[:2]),
+                                 self.cell.seed_generator,
+                                 keras.backend.standardize_dtype(xs.dtype))
+        drawn = [m for m in keep if m is not None]
+        sizes = [int(xs.shape[-1]), *(int(m.shape[-1]) for m in drawn)]
+        if drawn:
+            xs = ops.concatenate([xs, *drawn], axis=-1)  # (T, B, P + kept state sizes)
+
+        def zoned_step(x_t, states):
+            keep_masks = None
+            if drawn:
+                x_t, *pieces = split(x_t, sizes)
+                pieces = iter(pieces)
+                keep_masks = [None if m is None else next(pieces) for m in keep]
+            _, new_states = step(x_t, states)
+            new_states = apply_zoneout(rates, states, new_states, keep_masks)
+            return new_states[0], new_states
+
+        return xs, zoned_step
+
+    def get_config(self):
+        config = super().get_config()
+        if self.zoneout:  # left out at 0, as Keras' own layer has no such argument
+            config["zoneout"] = self.zoneout
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -74,7 +155,19 @@ class ConvertibleLSTM(_ConvertibleInference, keras.layers.LSTM):
     arguments, cell, weights and training path, cuDNN included), except that
     at inference on TensorFlow it runs this package's sequence driver, whose
     loop ``model.export(format="litert" | "onnx")`` converts with a dynamic
-    batch and length. On JAX and PyTorch it is Keras' LSTM.
+    batch and length. On JAX and PyTorch it is Keras' LSTM. With
+    ``zoneout`` it runs Keras' cell in this package's loop.
+
+    Args:
+        units: int, size of h and c.
+        zoneout: float in [0, 1), or one per state ``(z_h, z_c)``: zoneout
+            (Krueger et al. 2017). The cell computes its ordinary update
+            (h̃, c̃) from (h_{t−1}, c_{t−1}); in training each unit of each
+            state keeps its previous value with probability z (fresh masks
+            at every step of every call, from ``seed``); at inference
+            s_t = z·s_{t−1} + (1 − z)·s̃_t. The output at a step is the new
+            h. Above 0, Keras' cuDNN kernel is not used. Default 0.
+        **kwargs: the other arguments of `keras.layers.LSTM`.
 
     Examples:
         >>> import numpy as np
@@ -82,6 +175,13 @@ class ConvertibleLSTM(_ConvertibleInference, keras.layers.LSTM):
         >>> h, *states = lstm(np.ones((2, 5, 4), "float32"))
         >>> tuple(h.shape), len(states)
         ((2, 3), 2)
+        >>> zoned = ConvertibleLSTM(3, zoneout=(0.1, 0.3), return_sequences=True)
+        >>> tuple(zoned(np.ones((2, 5, 4), "float32"), training=True).shape)
+        (2, 5, 3)
+
+    References:
+        Krueger et al. Zoneout: Regularizing RNNs by Randomly Preserving
+        Hidden Activations. ICLR 2017.
     """
 
     def inference_step(self, recurrent_kernel, bias):
@@ -110,6 +210,12 @@ class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
     TensorFlow it runs this package's sequence driver, as `ConvertibleLSTM`
     does. On JAX and PyTorch it is Keras' SimpleRNN.
 
+    Args:
+        units: int, size of h.
+        zoneout: float in [0, 1) (or a list of one): zoneout of h, as in
+            `ConvertibleLSTM`. Default 0.
+        **kwargs: the other arguments of `keras.layers.SimpleRNN`.
+
     Examples:
         >>> import numpy as np
         >>> rnn = ConvertibleSimpleRNN(3, return_sequences=True)
@@ -118,6 +224,8 @@ class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
 
     References:
         Elman. Finding Structure in Time. Cognitive Science 14(2), 1990.
+        Krueger et al. Zoneout: Regularizing RNNs by Randomly Preserving
+        Hidden Activations. ICLR 2017.
     """
 
     def inference_step(self, recurrent_kernel, bias):

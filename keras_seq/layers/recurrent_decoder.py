@@ -13,6 +13,7 @@ from keras_seq._validation import (
 )
 from keras_seq.layers._recurrent_base import RecurrentCell
 from keras_seq.layers._recurrent_driver import choose_loop, scan
+from keras_seq.layers._zoneout import apply_zoneout, zoneout_masks, zoneout_rates
 from keras_seq.layers.bahdanau_attention import BahdanauAttention
 from keras_seq.layers.luong_attention import LuongAttention
 
@@ -54,8 +55,9 @@ class RecurrentDecoder(keras.layers.Layer):
     `step()`, so greedy decoding computes exactly what training computed.
     The cell has no dropout of its own (dropout masks cannot be drawn inside
     the step loop); put `Dropout` layers around the decoder instead. Zoneout
-    (``zoneout=``, this package's cells only) draws its masks for every step
-    before the loop.
+    (``zoneout=``) draws its masks for every step before the loop; with
+    Keras' own cells (``"lstm"``, ``"simple"``) the decoder applies it after
+    the cell's step, as this package's cells do in theirs.
 
     Args:
         units: int, width of the decoder state s.
@@ -70,8 +72,7 @@ class RecurrentDecoder(keras.layers.Layer):
             Default False.
         attention: ``"bahdanau"`` (default) or ``"luong"``, the score.
         zoneout: float or one per state: the cell's zoneout (see
-            `keras_seq.layers.PeepholeLSTM`); not for Keras' cells
-            (``"lstm"``, ``"simple"``). Default 0.
+            `keras_seq.layers.PeepholeLSTM`). Default 0.
 
     Call arguments:
         inputs: ``(B, T, E)`` embedded previous tokens y_{i-1}.
@@ -117,16 +118,12 @@ class RecurrentDecoder(keras.layers.Layer):
             "RecurrentDecoder", "attention_units", attention_units, allow_none=True
         )
         self.cell_name = _cell_registry().check_cell(cell, "RecurrentDecoder")
+        # One rate per state of the cell, checked before any call.
+        zoneout_rates(self.zoneout, [1] * _cell_registry().num_states(self.cell_name),
+                      "RecurrentDecoder")
         self.attention_normalize = check_bool(
             "RecurrentDecoder", "attention_normalize", attention_normalize
         )
-        _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
-        if self.zoneout and not issubclass(cell_class, RecurrentCell):
-            raise invalid_value(
-                "RecurrentDecoder", "zoneout",
-                "0 with Keras' own cells ('lstm', 'simple'); zoneout needs a cell of this "
-                "package", f"{zoneout} with cell {cell!r}",
-            )
         self.supports_masking = True
 
     @property
@@ -161,10 +158,19 @@ class RecurrentDecoder(keras.layers.Layer):
         else:
             self.attention = None
         _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
-        extra = {"zoneout": self.zoneout} if self.zoneout else {}
+        # Keras' own cells know no zoneout: `step` applies it after theirs.
+        own_zoneout = issubclass(cell_class, RecurrentCell)
+        extra = {"zoneout": self.zoneout} if self.zoneout and own_zoneout else {}
         self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell", **extra)
         self.cell.build((None, input_dim))
+        self._zoneout_rates = zoneout_rates(self.zoneout, self.cell.state_size, self)
         self.built = True
+
+    def _zoneout_masks(self, shape_prefix) -> list:
+        """Fresh zoneout keep-masks (one per state, None where z = 0), from the cell's seed."""
+        cell = self.cell
+        return zoneout_masks(self._zoneout_rates, cell.state_size, shape_prefix,
+                             cell.seed_generator, cell.compute_dtype)
 
     def get_initial_state(self, batch_size):
         return [
@@ -209,15 +215,21 @@ class RecurrentDecoder(keras.layers.Layer):
                 training=training,
             )
             y = keras.ops.concatenate([y, context], axis=-1)
-        if keep_masks is not None:
-            cell = self.cell
+        cell = self.cell
+        if keep_masks is not None and isinstance(cell, RecurrentCell):
             s, new_states = cell.zoned_step(
                 cell.project_inputs(y, bias=False), states, cell.recurrent_weights(None),
                 None, keep_masks,
             )
         else:
-            s, new_states = self.cell(y, states, training=training)
+            s, new_states = cell(y, states, training=training)
         new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [new_states]
+        if self.zoneout and not isinstance(cell, RecurrentCell):
+            if training and keep_masks is None:
+                keep_masks = self._zoneout_masks((keras.ops.shape(y)[0],))
+            new_states = apply_zoneout(self._zoneout_rates, states, new_states,
+                                       keep_masks if training else None)
+            s = new_states[0]
         o = s if self.attention is None else keras.ops.concatenate([s, context], axis=-1)
         return o, new_states, alpha
 
@@ -265,7 +277,7 @@ class RecurrentDecoder(keras.layers.Layer):
         sequences, masks = [y_seq], []
         if training and self.zoneout:
             # Fresh zoneout masks for every step, drawn here: not inside the loop.
-            masks = self.cell.zoneout_masks((keras.ops.shape(y_seq)[0], batch_size))
+            masks = self._zoneout_masks((keras.ops.shape(y_seq)[0], batch_size))
             sequences += [m for m in masks if m is not None]
 
         def body(y_t, carry):

@@ -26,7 +26,6 @@ from keras_seq._validation import (
     check_positive_int,
     check_rate,
     check_zoneout,
-    invalid_value,
 )
 from keras_seq.layers import PaddingMask, RecurrentDecoder
 from keras_seq.models._cells import check_cell, num_states, recurrent_classes
@@ -114,8 +113,7 @@ def rnn_seq2seq(
         name: model name.
         zoneout: float or one per state: zoneout of the encoder's and the
             decoder's recurrent layers (Krueger et al. 2017; see
-            `keras_seq.layers.PeepholeLSTM`). Default 0. Needs a cell of this
-            package (not ``"lstm"`` or ``"simple"``, Keras' own).
+            `keras_seq.layers.PeepholeLSTM`), with every ``cell``. Default 0.
 
     Returns:
         An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
@@ -151,15 +149,7 @@ def rnn_seq2seq(
     attention_units = check_positive_int(where, "attention_units", attention_units)
     dropout = check_rate(where, "dropout", dropout)
     layer_class, _ = recurrent_classes(cell)
-    extra = {}
-    if zoneout:
-        if not hasattr(layer_class, "zoneout"):  # Keras' LSTM and SimpleRNN
-            raise invalid_value(
-                where, "zoneout",
-                "0 with Keras' own cells ('lstm', 'simple'); zoneout needs a cell of this "
-                "package", f"{zoneout} with cell {cell!r}",
-            )
-        extra["zoneout"] = zoneout
+    extra = {"zoneout": zoneout} if zoneout else {}
 
     # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
     source = keras.Input((None,), dtype="int32", name="source_ids")

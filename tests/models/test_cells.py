@@ -4,28 +4,13 @@ SimpleRNN with a convertible inference loop."""
 import keras
 import numpy as np
 import pytest
+from keras_rnn_reference import elman_step, lstm_step
 
 from keras_seq.layers import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.models._cells import CELL_NAMES, num_states, recurrent_classes
 
 PAIRS = [(keras.layers.LSTM, ConvertibleLSTM), (keras.layers.SimpleRNN, ConvertibleSimpleRNN)]
 CASES = [{"return_sequences": True}, {"go_backwards": True, "return_state": True}]
-
-
-def _sigmoid(z):
-    return 1.0 / (1.0 + np.exp(-z))
-
-
-def _lstm_step(z, states):
-    # Keras' gate order i, f, c, o; sigmoid gates, tanh activation.
-    z_i, z_f, z_c, z_o = np.split(z, 4, axis=-1)
-    c = _sigmoid(z_f) * states[1] + _sigmoid(z_i) * np.tanh(z_c)
-    h = _sigmoid(z_o) * np.tanh(c)
-    return [h, c]
-
-
-def _elman_step(z, states):
-    return [np.tanh(z)]
 
 
 def _numpy_layer(cls, x, mask, weights, return_sequences=False, go_backwards=False,
@@ -35,7 +20,7 @@ def _numpy_layer(cls, x, mask, weights, return_sequences=False, go_backwards=Fal
     output. With ``go_backwards`` the steps run from the last, and the output
     sequence is in the order they ran."""
     kernel, recurrent_kernel, bias = weights
-    step = _lstm_step if cls is ConvertibleLSTM else _elman_step
+    step = lstm_step if cls is ConvertibleLSTM else elman_step
     units = recurrent_kernel.shape[0]
     states = [np.zeros((x.shape[0], units))] * (2 if cls is ConvertibleLSTM else 1)
     output, outputs = np.zeros((x.shape[0], units)), []
