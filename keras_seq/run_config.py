@@ -18,6 +18,7 @@ from keras_seq._validation import (
     check_positive_int,
     invalid_value,
 )
+from keras_seq.reserved_tokens import RESERVED_TOKENS
 
 __all__ = [
     "ATTENTIONS",
@@ -34,7 +35,9 @@ __all__ = [
     "SEARCH_UNITS",
     "TASKS",
     "TEXT_TASKS",
+    "TOKENIZERS",
     "BILM_DEFAULTS",
+    "WORDPIECE_VOCAB_SIZE",
     "TUNERS",
     "TrainingConfig",
     "default_for",
@@ -81,6 +84,14 @@ BILM_DEFAULTS = {"epochs": 4, "steps_per_epoch": 250, "batch_size": 32,
                  "learning_rate": 3e-3, "units": 128, "layers": 2, "context": 64,
                  "validation_size": 256}
 """The defaults of ``task="bilm"``."""
+TOKENIZERS = ("char", "wordpiece")
+"""`TrainingConfig.tokenizer` choices: `keras_seq.text.CharTokenizer` or
+`keras_seq.text.WordPieceTokenizer` (``task="bilm"`` only)."""
+# About 1.8 characters per token on tiny Shakespeare (1 MB): a 64-token window
+# sees about 115 characters, and the embedding and softmax stay small next to
+# the recurrent stacks, as befits a text this short.
+WORDPIECE_VOCAB_SIZE = 1000
+"""The default `TrainingConfig.vocab_size` of ``tokenizer="wordpiece"``."""
 _SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
 _FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
 _LM_KEYS = ("steps_per_epoch", "context")
@@ -144,9 +155,9 @@ class TrainingConfig:
 
     Attributes:
         task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
-            file, ``data``), ``"bilm"`` (ELMo's bidirectional character
-            language model, `models.bidirectional_language_model`, of a text
-            file, by default tiny Shakespeare) or ``"lm"`` (a character language model of a
+            file, ``data``), ``"bilm"`` (ELMo's bidirectional language
+            model, `models.bidirectional_language_model`, of a text file, by
+            default tiny Shakespeare, in ``tokenizer`` tokens) or ``"lm"`` (a character language model of a
             text file, ``data``, by default tiny Shakespeare). None:
             ``"translate"`` when ``data`` is given, else ``"dates"``.
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
@@ -162,6 +173,14 @@ class TrainingConfig:
             translation models (0: none), any ``cell``.
         data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
             text (``task="lm"``).
+        tokenizer: ``"char"`` (`keras_seq.text.CharTokenizer`, every
+            character of the text) or, for ``task="bilm"`` only,
+            ``"wordpiece"`` (`keras_seq.text.WordPieceTokenizer` learned from
+            the training text, newlines kept as tokens); the other tasks'
+            ``translate``, ``generate`` and ``export`` read characters.
+        vocab_size: ``tokenizer="wordpiece"``: the largest vocabulary to
+            learn, reserved tokens and the newline included (None:
+            `WORDPIECE_VOCAB_SIZE`); must be None for ``"char"``.
         epochs, batch_size, learning_rate, units, layers: None takes the
             model family's default (`default_for`); ``units`` is the recurrent
             width or the Transformer's model_dim; ``layers`` the Transformer
@@ -227,6 +246,8 @@ class TrainingConfig:
     context: int | None = None
     steps_per_epoch: int | None = None
     zoneout: float = 0.0
+    tokenizer: str = "char"
+    vocab_size: int | None = None
 
     def resolved(self) -> TrainingConfig:
         """A checked copy with the task and the family defaults filled in."""
@@ -258,6 +279,24 @@ class TrainingConfig:
         if zoneout and (model != "rnn" or task in TEXT_TASKS):
             raise invalid_value(where, "zoneout",
                                 "0 except for model 'rnn' translation models", zoneout)
+        check_choice(where, "tokenizer", self.tokenizer, TOKENIZERS)
+        if self.tokenizer == "wordpiece" and task != "bilm":
+            raise invalid_value(
+                where, "tokenizer", f"'char' for task {task!r} ('wordpiece' is for task "
+                "'bilm' only: translate, generate and export read characters)", self.tokenizer,
+            )
+        vocab_size = self.vocab_size
+        if self.tokenizer == "wordpiece":
+            # More than the reserved tokens and the newline.
+            vocab_size = check_int(
+                where, "vocab_size", WORDPIECE_VOCAB_SIZE if vocab_size is None else vocab_size,
+                minimum=len(RESERVED_TOKENS) + 2,
+            )
+        elif vocab_size is not None:
+            raise invalid_value(
+                where, "vocab_size", "None unless tokenizer='wordpiece' (a character "
+                "vocabulary is every character of the text)", vocab_size,
+            )
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)
@@ -278,7 +317,8 @@ class TrainingConfig:
         values["learning_rate"] = check_float(
             where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
         )
-        values.update(task=task, model=model, cell=cell, zoneout=float(zoneout))
+        values.update(task=task, model=model, cell=cell, zoneout=float(zoneout),
+                      vocab_size=vocab_size)
         for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
             values[key] = check_positive_int(where, key, getattr(self, key))
         values["seed"] = check_int(where, "seed", self.seed)

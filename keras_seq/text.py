@@ -22,7 +22,9 @@ Round trips (`detokenize(tokenize(s))`):
   in BERT's basic tokenizer, for learning the vocabulary and for tokenizing
   alike), so detokenizing only concatenates pieces and the spacing is restored.
   A word longer than `max_bytes_per_word` or made of unknown characters becomes
-  a single "[UNK]" and comes back as U+FFFD.
+  a single "[UNK]" and comes back as U+FFFD. With `keep_newlines=True` a
+  newline is a token of its own ("\\n", never merged with its neighbours) and
+  survives the round trip; tabs and carriage returns still become spaces.
 
 Vocabulary files (`vocab.txt`) hold one token per line in id order, UTF-8.
 Characters that would not survive a line-based text file are escaped: a
@@ -50,7 +52,7 @@ from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
     bert_vocab_from_dataset,
 )
 
-from keras_seq._validation import check_int, check_positive_int, invalid_value
+from keras_seq._validation import check_bool, check_int, check_positive_int, invalid_value
 from keras_seq.reserved_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
 __all__ = [
@@ -71,6 +73,8 @@ _FORMAT_VERSION = 1
 # What an unknown id or an invalid byte sequence turns into when detokenized.
 _REPLACEMENT_CHARACTER = "\ufffd"
 _SUFFIX_INDICATOR = "##"
+# The token of a line break (WordPieceTokenizer with keep_newlines=True).
+_NEWLINE = "\n"
 # Longer words become a single [UNK] (the default of tensorflow-text's WordPiece).
 _DEFAULT_MAX_BYTES_PER_WORD = 100
 
@@ -422,6 +426,10 @@ class WordPieceTokenizer(_Tokenizer):
         lower_case: lower-case and strip accents before splitting (the
             round trip then returns the normalised text).
         max_bytes_per_word: longer words become one `[UNK]`.
+        keep_newlines: each ``"\\n"`` becomes the token ``"\\n"`` (which the
+            vocabulary must hold) instead of a space: the text is cut into
+            lines, each line is tokenized as above, and the newline ids go
+            between them, so line breaks survive the round trip.
         name: module name.
 
     Examples:
@@ -429,6 +437,9 @@ class WordPieceTokenizer(_Tokenizer):
         ...     ["Nov 21st, 2026", "2026-11-21"], vocab_size=100)
         >>> tokenizer.detokenize(tokenizer.tokenize(["Nov 21st, 2026"])).numpy()[0].decode()
         'Nov 21st, 2026'
+        >>> verse = WordPieceTokenizer.from_corpus(["To be,\\nor not"], keep_newlines=True)
+        >>> verse.detokenize(verse.tokenize(["or be,\\nto not\\n"])).numpy()[0].decode()
+        'or be,\\nto not\\n'
 
     References:
         Schuster & Nakajima, "Japanese and Korean voice search", ICASSP 2012.
@@ -436,21 +447,29 @@ class WordPieceTokenizer(_Tokenizer):
     """
 
     _kind = "wordpiece"
-    _OPTIONS = {"lower_case": bool, "max_bytes_per_word": int}
+    _OPTIONS = {"lower_case": bool, "max_bytes_per_word": int, "keep_newlines": bool}
 
     def __init__(
         self,
         vocabulary: Sequence[str],
         lower_case: bool = False,
         max_bytes_per_word: int = _DEFAULT_MAX_BYTES_PER_WORD,
+        keep_newlines: bool = False,
         name: str | None = None,
     ):
-        max_bytes_per_word = check_positive_int(
-            "WordPieceTokenizer", "max_bytes_per_word", max_bytes_per_word
-        )
+        where = "WordPieceTokenizer"
+        max_bytes_per_word = check_positive_int(where, "max_bytes_per_word", max_bytes_per_word)
+        keep_newlines = check_bool(where, "keep_newlines", keep_newlines)
         super().__init__(vocabulary, name=name)
+        if keep_newlines and _NEWLINE not in self._vocabulary:
+            raise ValueError(
+                f"{where}: `keep_newlines=True` needs the token '\\n' in `vocabulary` "
+                "(`from_corpus(..., keep_newlines=True)` adds it); it has none."
+            )
         self.lower_case = bool(lower_case)
         self.max_bytes_per_word = max_bytes_per_word
+        self.keep_newlines = keep_newlines
+        self._newline_id = self._vocabulary.index(_NEWLINE) if keep_newlines else None
         self._normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=self.lower_case)
         self._splitter = BasicTokenizer(keep_whitespace=True)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
@@ -479,11 +498,14 @@ class WordPieceTokenizer(_Tokenizer):
         lower_case: bool = False,
         max_bytes_per_word: int = _DEFAULT_MAX_BYTES_PER_WORD,
         learn_params: dict | None = None,
+        keep_newlines: bool = False,
     ) -> WordPieceTokenizer:
         """Learns a vocabulary with `bert_vocab_from_dataset`.
 
         The corpus is normalised with the same `FastBertNormalizer` settings and
-        split with whitespace kept, exactly as `tokenize` does.
+        split with whitespace kept, exactly as `tokenize` does. The learner
+        keeps every character of the corpus (as a word start and as a ``##``
+        suffix) even when that makes more than ``vocab_size`` tokens.
 
         Args:
             strings: an iterable of `str`.
@@ -493,16 +515,23 @@ class WordPieceTokenizer(_Tokenizer):
             max_bytes_per_word: see the class.
             learn_params: extra arguments for
                 `wordpiece_tokenizer_learner_lib.learn`.
+            keep_newlines: see the class; the vocabulary gets ``"\\n"`` (right
+                after the reserved tokens, counted in ``vocab_size``) and is
+                learned from the lines, as `tokenize` sees them.
 
         Returns:
             A `WordPieceTokenizer`.
         """
         where = "WordPieceTokenizer.from_corpus"
-        # More than the reserved tokens.
-        vocab_size = check_int(where, "vocab_size", vocab_size, minimum=len(RESERVED_TOKENS) + 1)
+        keep_newlines = check_bool(where, "keep_newlines", keep_newlines)
+        # More than the reserved tokens (and the newline).
+        fixed = [*RESERVED_TOKENS, _NEWLINE] if keep_newlines else list(RESERVED_TOKENS)
+        vocab_size = check_int(where, "vocab_size", vocab_size, minimum=len(fixed) + 1)
         corpus = list(strings)
         if not corpus:
             raise invalid_value(where, "strings", "at least one string", corpus)
+        if keep_newlines:
+            corpus = [line for string in corpus for line in string.split(_NEWLINE)]
         normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=bool(lower_case))
         dataset = (
             tf.data.Dataset.from_tensor_slices(tf.constant(corpus, dtype=tf.string))
@@ -512,7 +541,7 @@ class WordPieceTokenizer(_Tokenizer):
         vocabulary = bert_vocab_from_dataset(
             dataset,
             vocab_size=vocab_size,
-            reserved_tokens=list(RESERVED_TOKENS),
+            reserved_tokens=fixed,
             bert_tokenizer_params={"keep_whitespace": True},
             learn_params=learn_params or {},
         )
@@ -520,9 +549,20 @@ class WordPieceTokenizer(_Tokenizer):
             vocabulary,
             lower_case=lower_case,
             max_bytes_per_word=max_bytes_per_word,
+            keep_newlines=keep_newlines,
         )
 
     def _tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        if not self.keep_newlines:
+            return self._tokenize_lines(strings)
+        lines = tf.strings.split(strings, _NEWLINE)  # (B, L) strings
+        ids = self._tokenize_lines(lines.flat_values)  # (B·L, P)
+        newline = tf.fill(tf.stack([ids.nrows(), 1]), tf.constant(self._newline_id, tf.int32))
+        ids = tf.concat([ids, tf.RaggedTensor.from_tensor(newline)], axis=1)  # each line + "\n"
+        ids = tf.RaggedTensor.from_row_splits(ids, lines.row_splits).merge_dims(1, 2)
+        return ids[:, :-1]  # no newline after the last line
+
+    def _tokenize_lines(self, strings: tf.Tensor) -> tf.RaggedTensor:
         normalized = self._normalizer.normalize(_replace_invalid_utf8(strings))
         words = self._splitter.tokenize(normalized)  # (B, W) strings
         pieces = self._wordpiece.tokenize(words)  # (B, W, P) int32

@@ -215,6 +215,28 @@ def test_wordpiece_tabs_and_newlines_become_spaces(wordpiece_tokenizer):
     assert out == ["  ", "21 Nov "]
 
 
+def test_wordpiece_keep_newlines_makes_each_newline_a_token(tmp_path):
+    corpus = "First Citizen:\nBefore we proceed,\n\nhear me speak.\n" * 3
+    tokenizer = text.WordPieceTokenizer.from_corpus([corpus], vocab_size=60, keep_newlines=True)
+    assert tokenizer.vocabulary[4] == "\n" and tokenizer.vocabulary_size <= 60
+    strings = [corpus, "", "\n", "speak\n\nFirst\n", "me\tspeak\n"]
+    ids = tokenizer.tokenize(strings)
+    assert _decode(tokenizer.detokenize(ids)) == [*strings[:4], "me speak\n"]  # a tab: a space
+    # The same ids as tokenizing line by line and putting the newline between.
+    lines = corpus.split("\n")
+    per_line = tokenizer.tokenize(lines).to_list()
+    joined = [i for row in per_line for i in [*row, 4]][:-1]
+    assert ids[0].numpy().tolist() == joined
+    assert 4 not in sum(per_line, [])
+    tokenizer.save(tmp_path)
+    loaded = text.load_tokenizer(tmp_path)
+    assert loaded.keep_newlines and loaded.tokenize(strings).to_list() == ids.to_list()
+    with pytest.raises(ValueError, match="`keep_newlines=True` needs the token"):
+        text.WordPieceTokenizer(RESERVED + ["a"], keep_newlines=True)
+    with pytest.raises(TypeError, match="keep_newlines"):
+        text.WordPieceTokenizer(RESERVED + ["\n"], keep_newlines=1)
+
+
 @pytest.mark.parametrize("kind", ["char", "wordpiece"])
 def test_invalid_utf8_is_replaced_not_raised(kind, char_tokenizer, wordpiece_tokenizer):
     tokenizer = char_tokenizer if kind == "char" else wordpiece_tokenizer

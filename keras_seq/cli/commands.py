@@ -36,6 +36,7 @@ def _check_train(args) -> None:
     _positive(
         args, "epochs", "batch_size", "units", "layers", "train_size", "validation_size",
         "test_size", "learning_rate", "backup_every_steps", "context", "steps_per_epoch",
+        "vocab_size",
     )
     try:
         config = TrainingConfig(**_config_options(args)).resolved()
@@ -115,9 +116,16 @@ def _train(args) -> int:
     result = training.train(training.TrainingConfig(**_config_options(args)))
     metrics = result.metrics
     if metrics.get("task") == "bilm":
+        per_character = ""
+        if metrics["loss_unit"] == "nats per token":
+            per_character = (
+                f" ({metrics['val_forward_loss_per_character']:.4f}, "
+                f"{metrics['val_backward_loss_per_character']:.4f} nats/character)"
+            )
+        unit = metrics["loss_unit"].replace("nats per ", "nats/")
         print(
             f"Held-out loss: forward {metrics['val_forward_loss']:.4f}, backward "
-            f"{metrics['val_backward_loss']:.4f} nats/character, total "
+            f"{metrics['val_backward_loss']:.4f} {unit}{per_character}, total "
             f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
         )
         return 0

@@ -60,8 +60,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         choices=training.TASKS,
         help="dates: the embedded date task; translate: a parallel corpus (--data FILE.tsv); "
         "lm: a character language model of --data FILE.txt, by default tiny Shakespeare; "
-        "bilm: ELMo's bidirectional character language model of the same text "
-        "(default: dates, or translate when --data is given)",
+        "bilm: ELMo's bidirectional language model of the same text, in characters or "
+        "WordPiece tokens (--tokenizer) (default: dates, or translate when --data is given)",
     )
     train.add_argument(
         "--model", choices=training.MODELS,
@@ -87,6 +87,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
         "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once)",
+    )
+    train.add_argument(
+        "--tokenizer", choices=training.TOKENIZERS, default=config.tokenizer,
+        help="tokens of --task bilm: char (every character of the text) or wordpiece "
+        "(learned from the training text, newlines kept); other tasks read characters "
+        "(default: %(default)s)",
+    )
+    train.add_argument(
+        "--vocab-size", type=int, metavar="N",
+        help="--tokenizer wordpiece: the largest vocabulary to learn, reserved tokens and "
+        f"the newline included (default: {training.WORDPIECE_VOCAB_SIZE})",
     )
     train.add_argument(
         "--epochs", type=int, help=f"default: {_family_default(training, 'epochs')}"

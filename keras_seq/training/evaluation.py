@@ -8,7 +8,7 @@ import time
 
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_positive_int
-from keras_seq.reserved_tokens import PAD_ID, START_ID
+from keras_seq.reserved_tokens import PAD_ID, START_ID, UNK_ID
 from keras_seq.training.inference import make_decoder, translate_strings
 from keras_seq.training.prepare import PreparedData, PreparedText
 from keras_seq.training.run_folder import write_held_out, write_held_out_text
@@ -149,7 +149,8 @@ def bidirectional_text_loss(model, ids, context: int, batch_size: int = _EVALUAT
     last input of each window).
 
     Returns:
-        ``{"forward": (mean loss, count), "backward": (mean loss, count)}``.
+        ``{"forward": (mean loss, count), "backward": (mean loss, count)}``:
+        nats per token, and the tokens scored.
     """
     require_tensorflow("keras_seq.training.bidirectional_text_loss")
     import numpy as np
@@ -185,6 +186,22 @@ def bidirectional_text_loss(model, ids, context: int, batch_size: int = _EVALUAT
     }
 
 
+def _scored_characters(tokenizer, ids, context: int) -> tuple[int, int]:
+    """The characters of the tokens that `bidirectional_text_loss` scores,
+    forward and backward: each token counts the characters it detokenizes to
+    (an ``[UNK]`` one, U+FFFD)."""
+    import numpy as np
+
+    from keras_seq import data
+
+    every_id = [[i] for i in range(tokenizer.vocabulary_size)]
+    lengths = np.array([len(s.decode("utf-8")) for s in tokenizer.detokenize(every_id).numpy()])
+    # The same windows as the loss, of lengths instead of ids (no text token is empty).
+    inputs, targets = data.text_windows(lengths[np.asarray(ids)], context)
+    previous = np.where(inputs != 0, np.pad(inputs[:, :-1], ((0, 0), (1, 0))), 0)
+    return int(targets.sum()), int(previous.sum())
+
+
 def evaluate_text_and_save(
     model,
     prepared: PreparedText,
@@ -200,43 +217,65 @@ def evaluate_text_and_save(
     Writes ``model.keras``, the tokenizer files, the held-out text
     (``test.txt``) and ``metrics.json``:
     ``val_loss`` (`text_loss` of the held-out ids with the training
-    ``context``), ``val_perplexity`` = exp(``val_loss``), ``val_characters``
-    (the predicted characters: all held-out characters but the first),
-    ``train_characters``, ``steps``, ``seconds`` and ``config`` (as
-    `evaluate_and_save`), plus ``extra``. A biLM's run (``task="bilm"``)
-    also gets ``val_forward_loss`` and ``val_backward_loss``
-    (`bidirectional_text_loss`), their perplexities and
-    ``val_backward_characters``; its ``val_loss`` is their mean.
+    ``context``), ``val_perplexity`` = exp(``val_loss``), ``loss_unit``
+    (``"nats per character"``, or ``"nats per token"`` for a WordPiece
+    tokenizer), ``val_characters`` (the predicted characters: all held-out
+    characters but the first), ``val_tokens`` (the predicted tokens),
+    ``train_characters``, ``train_tokens``, ``steps``, ``seconds`` and
+    ``config`` (as `evaluate_and_save`), plus ``extra``. A biLM's run
+    (``task="bilm"``) also gets ``val_forward_loss`` and
+    ``val_backward_loss`` (`bidirectional_text_loss`), their perplexities,
+    ``val_backward_tokens``, ``val_backward_characters`` (the characters of
+    the tokens each direction scores), ``val_forward_loss_per_character``
+    and ``val_backward_loss_per_character`` (each direction's summed nats
+    over those characters: equal to the per-token losses for characters, and
+    what compares a WordPiece run with a character one),
+    ``val_loss_per_character`` (their mean) and ``val_unknown_tokens``; its
+    ``val_loss`` is the mean of the two per-token losses.
     """
     require_tensorflow("keras_seq.training.evaluate_text_and_save")
     import math
 
     t_evaluate = time.perf_counter()
+    ids, tokenizer = prepared.held_out_ids, prepared.tokenizer
     if prepared.bidirectional:
-        losses = bidirectional_text_loss(model, prepared.held_out_ids, prepared.context)
+        losses = bidirectional_text_loss(model, ids, prepared.context)
         (forward, count), (backward, backward_count) = losses["forward"], losses["backward"]
+        characters, backward_characters = _scored_characters(tokenizer, ids, prepared.context)
+        forward_per_character = forward * count / characters
+        backward_per_character = backward * backward_count / backward_characters
         val_loss = (forward + backward) / 2
         extra = {
             "val_forward_loss": forward,
             "val_backward_loss": backward,
             "val_forward_perplexity": math.exp(forward),
             "val_backward_perplexity": math.exp(backward),
-            "val_backward_characters": backward_count,
+            "val_backward_tokens": backward_count,
+            "val_backward_characters": backward_characters,
+            "val_forward_loss_per_character": forward_per_character,
+            "val_backward_loss_per_character": backward_per_character,
+            "val_loss_per_character": (forward_per_character + backward_per_character) / 2,
+            "val_unknown_tokens": int((ids == UNK_ID).sum()),
             **(extra or {}),
         }
     else:
-        val_loss, count = text_loss(model, prepared.held_out_ids, prepared.context)
+        val_loss, count = text_loss(model, ids, prepared.context)
+        characters = count  # a character language model
     t_eval = time.perf_counter()
     model.save(os.path.join(run_dir, "model.keras"))
-    prepared.tokenizer.save(run_dir)
+    tokenizer.save(run_dir)
     write_held_out_text(run_dir, prepared.held_out_text)
     t_end = time.perf_counter()
+    wordpiece = config.get("tokenizer") == "wordpiece"
     metrics = {
         "task": "bilm" if prepared.bidirectional else "lm",
         "val_loss": val_loss,
         "val_perplexity": math.exp(val_loss),
-        "val_characters": count,
-        "train_characters": int(len(prepared.train_ids)),
+        "loss_unit": "nats per token" if wordpiece else "nats per character",
+        "val_characters": characters,
+        "val_tokens": count,
+        "train_characters": prepared.train_characters,
+        "train_tokens": int(len(prepared.train_ids)),
         "steps": int(config["epochs"]) * prepared.steps_per_epoch,
         "replicas": replicas,
         "data": prepared.source,
@@ -247,7 +286,7 @@ def evaluate_text_and_save(
         },
         "config": {
             **{k: v for k, v in config.items() if k != "verbose"},
-            "vocabulary_size": prepared.tokenizer.vocabulary_size,
+            "vocabulary_size": tokenizer.vocabulary_size,
             "parameters": model.count_params(),
         },
         **(extra or {}),

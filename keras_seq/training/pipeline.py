@@ -126,10 +126,12 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         for folder in (backup_dir, os.path.join(shared_dir, "logs")):
             shutil.rmtree(folder, ignore_errors=True)
     run_dir = shared_dir if chief else tempfile.mkdtemp(prefix="keras-seq-worker-")
-    os.makedirs(run_dir, exist_ok=True)
     keras.utils.set_random_seed(config.seed)
 
+    # Before the folder: a text too short in WordPiece tokens, or a
+    # vocabulary larger than asked, is found only once the tokenizer is learned.
     prepared = prepare_data(config, loaded)
+    os.makedirs(run_dir, exist_ok=True)
     tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
     t_data = time.perf_counter()
 

@@ -158,7 +158,8 @@ class PreparedText:
         train_ids, held_out_ids: ``(N,)`` int32 ids of the first 90% and the
             last 10% of the text (`keras_seq.data.split_text`).
         tokenizer: the `keras_seq.text.CharTokenizer` of every character of
-            the text.
+            the text, or (``tokenizer="wordpiece"``) the
+            `keras_seq.text.WordPieceTokenizer` learned from the first 90%.
         context: the window length.
         validation_data: ``validation_size`` held-out windows
             (`keras_seq.data.text_windows`), evenly spread, in batches.
@@ -167,6 +168,7 @@ class PreparedText:
         held_out_text: the last 10% of the text (what ``held_out_ids`` encode).
         bidirectional: ``task="bilm"``: the targets are ``{"forward": next
             ids, "backward": previous ids}`` (`bidirectional_targets`).
+        train_characters: characters of the first 90% of the text.
     """
 
     train_ids: Any
@@ -180,6 +182,7 @@ class PreparedText:
     source: str
     held_out_text: str = ""
     bidirectional: bool = False
+    train_characters: int = 0
 
     def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
@@ -214,12 +217,24 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
     from keras_seq import data, text
 
     source, train_text, held_out_text = loaded or _load_text(config)
-    full_text = train_text + held_out_text
-    tokenizer = text.CharTokenizer.from_corpus([full_text])
+    if config.tokenizer == "wordpiece":
+        tokenizer = _learn_wordpiece(config, source, train_text)
+    else:
+        tokenizer = text.CharTokenizer.from_corpus([train_text + held_out_text])
+    # One string each: the WordPiece tokenizer cuts at newlines itself, so this
+    # equals tokenizing line by line and joining with the newline id.
     train_ids, held_out_ids = (
         tokenizer.tokenize([part]).flat_values.numpy().astype(np.int32)
         for part in (train_text, held_out_text)
     )
+    if len(train_ids) <= config.context or len(held_out_ids) < 2:
+        # The character count was checked by `load_data`; tokens are fewer.
+        raise ValueError(
+            f"train: {source} makes {len(train_ids)} {config.tokenizer} tokens in its first 90% and "
+            f"{len(held_out_ids)} in its last 10%; task {config.task!r} with "
+            f"context={config.context} needs more than {config.context} tokens in the first "
+            "and at least 2 in the last (a longer text, or a smaller --context)."
+        )
     inputs, targets = data.text_windows(held_out_ids, config.context)
     chosen = np.unique(np.linspace(0, len(inputs) - 1, config.validation_size).round().astype(int))
     validation_data = tf.data.Dataset.from_tensor_slices(
@@ -232,8 +247,27 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
         train_ids, held_out_ids, tokenizer, config.context,
         validation_data.with_options(data_sharding()),
         config.batch_size, config.seed, config.steps_per_epoch, source, held_out_text,
-        bidirectional,
+        bidirectional, len(train_text),
     )
+
+
+def _learn_wordpiece(config: TrainingConfig, source: str, train_text: str):
+    """The WordPiece tokenizer of a run, learned from its training text only:
+    the held-out text plays no part in the model, its vocabulary included
+    (a held-out word the pieces cannot spell is one ``[UNK]``)."""
+    from keras_seq import text
+
+    tokenizer = text.WordPieceTokenizer.from_corpus(
+        [train_text], vocab_size=config.vocab_size, keep_newlines=True
+    )
+    if tokenizer.vocabulary_size > config.vocab_size:
+        raise ValueError(
+            f"train: the WordPiece vocabulary of {source} needs at least "
+            f"{tokenizer.vocabulary_size} tokens (every character of the text as a word start "
+            f"and as a ## suffix, the reserved tokens and the newline); vocab_size="
+            f"{config.vocab_size} is smaller (--vocab-size)."
+        )
+    return tokenizer
 
 
 def prepare_data(
