@@ -18,23 +18,53 @@ def _check_norm_epsilon(owner: str, norm_epsilon) -> float:
     return check_float(owner, "norm_epsilon", norm_epsilon, low=0.0, low_inclusive=False)
 
 
-def _layer_norm(v, gamma, beta, epsilon: float):
+def _layer_norm(v, gamma, beta, epsilon: float, centred: bool = False):
     """``γ ⊙ (v − mean(v)) / sqrt(var(v) + ε) + β`` over the last axis.
 
     float16 and bfloat16 inputs are normalised in float32 and cast back, as
     `keras.layers.LayerNormalization` does: their variance loses too much.
     ``gamma`` and ``beta`` come in the dtype the statistics are computed in.
+    ``centred``: ``v`` has mean 0 already (a product with `_centre_columns`'
+    kernel), the mean is not subtracted again.
     """
     dtype = keras.backend.standardize_dtype(v.dtype)
     if dtype in ("float16", "bfloat16"):
         v = ops.cast(v, "float32")
     # Sums, not ops.mean: Keras' PyTorch mean of float64 is computed in float32.
     inverse_width = 1.0 / v.shape[-1]
-    mean = ops.sum(v, axis=-1, keepdims=True) * inverse_width
-    centred = v - mean
-    variance = ops.sum(ops.square(centred), axis=-1, keepdims=True) * inverse_width
-    normed = centred * ops.rsqrt(variance + epsilon) * gamma + beta
+    if not centred:
+        v = v - ops.sum(v, axis=-1, keepdims=True) * inverse_width
+    variance = ops.sum(ops.square(v), axis=-1, keepdims=True) * inverse_width
+    normed = v * ops.rsqrt(variance + epsilon) * gamma + beta
     return ops.cast(normed, dtype)
+
+
+def _centre_columns(kernel):
+    """``W`` minus the mean of each row: ``x W_c = x W − mean(x W)``."""
+    return kernel - ops.sum(kernel, axis=-1, keepdims=True) * (1.0 / kernel.shape[-1])
+
+
+def _fold_layer_norm(kernel, gamma):
+    """``(W_c ⊙ γ, W_c W_cᵀ / n)`` of a kernel ``W (in, n)`` whose products
+    ``x W`` are layer-normalised, W_c being W minus the mean of each row.
+
+    Both norms over a product fold into the kernel: ``x W_c = x W −
+    mean(x W)`` (the centring moves into the weights) and ``mean((x W_c)²) =
+    (x G) · x`` with ``G = W_c W_cᵀ / n``. So ``LN(x W) = (x (W_c ⊙ γ)) ·
+    rsqrt((x G) · x + ε) + β``: two matmuls, the second only ``in`` wide,
+    and one pass over the ``(…, n)`` product instead of six.
+    """
+    centred = _centre_columns(kernel)
+    gram = matmul(centred, centred, transpose_b=True) * (1.0 / kernel.shape[-1])
+    return centred * gamma, gram
+
+
+def _folded_norm(x, scaled_kernel, gram, epsilon: float):
+    """``LN(x W) − β`` from `_fold_layer_norm`'s pair, ``x`` of rank 2 or 3.
+    The variance is clamped at 0 against rounding (it is a sum of squares;
+    `ops.relu`, as Keras' PyTorch ``maximum(float64, 0.0)`` returns float32)."""
+    variance = ops.relu(ops.sum(project(x, gram) * x, axis=-1, keepdims=True))
+    return project(x, scaled_kernel) * ops.rsqrt(variance + epsilon)
 
 
 def _normalise(v, epsilon: float):
@@ -161,13 +191,34 @@ class LayerNormLSTMCell(RecurrentCell):
         beta = self._read_norm(self.kernel_norm_beta)
         if bias and self.use_bias:
             beta = beta + self._read_norm(self.bias)  # b folded into β_x: no extra add
+        gamma = self._read_norm(self.kernel_norm_gamma)
+        if self._folds_norms() and len(x.shape) == 3:  # all steps at once
+            scaled, gram = _fold_layer_norm(self.read_weight(self.kernel), gamma)
+            return _folded_norm(x, scaled, gram, self.norm_epsilon) + beta
         xw = project(x, self.read_weight(self.kernel))
-        return _layer_norm(xw, self._read_norm(self.kernel_norm_gamma), beta,
-                           self.norm_epsilon)
+        return _layer_norm(xw, gamma, beta, self.norm_epsilon)
+
+    def _folds_norms(self) -> bool:
+        """LN_x folded into the kernel (`_fold_layer_norm`) and LN_h's
+        centring into U (`_centres_recurrent_kernel`), in float32 and
+        float64; float16 and bfloat16 take the statistics of the product in
+        float32 instead (`_layer_norm`). Only where the fold is paid once for
+        many steps: the projection of a whole sequence and the layer's loop;
+        a single step (the cell's ``call``, the decoder) normalises its
+        products directly."""
+        return self.compute_dtype in ("float32", "float64")
+
+    def _centres_recurrent_kernel(self, batch_size) -> bool:
+        """The layer's loop (``batch_size`` given; γ_h then comes per example)
+        in float32/float64 takes U with centred rows, so that LN_h need not
+        subtract the mean of h U at every step. (Its Gram fold, as for LN_x,
+        would cost u·u·4u per call: more than it saves at small batches.)"""
+        return self._folds_norms() and batch_size is not None
 
     def recurrent_weights(self, batch_size=None, bptt=False):
-        """``[U, γ_h, β_h + b, γ_c, β_c]``; with ``bptt`` ``[U, γ_h, β_h, γ_c,
-        β_c]`` as stored (the bias is then in the projection)."""
+        """``[U, γ_h, β_h + b, γ_c, β_c]``, U with centred rows in the layer's
+        loop (`_centres_recurrent_kernel`); with ``bptt`` ``[U, γ_h, β_h, γ_c, β_c]`` as stored (the
+        bias is then in the projection)."""
         if bptt:
             return [
                 self.read_weight(self.recurrent_kernel),
@@ -182,8 +233,11 @@ class LayerNormLSTMCell(RecurrentCell):
             beta_h = beta_h + self._read_norm(self.bias)
         if batch_size is not None:
             beta_h = ops.broadcast_to(beta_h, (batch_size, 4 * self.units))
+        recurrent_kernel = self.read_weight(self.recurrent_kernel)
+        if self._centres_recurrent_kernel(batch_size):
+            recurrent_kernel = _centre_columns(recurrent_kernel)
         return [
-            self.read_weight(self.recurrent_kernel),
+            recurrent_kernel,
             self._read_norm(self.recurrent_norm_gamma, batch_size),
             beta_h,
             self._read_norm(self.state_norm_gamma, batch_size),
@@ -246,7 +300,11 @@ class LayerNormLSTMCell(RecurrentCell):
         eps = self.norm_epsilon
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
         # xw_t is LN_x(x W); beta_h carries b.
-        z = xw_t + _layer_norm(matmul(h_in, U), gamma_h, beta_h, eps)  # (B, 4u)
+        # In the layer's loop γ_h comes per example (rank 2) and U with
+        # centred rows (`_centres_recurrent_kernel`).
+        centred = self._centres_recurrent_kernel(None if len(gamma_h.shape) == 1 else 1)
+        z = xw_t + _layer_norm(matmul(h_in, U), gamma_h, beta_h, eps,
+                               centred=centred)  # (B, 4u)
         z_i, z_f, z_c, z_o = split(z, 4)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)
