@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The whole suite on TensorFlow, then the layer, model and backend tests on
-# JAX and on PyTorch (everything that runs off TensorFlow; tests marked
-# tensorflow_only are skipped there). Extra arguments go to every pytest run.
+# The whole suite on TensorFlow, then the layer and backend tests on JAX and
+# on PyTorch (tests marked tensorflow_only are skipped there). The layers hold
+# the backend-specific code; the builders (tests/models) are compositions of
+# them, and tests/backends trains, reloads and predicts every builder on each
+# backend and checks its outputs against TensorFlow's, so the builders' own
+# tests run once, on TensorFlow. Extra arguments go to every pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-OFF_TF=(tests/layers tests/models tests/backends)
+OFF_TF=(tests/layers tests/backends)
 KERAS_BACKEND=tensorflow pytest -q -n 2 --dist loadfile "$@"
 # XLA's backend optimisations off: the JAX tests compile many tiny programs,
 # and compiling dominates their time (a third less without them).

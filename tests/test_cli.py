@@ -254,7 +254,7 @@ def test_export_over_an_export_is_refused_and_overwrite_replaces_it_whole(date_r
     from keras_seq.export import run as export_module
 
     out = tmp_path / "out"
-    assert main(["export", str(date_run), str(out), "--formats", "savedmodel", "onnx"]) == 0
+    assert main(["export", str(date_run), str(out), "--formats", "savedmodel"]) == 0
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     capsys.readouterr()
     # Into a non-empty folder: refused, nothing touched.

@@ -130,6 +130,11 @@ def _builder_cases():
                                           num_heads=2, intermediate_dim=12), 12),
         "sequence_classifier_rnn": _builder(
             lambda: models.sequence_classifier(12, 3, kind="rnn", units=6, cell="peephole"), 12),
+        # ELMo: both stacks of the biLM (the backward one reverses each row's
+        # real tokens) and the embedder's layer stacking, on this backend.
+        "contextual_embedder_bilm": _builder(
+            lambda: models.contextual_embedder(
+                models.bidirectional_language_model(12, num_layers=2, units=6)), 12),
         "dcnn_classifier": _builder(
             lambda: models.dcnn_classifier(12, 3, embedding_dim=6, filters=(3, 4),
                                            kernel_sizes=(3, 2), k_top=2, dropout=0.0), 12),

@@ -23,6 +23,8 @@ NOT_OUR_LAYERS = {
     "None": "a Python value",
     "DecoderSteps": "keras_seq.decoding's protocol of a decoder run one step at a time",
     "Seq2SeqHyperModel": "keras_seq.tuning's search space",
+    "TrainingConfig": "keras_seq.training's options of a run",
+    "WordPieceTokenizer": "keras_seq.text's tokenizer",
 }
 
 
