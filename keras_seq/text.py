@@ -38,7 +38,6 @@ from __future__ import annotations
 import abc
 import json
 import os
-import re
 from collections.abc import Iterable, Sequence
 
 import tensorflow as tf
@@ -53,6 +52,7 @@ from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
 )
 
 from keras_seq._validation import check_bool, check_int, check_positive_int, invalid_value
+from keras_seq._vocabulary_escapes import escape_token, unescape_token
 from keras_seq.reserved_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
 __all__ = [
@@ -82,48 +82,6 @@ _DEFAULT_MAX_BYTES_PER_WORD = 100
 _Strings = tf.Tensor | Sequence[str | bytes]
 # What `detokenize` accepts: integer ids (B, T), dense or ragged, or nested lists.
 _Ids = tf.Tensor | tf.RaggedTensor | Sequence[Sequence[int]]
-
-
-# ---------------------------------------------------------------------------
-# vocab.txt escaping
-
-
-def _escape_token(token: str) -> str:
-    out = []
-    for ch in token:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == " ":
-            out.append("\\s")
-        elif ch.isspace() or not ch.isprintable():
-            code = ord(ch)
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-_ESCAPE = re.compile(r"\\(\\|s|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
-
-
-def _unescape_token(line: str, path: str, line_number: int) -> str:
-    def replace(match: re.Match) -> str:
-        code = match.group(1)
-        if code == "\\":
-            return "\\"
-        if code == "s":
-            return " "
-        return chr(int(code[1:], 16))
-
-    token = _ESCAPE.sub(replace, line)
-    # A backslash left over means an escape we do not know: fail loudly rather
-    # than load a vocabulary that silently differs from the one saved.
-    if "\\" in _ESCAPE.sub("", line):
-        raise ValueError(
-            f"{path}, line {line_number}: unknown escape sequence in token {line!r}; "
-            "expected \\\\, \\s, \\uXXXX or \\UXXXXXXXX."
-        )
-    return token
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +251,7 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
             os.path.join(directory, VOCABULARY_FILE), "w", encoding="utf-8", newline="\n"
         ) as f:
             for token in self._vocabulary:
-                f.write(_escape_token(token) + "\n")
+                f.write(escape_token(token) + "\n")
         metadata = {"type": self._kind, "format_version": _FORMAT_VERSION, **self._options()}
         with open(os.path.join(directory, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2)
@@ -597,7 +555,7 @@ def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTok
     if lines and lines[-1] == "":
         lines.pop()
     vocabulary = [
-        _unescape_token(line, vocabulary_path, number) for number, line in enumerate(lines, 1)
+        unescape_token(line, vocabulary_path, number) for number, line in enumerate(lines, 1)
     ]
     version = metadata.get("format_version", _FORMAT_VERSION)
     if version != _FORMAT_VERSION:
