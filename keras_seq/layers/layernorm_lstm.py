@@ -19,7 +19,8 @@ def _check_norm_epsilon(owner: str, norm_epsilon) -> float:
 
 
 def _layer_norm(v, gamma, beta, epsilon: float, centred: bool = False):
-    """``γ ⊙ (v − mean(v)) / sqrt(var(v) + ε) + β`` over the last axis.
+    """``γ ⊙ (v − mean(v)) / sqrt(var(v) + ε) + β`` over the last axis
+    (``beta=None``: without ``+ β``).
 
     float16 and bfloat16 inputs are normalised in float32 and cast back, as
     `keras.layers.LayerNormalization` does: their variance loses too much.
@@ -35,7 +36,9 @@ def _layer_norm(v, gamma, beta, epsilon: float, centred: bool = False):
     if not centred:
         v = v - ops.sum(v, axis=-1, keepdims=True) * inverse_width
     variance = ops.sum(ops.square(v), axis=-1, keepdims=True) * inverse_width
-    normed = v * ops.rsqrt(variance + epsilon) * gamma + beta
+    normed = v * ops.rsqrt(variance + epsilon) * gamma
+    if beta is not None:
+        normed = normed + beta
     return ops.cast(normed, dtype)
 
 
@@ -183,28 +186,36 @@ class LayerNormLSTMCell(RecurrentCell):
         return ops.broadcast_to(value, (batch_size, variable.shape[0]))
 
     def project_inputs(self, x, bias=True):
-        """``LN_x(x @ kernel)``, plus the bias with ``bias=True``.
+        """``x @ kernel`` with ``bias=False``: the step (`recurrent_step`)
+        normalises each step's product itself (LN_x, its β in the step's
+        bias). With ``bias=True`` (the hand-written gradient's loop)
+        ``LN_x(x @ kernel) + b``: the whole sequence normalised before the loop.
 
-        LN_x does not depend on the state, so the layer normalises the
-        projection of all steps at once, before the loop.
+        Why LN_x runs in the step at inference: normalising the projection
+        of every step at once writes a second ``(T, B, 4u)`` tensor, a fresh
+        allocation per call whose page faults alone made XLA's B64 forward
+        pass 1.8× Keras' LSTM instead of 1.2× (benchmarks/RESULTS.md, "More
+        cells"); in the step the norm reads a ``(B, 4u)`` row already in cache.
         """
+        kernel = self.read_weight(self.kernel)
+        if not bias:
+            return project(x, kernel)
         beta = self._read_norm(self.kernel_norm_beta)
-        if bias and self.use_bias:
+        if self.use_bias:
             beta = beta + self._read_norm(self.bias)  # b folded into β_x: no extra add
         gamma = self._read_norm(self.kernel_norm_gamma)
         if self._folds_norms() and len(x.shape) == 3:  # all steps at once
-            scaled, gram = _fold_layer_norm(self.read_weight(self.kernel), gamma)
+            scaled, gram = _fold_layer_norm(kernel, gamma)
             return _folded_norm(x, scaled, gram, self.norm_epsilon) + beta
-        xw = project(x, self.read_weight(self.kernel))
-        return _layer_norm(xw, gamma, beta, self.norm_epsilon)
+        return _layer_norm(project(x, kernel), gamma, beta, self.norm_epsilon)
 
     def _folds_norms(self) -> bool:
-        """LN_x folded into the kernel (`_fold_layer_norm`) and LN_h's
-        centring into U (`_centres_recurrent_kernel`), in float32 and
-        float64; float16 and bfloat16 take the statistics of the product in
-        float32 instead (`_layer_norm`). Only where the fold is paid once for
-        many steps: the projection of a whole sequence and the layer's loop;
-        a single step (the cell's ``call``, the decoder) normalises its
+        """LN_x folded into the kernel (`_fold_layer_norm`, the hand-written
+        gradient's projection of a whole sequence) and LN_h's centring into
+        U (`_centres_recurrent_kernel`), in float32 and float64; float16 and
+        bfloat16 take the statistics of the product in float32 instead
+        (`_layer_norm`). Only where the fold is paid once for many steps; a
+        single step (the cell's ``call``, the decoder) normalises its
         products directly."""
         return self.compute_dtype in ("float32", "float64")
 
@@ -216,9 +227,10 @@ class LayerNormLSTMCell(RecurrentCell):
         return self._folds_norms() and batch_size is not None
 
     def recurrent_weights(self, batch_size=None, bptt=False):
-        """``[U, γ_h, β_h + b, γ_c, β_c]``, U with centred rows in the layer's
-        loop (`_centres_recurrent_kernel`); with ``bptt`` ``[U, γ_h, β_h, γ_c, β_c]`` as stored (the
-        bias is then in the projection)."""
+        """``[U, γ_h, β_x + β_h + b, γ_c, β_c, γ_x]``, U with centred rows in
+        the layer's loop (`_centres_recurrent_kernel`); with ``bptt`` ``[U,
+        γ_h, β_h, γ_c, β_c]`` as stored (LN_x and the bias are then in the
+        projection)."""
         if bptt:
             return [
                 self.read_weight(self.recurrent_kernel),
@@ -227,9 +239,10 @@ class LayerNormLSTMCell(RecurrentCell):
                     self.state_norm_gamma, self.state_norm_beta,
                 )),
             ]
-        beta_h = self._read_norm(self.recurrent_norm_beta)
+        # LN_x(xW) + LN_h(hU) + b = γ_x ⊙ n_x + γ_h ⊙ n_h + (β_x + β_h + b):
+        # one add per step instead of three.
+        beta_h = self._read_norm(self.kernel_norm_beta) + self._read_norm(self.recurrent_norm_beta)
         if self.use_bias:
-            # LN_h(hU) + b = γ_h ⊙ n + (β_h + b): one add per step instead of two.
             beta_h = beta_h + self._read_norm(self.bias)
         if batch_size is not None:
             beta_h = ops.broadcast_to(beta_h, (batch_size, 4 * self.units))
@@ -242,6 +255,7 @@ class LayerNormLSTMCell(RecurrentCell):
             beta_h,
             self._read_norm(self.state_norm_gamma, batch_size),
             self._read_norm(self.state_norm_beta, batch_size),
+            self._read_norm(self.kernel_norm_gamma, batch_size),
         ]
 
     # Hand-written gradient for training on TensorFlow (the bptt_* hooks of
@@ -296,15 +310,15 @@ class LayerNormLSTMCell(RecurrentCell):
 
     def recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
         h_tm1, c_tm1 = states
-        U, gamma_h, beta_h, gamma_c, beta_c = weights
+        U, gamma_h, beta, gamma_c, beta_c, gamma_x = weights
         eps = self.norm_epsilon
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        # xw_t is LN_x(x W); beta_h carries b.
+        # xw_t is x W (`project_inputs(bias=False)`); beta carries β_x, β_h and b.
         # In the layer's loop γ_h comes per example (rank 2) and U with
         # centred rows (`_centres_recurrent_kernel`).
         centred = self._centres_recurrent_kernel(None if len(gamma_h.shape) == 1 else 1)
-        z = xw_t + _layer_norm(matmul(h_in, U), gamma_h, beta_h, eps,
-                               centred=centred)  # (B, 4u)
+        z = (_layer_norm(xw_t, gamma_x, None, eps)
+             + _layer_norm(matmul(h_in, U), gamma_h, beta, eps, centred=centred))  # (B, 4u)
         z_i, z_f, z_c, z_o = split(z, 4)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)

@@ -543,9 +543,16 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
         kernel, *params = cell.recurrent_weights(bptt=True)
         # The hand-written loop takes the whole bias in the projection; the
         # LSTM steps add theirs after h @ U (GRU's xw is the same for both).
-        in_step = 0.0 if case == "gru" else cell.bias
+        # LayerNormLSTM's step normalises x W itself (LN_x); the hand-written
+        # loop takes LN_x(x W) + b, computed here by autodiff's ops.
+        xw_bptt = xw + (0.0 if case == "gru" else cell.bias)
+        if case == "layernorm_lstm":
+            variance = tf.math.reduce_variance(xw, axis=-1, keepdims=True)
+            xw_bptt = ((xw - tf.reduce_mean(xw, axis=-1, keepdims=True))
+                       * tf.math.rsqrt(variance + cell.norm_epsilon) * cell.kernel_norm_gamma
+                       + cell.kernel_norm_beta + cell.bias)
         return run_bptt_recurrence(
-            cell, xw + in_step, states, kernel, params, mask=mask, recurrent_mask=keep,
+            cell, xw_bptt, states, kernel, params, mask=mask, recurrent_mask=keep,
             return_sequences=True, zero_output_for_mask=zero_output_for_mask,
         )
 
@@ -558,9 +565,8 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
             continue
         np.testing.assert_allclose(g, e, atol=2e-5, err_msg=name)
         compared.append(name)
-    # All but the weights used only in the input projection (xw is given):
-    # the kernel, and LayerNormLSTM's kernel norm.
-    projection_only = {"kernel", "kernel_norm_gamma", "kernel_norm_beta"}
+    # All but the kernel, used only in the input projection (xw is given).
+    projection_only = {"kernel"}
     assert "recurrent_kernel" in compared
     assert set(names) - set(compared) <= projection_only and "kernel" not in compared
 
