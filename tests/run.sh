@@ -1,17 +1,45 @@
 #!/usr/bin/env bash
-# The whole suite on TensorFlow, then the layer and backend tests on JAX and
+# The whole suite on TensorFlow, and the layer and backend tests on JAX and
 # on PyTorch (tests marked tensorflow_only are skipped there). The layers hold
 # the backend-specific code; the builders (tests/models) are compositions of
 # them, and tests/backends trains, reloads and predicts every builder on each
 # backend and checks its outputs against TensorFlow's, so the builders' own
 # tests run once, on TensorFlow. Extra arguments go to every pytest run.
-set -euo pipefail
+#
+# The TensorFlow run (two workers) and the JAX-then-PyTorch runs (one worker)
+# go side by side: one after the other, each run's last minutes leave a core
+# idle while its slowest file finishes. TensorFlow's output streams; the
+# other two print when they end. The exit status is non-zero if any run fails.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 OFF_TF=(tests/layers tests/backends)
-KERAS_BACKEND=tensorflow pytest -q -n 2 --dist loadfile "$@"
-# XLA's backend optimisations off: the JAX tests compile many tiny programs,
-# and compiling dominates their time (a third less without them).
-XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" \
-  KERAS_BACKEND=jax pytest -q -n 2 --dist loadfile "$@" "${OFF_TF[@]}"
-KERAS_BACKEND=torch pytest -q -n 2 --dist loadfile "$@" "${OFF_TF[@]}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+other_backends() {
+  # XLA's backend optimisations off: the JAX tests compile many tiny
+  # programs, and compiling dominates their time (a third less without them).
+  XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" KERAS_BACKEND=jax \
+    pytest -q --basetemp="$work/jax" "$@" "${OFF_TF[@]}" >"$work/jax.log" 2>&1
+  echo $? >"$work/jax.status"
+  KERAS_BACKEND=torch \
+    pytest -q --basetemp="$work/torch" "$@" "${OFF_TF[@]}" >"$work/torch.log" 2>&1
+  echo $? >"$work/torch.status"
+}
+
+other_backends "$@" &
+others=$!
+KERAS_BACKEND=tensorflow pytest -q -n 2 --dist loadfile --basetemp="$work/tensorflow" "$@"
+status=$?
+echo "tensorflow: exit status $status"
+wait "$others"
+for backend in jax torch; do
+  echo
+  echo "=== KERAS_BACKEND=$backend ==="
+  cat "$work/$backend.log"
+  code="$(cat "$work/$backend.status" 2>/dev/null || echo 1)"
+  echo "$backend: exit status $code"
+  [ "$code" = 0 ] || status=1
+done
+exit "$status"
