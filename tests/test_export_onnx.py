@@ -1,5 +1,7 @@
 """ONNX export through tf2onnx, checked with onnxruntime against Keras and NumPy."""
 
+import os
+
 import keras
 import numpy as np
 import onnx
@@ -164,3 +166,32 @@ def test_convert_to_onnx_refuses_ops_onnx_lacks(tmp_path):
     with pytest.raises(ValueError, match=r"cannot convert the TensorFlow op\(s\) \['XlaDynamicUpdateSlice'\]"):
         convert_to_onnx(update, tmp_path / "x.onnx", signature)
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_optimisers_run_in_place_and_one_that_fails_there_falls_back_to_tf2onnx_default(
+    tmp_path, rng, monkeypatch
+):
+    """tf2onnx's optimisers run without its per-optimiser graph copies
+    (``TF2ONNX_CATCH_ERRORS=FALSE``) unless that raises; then the conversion
+    runs again with tf2onnx's default, and the file still matches Keras."""
+    from tf2onnx import optimizer
+
+    monkeypatch.delenv("TF2ONNX_CATCH_ERRORS", raising=False)
+    optimize_graph = optimizer.optimize_graph
+    seen = []
+
+    def failing_in_place(graph, catch_errors=True, optimizers=None):
+        seen.append(catch_errors)
+        if not catch_errors:
+            raise RuntimeError("an optimiser failed in place")
+        return optimize_graph(graph, catch_errors, optimizers)
+
+    monkeypatch.setattr(optimizer, "optimize_graph", failing_in_place)
+    inputs = keras.Input((None, 3), name="x")
+    model = keras.Model(inputs, layers.GRU(4)(inputs))
+    path = convert_to_onnx(model, tmp_path / "gru.onnx")
+    assert seen == [False, True]
+    assert "TF2ONNX_CATCH_ERRORS" not in os.environ  # restored
+    x = rng.normal(size=(2, 5, 3)).astype("float32")
+    (got,) = _run_onnx(path, {"x": x})
+    np.testing.assert_allclose(got, model(x), atol=1e-5)
