@@ -195,3 +195,12 @@ def test_optimisers_run_in_place_and_one_that_fails_there_falls_back_to_tf2onnx_
     x = rng.normal(size=(2, 5, 3)).astype("float32")
     (got,) = _run_onnx(path, {"x": x})
     np.testing.assert_allclose(got, model(x), atol=1e-5)
+
+
+def test_a_sequential_model_never_called_converts_and_matches_keras(tmp_path, rng):
+    # Keras' `model.input` of such a model raises ("has never been called").
+    model = keras.Sequential([keras.Input((None, 3), name="x"), layers.GRU(4)])
+    path = convert_to_onnx(model, tmp_path / "gru.onnx")
+    x = rng.normal(size=(2, 5, 3)).astype("float32")
+    (got,) = _run_onnx(path, {"x": x})
+    np.testing.assert_allclose(got, model(x), atol=1e-5)

@@ -58,10 +58,15 @@ def traceable(model, input_signature: Sequence[tf.TensorSpec] | None, batch_size
         for spec, t in zip(specs, model.inputs)
     ]
 
-    def call(*args):
+    try:
         # `model.input` has the structure the model was built with;
         # `model.inputs` is its flattened order.
-        return model(tf.nest.pack_sequence_as(model.input, list(args)), training=False)
+        structure = model.input
+    except AttributeError:  # a `keras.Sequential` never called has only `inputs`
+        structure = model.inputs[0] if len(model.inputs) == 1 else list(model.inputs)
+
+    def call(*args):
+        return model(tf.nest.pack_sequence_as(structure, list(args)), training=False)
 
     return call, specs
 
