@@ -197,9 +197,9 @@ class LayerNormLSTMCell(RecurrentCell):
         pass 1.8× Keras' LSTM instead of 1.2× (benchmarks/RESULTS.md, "More
         cells"); in the step the norm reads a ``(B, 4u)`` row already in cache.
         """
-        kernel = self.read_weight(self.kernel)
         if not bias:
-            return project(x, kernel)
+            return super().project_inputs(x, bias=False)
+        kernel = self.read_weight(self.kernel)
         beta = self._read_norm(self.kernel_norm_beta)
         if self.use_bias:
             beta = beta + self._read_norm(self.bias)  # b folded into β_x: no extra add
