@@ -70,7 +70,7 @@ def convert_to_onnx(
 
 
 # tf2onnx reads this variable: "FALSE" runs its graph optimisers in place.
-CATCH_ERRORS_VARIABLE = "TF2ONNX_CATCH_ERRORS"
+_CATCH_ERRORS_VARIABLE = "TF2ONNX_CATCH_ERRORS"
 
 
 def _from_function(function, specs, opset: int):
@@ -89,15 +89,15 @@ def _from_function(function, specs, opset: int):
     def convert():
         return tf2onnx.convert.from_function(function, input_signature=specs, opset=opset)[0]
 
-    if CATCH_ERRORS_VARIABLE in os.environ:
+    if _CATCH_ERRORS_VARIABLE in os.environ:
         return convert()
-    os.environ[CATCH_ERRORS_VARIABLE] = "FALSE"
+    os.environ[_CATCH_ERRORS_VARIABLE] = "FALSE"
     try:
         return convert()
     except Exception:  # an optimiser that fails in place: tf2onnx's default below
         pass
     finally:
-        del os.environ[CATCH_ERRORS_VARIABLE]
+        del os.environ[_CATCH_ERRORS_VARIABLE]
     return convert()
 
 
