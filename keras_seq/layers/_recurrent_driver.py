@@ -39,6 +39,28 @@ def is_tensorflow() -> bool:
     return keras.backend.backend() == "tensorflow"
 
 
+def compiled_by_xla() -> bool:
+    """Whether the code being traced now will be compiled by XLA: always on
+    JAX; on TensorFlow inside a ``tf.function(jit_compile=True)`` (which is
+    what Keras' ``jit_compile`` builds); never on PyTorch.
+
+    A cell may pick the form of its step by it: XLA fuses a step's
+    elementwise ops into a few kernels, TensorFlow's executor runs each one
+    separately. (TensorFlow's global auto-clustering,
+    ``tf.config.optimizer.set_jit``, is not seen: it reads as False.)
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend != "tensorflow":
+        return False
+    import tensorflow as tf
+    # The flag is private to TensorFlow; Keras 2's layers read it the same way.
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 def choose_loop(training, unroll: bool = False, bptt: bool = False) -> str:
     """The loop form of one call: the one place that weighs the call's options.
 

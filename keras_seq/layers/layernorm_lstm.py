@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import initializers, ops
 
@@ -10,7 +12,7 @@ from keras_seq.layers._recurrent_base import (
     RecurrentCell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_driver import matmul, project, split
+from keras_seq.layers._recurrent_driver import compiled_by_xla, matmul, project, split
 from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
 
 
@@ -27,16 +29,21 @@ def _layer_norm(v, gamma, beta, epsilon: float, centred: bool = False):
     ``gamma`` and ``beta`` come in the dtype the statistics are computed in.
     ``centred``: ``v`` has mean 0 already (a product with `_centre_columns`'
     kernel), the mean is not subtracted again.
+
+    Written as ``(v ⊙ γ√n) · rsqrt(Σ v² + nε)`` (n the width): in a step,
+    ``v ⊙ γ√n`` runs beside the statistics, and the chain of ops each
+    waiting for the last, which TensorFlow's executor pays per op, is two
+    shorter than ``v · rsqrt(Σ v² / n + ε) · γ``.
     """
     dtype = keras.backend.standardize_dtype(v.dtype)
     if dtype in ("float16", "bfloat16"):
         v = ops.cast(v, "float32")
     # Sums, not ops.mean: Keras' PyTorch mean of float64 is computed in float32.
-    inverse_width = 1.0 / v.shape[-1]
+    width = v.shape[-1]
     if not centred:
-        v = v - ops.sum(v, axis=-1, keepdims=True) * inverse_width
-    variance = ops.sum(ops.square(v), axis=-1, keepdims=True) * inverse_width
-    normed = v * ops.rsqrt(variance + epsilon) * gamma
+        v = v - ops.sum(v, axis=-1, keepdims=True) * (1.0 / width)
+    scaled = v * (gamma * math.sqrt(width))
+    normed = scaled * ops.rsqrt(ops.sum(ops.square(v), axis=-1, keepdims=True) + width * epsilon)
     if beta is not None:
         normed = normed + beta
     return ops.cast(normed, dtype)
@@ -186,18 +193,32 @@ class LayerNormLSTMCell(RecurrentCell):
         return ops.broadcast_to(value, (batch_size, variable.shape[0]))
 
     def project_inputs(self, x, bias=True):
-        """``x @ kernel`` with ``bias=False``: the step (`recurrent_step`)
-        normalises each step's product itself (LN_x, its β in the step's
-        bias). With ``bias=True`` (the hand-written gradient's loop)
-        ``LN_x(x @ kernel) + b``: the whole sequence normalised before the loop.
+        """The input's part of the gate pre-activations ``z``, in one of
+        three forms:
 
-        Why LN_x runs in the step at inference: normalising the projection
-        of every step at once writes a second ``(T, B, 4u)`` tensor, a fresh
-        allocation per call whose page faults alone made XLA's B64 forward
-        pass 1.8× Keras' LSTM instead of 1.2× (benchmarks/RESULTS.md, "More
-        cells"); in the step the norm reads a ``(B, 4u)`` row already in cache.
+        - ``bias=False``, the layer's loop over a whole sequence (rank 3)
+          when `_normalises_projection`: ``LN_x(x W) + β_h + b``, every
+          term of ``z`` but LN_h's normalised ``γ_h ⊙ n_h``; the step adds
+          only that.
+        - ``bias=False`` otherwise: ``x @ kernel``; the step normalises each
+          row itself (LN_x) and adds the β's and b.
+        - ``bias=True`` (the hand-written gradient's loop): ``LN_x(x W) + b``,
+          the whole sequence normalised before the loop (β_h is the loop's).
+
+        Why two inference forms (benchmarks/RESULTS.md, "More cells"): under
+        XLA, LN_x in the step is fused into the step's other elementwise
+        ops, while normalising the projection of every step at once writes a
+        second ``(T, B, 4u)`` tensor, a fresh allocation per call whose page
+        faults made the B64 forward pass 1.8× Keras' LSTM. TensorFlow's
+        executor runs each of LN_x's ops separately at every step; there the
+        norm goes into the projection instead, without that second tensor:
+        ``LN_x(x W) − β_x = (x ⊙ r) (W_c ⊙ γ_x)`` with ``r = rsqrt(var(x W) +
+        ε)`` per row, its variance from the Gram matrix of `_fold_layer_norm`.
         """
         if not bias:
+            if len(x.shape) == 3 and self._normalises_projection():
+                scaled, inverse_sigma = self._folded_input_norm(x)
+                return project(x * inverse_sigma, scaled, self._summed_betas())
             return super().project_inputs(x, bias=False)
         kernel = self.read_weight(self.kernel)
         beta = self._read_norm(self.kernel_norm_beta)
@@ -208,6 +229,37 @@ class LayerNormLSTMCell(RecurrentCell):
             scaled, gram = _fold_layer_norm(kernel, gamma)
             return _folded_norm(x, scaled, gram, self.norm_epsilon) + beta
         return _layer_norm(project(x, kernel), gamma, beta, self.norm_epsilon)
+
+    def _folded_input_norm(self, x):
+        """``(W_c ⊙ γ_x, r)``: with them ``(x ⊙ r) (W_c ⊙ γ_x) = LN_x(x W) −
+        β_x``, ``r = rsqrt(var(x W) + ε)`` of each row of ``x`` (``(…, 1)``)."""
+        scaled, gram = _fold_layer_norm(
+            self.read_weight(self.kernel), self._read_norm(self.kernel_norm_gamma)
+        )
+        # A sum of squares, clamped at 0 against rounding (see `_folded_norm`).
+        variance = ops.relu(ops.sum(project(x, gram) * x, axis=-1, keepdims=True))
+        return scaled, ops.rsqrt(variance + self.norm_epsilon)
+
+    def _summed_betas(self):
+        """``β_x + β_h + b``: LN_x(x W) + LN_h(h U) + b has one additive term."""
+        beta = self._read_norm(self.kernel_norm_beta) + self._read_norm(self.recurrent_norm_beta)
+        if self.use_bias:
+            beta = beta + self._read_norm(self.bias)
+        return beta
+
+    def _normalises_projection(self) -> bool:
+        """Whether the layer's loop takes LN_x(x W) and all the β's from the
+        projection (`project_inputs`): float32/float64 outside XLA
+        (`compiled_by_xla`), with ``input_dim <= units / 2``.
+
+        The fold costs a product ``x G`` of ``in × in`` per row on top of the
+        projection's ``in × 4u``. Measured on a 2-core CPU (B64, T100,
+        u256, against LN_x in the step, benchmarks/RESULTS.md): faster at
+        ``in = 64`` and ``128``, even at ``192``, slower at ``256``, ``512``
+        and ``1024``.
+        """
+        return (self._folds_norms() and not compiled_by_xla()
+                and 2 * self.kernel.shape[0] <= self.units)
 
     def _folds_norms(self) -> bool:
         """LN_x folded into the kernel (`_fold_layer_norm`, the hand-written
@@ -228,9 +280,11 @@ class LayerNormLSTMCell(RecurrentCell):
 
     def recurrent_weights(self, batch_size=None, bptt=False):
         """``[U, γ_h, β_x + β_h + b, γ_c, β_c, γ_x]``, U with centred rows in
-        the layer's loop (`_centres_recurrent_kernel`); with ``bptt`` ``[U,
-        γ_h, β_h, γ_c, β_c]`` as stored (LN_x and the bias are then in the
-        projection)."""
+        the layer's loop (`_centres_recurrent_kernel`). In the layer's loop
+        (``batch_size`` given) with `_normalises_projection`, the β's and γ_x
+        are in the projection and their places hold None. With ``bptt``
+        ``[U, γ_h, β_h, γ_c, β_c]`` as stored (LN_x and the bias are then
+        in the projection)."""
         if bptt:
             return [
                 self.read_weight(self.recurrent_kernel),
@@ -239,24 +293,26 @@ class LayerNormLSTMCell(RecurrentCell):
                     self.state_norm_gamma, self.state_norm_beta,
                 )),
             ]
-        # LN_x(xW) + LN_h(hU) + b = γ_x ⊙ n_x + γ_h ⊙ n_h + (β_x + β_h + b):
-        # one add per step instead of three.
-        beta_h = self._read_norm(self.kernel_norm_beta) + self._read_norm(self.recurrent_norm_beta)
-        if self.use_bias:
-            beta_h = beta_h + self._read_norm(self.bias)
-        if batch_size is not None:
-            beta_h = ops.broadcast_to(beta_h, (batch_size, 4 * self.units))
         recurrent_kernel = self.read_weight(self.recurrent_kernel)
         if self._centres_recurrent_kernel(batch_size):
             recurrent_kernel = _centre_columns(recurrent_kernel)
-        return [
+        weights = [
             recurrent_kernel,
             self._read_norm(self.recurrent_norm_gamma, batch_size),
-            beta_h,
+            None,
             self._read_norm(self.state_norm_gamma, batch_size),
             self._read_norm(self.state_norm_beta, batch_size),
-            self._read_norm(self.kernel_norm_gamma, batch_size),
+            None,
         ]
+        if batch_size is None or not self._normalises_projection():
+            # LN_x(xW) + LN_h(hU) + b = γ_x ⊙ n_x + γ_h ⊙ n_h + (β_x + β_h + b):
+            # one add per step instead of three.
+            beta = self._summed_betas()
+            if batch_size is not None:
+                beta = ops.broadcast_to(beta, (batch_size, 4 * self.units))
+            weights[2] = beta
+            weights[5] = self._read_norm(self.kernel_norm_gamma, batch_size)
+        return weights
 
     # Hand-written gradient for training on TensorFlow (the bptt_* hooks of
     # RecurrentCell). Saved per step: the normalised h U and its 1/σ, the
@@ -313,12 +369,15 @@ class LayerNormLSTMCell(RecurrentCell):
         U, gamma_h, beta, gamma_c, beta_c, gamma_x = weights
         eps = self.norm_epsilon
         h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        # xw_t is x W (`project_inputs(bias=False)`); beta carries β_x, β_h and b.
         # In the layer's loop γ_h comes per example (rank 2) and U with
         # centred rows (`_centres_recurrent_kernel`).
         centred = self._centres_recurrent_kernel(None if len(gamma_h.shape) == 1 else 1)
-        z = (_layer_norm(xw_t, gamma_x, None, eps)
-             + _layer_norm(matmul(h_in, U), gamma_h, beta, eps, centred=centred))  # (B, 4u)
+        z = _layer_norm(matmul(h_in, U), gamma_h, beta, eps, centred=centred)  # (B, 4u)
+        if gamma_x is None:
+            z = xw_t + z  # LN_x(x W) + β_x + β_h + b from `project_inputs`
+        else:
+            # xw_t is x W; beta carries β_x, β_h and b.
+            z = _layer_norm(xw_t, gamma_x, None, eps) + z
         z_i, z_f, z_c, z_o = split(z, 4)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)
@@ -343,8 +402,10 @@ class LayerNormLSTM(RecurrentLayer):
     """Layer-normalised LSTM layer (TensorFlow Addons' `LayerNormLSTMCell` over time).
 
     Runs `LayerNormLSTMCell` over time (see its equations and weights). The
-    normalised input projection LN_x(x W) of all steps is computed before the
-    time loop; the loop does only the recurrent part.
+    input projection x W of all steps is computed before the time loop. Where
+    TensorFlow runs the loop without XLA (and ``input_dim <= units / 2``),
+    LN_x is folded into that projection; otherwise each step normalises its
+    own row (see `LayerNormLSTMCell.project_inputs`).
 
     `units`, `activation`, `recurrent_activation`, `use_bias`, `*_initializer`,
     `unit_forget_bias`, `norm_epsilon`, `norm_gamma_initializer`,

@@ -41,23 +41,23 @@ def _np_layer_norm(v, gamma, beta, eps):
     return gamma * (v - mean) / np.sqrt(var + eps) + beta
 
 
-def _np_step(weights, x, states, eps=1e-3):
+def _np_step(weights, x, states, eps=1e-3, sigma=_sigmoid):
     W, U_, b, g_x, b_x, g_h, b_h, g_c, b_c = weights
     h, c = states
     z = _np_layer_norm(x @ W, g_x, b_x, eps) + _np_layer_norm(h @ U_, g_h, b_h, eps) + b
     z_i, z_f, z_c, z_o = np.split(z, 4, axis=-1)
-    i, f, c_tilde, o = _sigmoid(z_i), _sigmoid(z_f), np.tanh(z_c), _sigmoid(z_o)
+    i, f, c_tilde, o = sigma(z_i), sigma(z_f), np.tanh(z_c), sigma(z_o)
     c_t = _np_layer_norm(f * c + i * c_tilde, g_c, b_c, eps)
     h_t = o * np.tanh(c_t)
     return h_t, [h_t, c_t]
 
 
-def _np_run(weights, x, states, mask=None, go_backwards=False, eps=1e-3):
+def _np_run(weights, x, states, mask=None, go_backwards=False, eps=1e-3, sigma=_sigmoid):
     """Keras semantics: masked steps keep the states and repeat the previous output."""
     steps = reversed(range(x.shape[1])) if go_backwards else range(x.shape[1])
     output, outputs = np.zeros_like(states[0]), []
     for t in steps:
-        new_output, new_states = _np_step(weights, x[:, t], states, eps)
+        new_output, new_states = _np_step(weights, x[:, t], states, eps, sigma)
         if mask is not None:
             keep = mask[:, t, None]
             new_states = [np.where(keep, n, s) for n, s in zip(new_states, states)]
@@ -101,6 +101,77 @@ def test_without_bias_and_with_other_epsilon_matches_numpy_reference(rng):
     reference = [*weights[:2], np.zeros(4 * U, "float32"), *weights[2:]]
     expected, _ = _np_run(reference, x, [np.zeros((B, U), "float32")] * 2, eps=0.5)
     np.testing.assert_allclose(layer(x), expected, atol=1e-5)
+
+
+# Inputs at most half as wide as the units: outside XLA the layer's loop folds
+# LN_x into the input projection (`LayerNormLSTMCell.project_inputs`); wider
+# inputs, and XLA, normalise each step's row in the step.
+@pytest.mark.parametrize("features", [2, IN])
+@pytest.mark.parametrize("jit", [False, True])
+def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
+    if jit and BACKEND != "tensorflow":
+        pytest.skip("jit_compile is TensorFlow's tf.function option")
+    layer = LayerNormLSTM(U, return_sequences=True, return_state=True, go_backwards=True)
+    layer.build((None, None, features))
+    weights = _random_weights(rng, features=features)
+    layer.set_weights(weights)
+    # The premise: the fold is taken outside XLA exactly for the narrow input.
+    assert layer.cell._normalises_projection() == (features == 2 and BACKEND != "jax")
+    x = rng.normal(0.0, 2.0, size=(B, T, features)).astype("float32")
+    x[0, 1] = 0.0  # a row whose x W has no variance: LN_x gives 0, not NaN
+    mask = _ragged_mask([5, 3, 1])
+    states = [rng.normal(size=(B, U)).astype("float32") for _ in range(2)]
+
+    def run(x, mask, h, c):
+        return layer(x, mask=mask, initial_state=[h, c])
+
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        run = tf.function(run, jit_compile=jit)
+    sequence, h, c = run(x, mask, *states)
+    expected, (expected_h, expected_c) = _np_run(weights, x, states, mask, go_backwards=True)
+    np.testing.assert_allclose(sequence, expected, atol=2e-5)
+    np.testing.assert_allclose(h, expected_h, atol=2e-5)
+    np.testing.assert_allclose(c, expected_c, atol=2e-5)
+
+
+def _hard_sigmoid(x):  # Keras 3's: relu6(x + 3) / 6
+    return np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+def test_gradient_through_the_folded_input_norm_matches_finite_differences(rng, gradients):
+    """Training by autodiff of the loop (hard_sigmoid: no hand-written
+    gradient on TensorFlow) through the folded LN_x projection, against
+    float64 central differences of the NumPy reference, for x and every weight."""
+    features = 2
+    # Keras' JAX ops compute float64 in float32 (see test_recurrent).
+    dtype, atol = ("float32", 2e-4) if BACKEND == "jax" else ("float64", 1e-6)
+    layer = LayerNormLSTM(U, recurrent_activation="hard_sigmoid", return_sequences=True,
+                          dtype=dtype)
+    layer.build((None, None, features))
+    weights = [w.astype("float64") for w in _random_weights(rng, features=features)]
+    layer.set_weights(weights)
+    assert layer.cell._normalises_projection() == (BACKEND != "jax")
+    x = rng.normal(size=(B, T, features))
+    probe = rng.normal(size=(B, T, U))
+    zeros = [np.zeros((B, U))] * 2
+
+    def numpy_loss():
+        sequence, _ = _np_run(weights, x, zeros, sigma=_hard_sigmoid)
+        return np.sum(sequence * probe)
+
+    expected = _finite_difference_grads(numpy_loss, [x, *weights])
+
+    def loss(x):
+        sequence = layer(x, training=True)
+        return keras.ops.sum(sequence * keras.ops.convert_to_tensor(probe, dtype))
+
+    value, grads = gradients(loss, [x.astype(dtype)], layer.trainable_weights)
+    np.testing.assert_allclose(float(value), numpy_loss(), rtol=1e-5)
+    names = ["x", *WEIGHT_NAMES]
+    for name, g, e in zip(names, grads, expected):
+        np.testing.assert_allclose(np.asarray(g, "float64"), e, atol=atol, err_msg=name)
 
 
 # --- TensorFlow Addons' published numbers --------------------------------------------
@@ -286,7 +357,9 @@ def test_masked_stack_converts_to_builtin_tflite(rng):
 
     tokens = keras.Input((None,), dtype="int32")
     h = keras.layers.Embedding(10, 4, mask_zero=True)(tokens)
-    h = LayerNormLSTM(5, return_sequences=True)(h)
+    # Inputs at most half the units wide: LN_x folded into the projection;
+    # then wider: LN_x in the step. Both forms convert.
+    h = LayerNormLSTM(8, return_sequences=True)(h)
     h = LayerNormLSTM(3, go_backwards=True)(h)
     model = keras.Model(tokens, h)
     for weight in model.trainable_weights:
