@@ -250,16 +250,18 @@ class LayerNormLSTMCell(RecurrentCell):
     def _normalises_projection(self) -> bool:
         """Whether the layer's loop takes LN_x(x W) and all the β's from the
         projection (`project_inputs`): float32/float64 outside XLA
-        (`compiled_by_xla`), with ``input_dim <= units / 2``.
+        (`compiled_by_xla`), with inputs no wider than the units. (Outside
+        XLA every backend projects whole sequences before the loop, see
+        `hoist_projection`, so `recurrent_weights` and `project_inputs`
+        agree on the form.)
 
         The fold costs a product ``x G`` of ``in × in`` per row on top of the
-        projection's ``in × 4u``. Measured on a 2-core CPU (B64, T100,
-        u256, against LN_x in the step, benchmarks/RESULTS.md): faster at
-        ``in = 64`` and ``128``, even at ``192``, slower at ``256``, ``512``
-        and ``1024``.
+        projection's ``in × 4u``. Measured on a 2-core CPU (B64, T100, u256,
+        against LN_x in the step; `benchmarks/layernorm_forms.py`): faster
+        up to ``in = u``, slower at ``1.5 u`` and ``2 u``.
         """
         return (self._folds_norms() and not compiled_by_xla()
-                and 2 * self.kernel.shape[0] <= self.units)
+                and self.kernel.shape[0] <= self.units)
 
     def _folds_norms(self) -> bool:
         """LN_x folded into the kernel (`_fold_layer_norm`, the hand-written
@@ -403,8 +405,8 @@ class LayerNormLSTM(RecurrentLayer):
 
     Runs `LayerNormLSTMCell` over time (see its equations and weights). The
     input projection x W of all steps is computed before the time loop. Where
-    TensorFlow runs the loop without XLA (and ``input_dim <= units / 2``),
-    LN_x is folded into that projection; otherwise each step normalises its
+    the loop runs without XLA (and ``input_dim <= units``), LN_x is folded
+    into that projection; otherwise each step normalises its
     own row (see `LayerNormLSTMCell.project_inputs`).
 
     `units`, `activation`, `recurrent_activation`, `use_bias`, `*_initializer`,

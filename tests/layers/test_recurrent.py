@@ -531,11 +531,22 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
             )
         return tape.gradient(loss, [xw, *states, *cell.trainable_weights])
 
+    def input_norm():  # LayerNormLSTM's LN_x(x W), by autodiff's ops
+        variance = tf.math.reduce_variance(xw, axis=-1, keepdims=True)
+        return ((xw - tf.reduce_mean(xw, axis=-1, keepdims=True))
+                * tf.math.rsqrt(variance + cell.norm_epsilon) * cell.kernel_norm_gamma
+                + cell.kernel_norm_beta)
+
     def autodiff():
         weights = cell.recurrent_weights(B)
+        xw_step = xw
+        if case == "layernorm_lstm" and weights[-1] is None:
+            # The layer's loop folds LN_x and the β's into the projection
+            # (`LayerNormLSTMCell._normalises_projection`); its step adds LN_h only.
+            xw_step = input_norm() + cell.recurrent_norm_beta + cell.bias
         return run_recurrence(
             lambda xw_t, s: cell.recurrent_step(xw_t, s, weights, keep),
-            xw, states, mask=mask, return_sequences=True,
+            xw_step, states, mask=mask, return_sequences=True,
             zero_output_for_mask=zero_output_for_mask, loop="tensor_array",
         )
 
@@ -543,14 +554,10 @@ def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
         kernel, *params = cell.recurrent_weights(bptt=True)
         # The hand-written loop takes the whole bias in the projection; the
         # LSTM steps add theirs after h @ U (GRU's xw is the same for both).
-        # LayerNormLSTM's step normalises x W itself (LN_x); the hand-written
-        # loop takes LN_x(x W) + b, computed here by autodiff's ops.
+        # LayerNormLSTM's hand-written loop takes LN_x(x W) + b.
         xw_bptt = xw + (0.0 if case == "gru" else cell.bias)
         if case == "layernorm_lstm":
-            variance = tf.math.reduce_variance(xw, axis=-1, keepdims=True)
-            xw_bptt = ((xw - tf.reduce_mean(xw, axis=-1, keepdims=True))
-                       * tf.math.rsqrt(variance + cell.norm_epsilon) * cell.kernel_norm_gamma
-                       + cell.kernel_norm_beta + cell.bias)
+            xw_bptt = input_norm() + cell.bias
         return run_bptt_recurrence(
             cell, xw_bptt, states, kernel, params, mask=mask, recurrent_mask=keep,
             return_sequences=True, zero_output_for_mask=zero_output_for_mask,
