@@ -69,12 +69,18 @@ def _fold_layer_norm(kernel, gamma):
     return centred * gamma, gram
 
 
-def _folded_norm(x, scaled_kernel, gram, epsilon: float):
-    """``LN(x W) − β`` from `_fold_layer_norm`'s pair, ``x`` of rank 2 or 3.
-    The variance is clamped at 0 against rounding (it is a sum of squares;
-    `ops.relu`, as Keras' PyTorch ``maximum(float64, 0.0)`` returns float32)."""
+def _folded_inverse_sigma(x, gram, epsilon: float):
+    """``rsqrt(var(x W) + ε)`` of each row of ``x`` (``(…, 1)``) from
+    `_fold_layer_norm`'s Gram matrix. The variance is clamped at 0 against
+    rounding (it is a sum of squares; `ops.relu`, as Keras' PyTorch
+    ``maximum(float64, 0.0)`` returns float32)."""
     variance = ops.relu(ops.sum(project(x, gram) * x, axis=-1, keepdims=True))
-    return project(x, scaled_kernel) * ops.rsqrt(variance + epsilon)
+    return ops.rsqrt(variance + epsilon)
+
+
+def _folded_norm(x, scaled_kernel, gram, epsilon: float):
+    """``LN(x W) − β`` from `_fold_layer_norm`'s pair, ``x`` of rank 2 or 3."""
+    return project(x, scaled_kernel) * _folded_inverse_sigma(x, gram, epsilon)
 
 
 def _normalise(v, epsilon: float):
@@ -236,9 +242,7 @@ class LayerNormLSTMCell(RecurrentCell):
         scaled, gram = _fold_layer_norm(
             self.read_weight(self.kernel), self._read_norm(self.kernel_norm_gamma)
         )
-        # A sum of squares, clamped at 0 against rounding (see `_folded_norm`).
-        variance = ops.relu(ops.sum(project(x, gram) * x, axis=-1, keepdims=True))
-        return scaled, ops.rsqrt(variance + self.norm_epsilon)
+        return scaled, _folded_inverse_sigma(x, gram, self.norm_epsilon)
 
     def _summed_betas(self):
         """``β_x + β_h + b``: LN_x(x W) + LN_h(h U) + b has one additive term."""
