@@ -110,7 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     # Set before TensorFlow is imported, which happens only once a command
     # runs (the package defers Keras in this process, see keras_seq/__init__).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # 3 drops TensorFlow's C++ ERROR lines too: those it writes without
+    # failing depend on the machine (oneDNN's note that a CPU without
+    # AVX-512 runs int64 ops through Eigen, written once tf.data tokenizes);
+    # a real failure reaches the user as an exception, printed as one line.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     parser, subparsers = build_parser()
     args = parser.parse_args(argv)
