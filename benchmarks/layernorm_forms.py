@@ -55,7 +55,7 @@ def main() -> None:
         reference(x[:, :2])
         picked = "folded" if chosen(layer.cell) else "in the step"
 
-        def form(folded):
+        def form(folded, layer=layer, x=x):
             @tf.function
             def forward():
                 # The choice is read while tracing; forced here, restored after.
@@ -67,7 +67,7 @@ def main() -> None:
             return forward
 
         candidates = {"folded": form(True), "in the step": form(False),
-                      "keras": tf.function(lambda: reference(x, training=False))}
+                      "keras": tf.function(lambda r=reference, x=x: r(x, training=False))}
         difference = np.abs(candidates["folded"]().numpy()
                             - candidates["in the step"]().numpy()).max()
         times = {name: [] for name in candidates}

@@ -113,6 +113,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
        loops run per iteration (default
        `keras_seq.layers._recurrent_loops.STEPS_PER_ITERATION`), for a cell
        whose step is so large that copies of it only make the graph bigger.
+       Optionally ``projects_in_step_under_xla = True``: under XLA on the
+       CPU, TensorFlow's inference loop computes each step's ``x_t @ W``
+       in the step (``project_inputs`` of a ``(B, in)`` row) instead of
+       reading a row of the projection made before the loop, for a cell
+       whose step XLA runs faster so (measured: `LayerNormLSTMCell`).
 
     Optional, for training on TensorFlow with a hand-written gradient
     (backpropagation through time under XLA, `keras_seq.layers._bptt`);
@@ -222,6 +227,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     output_is_first_state: bool = True
     # Hook 6: steps per loop iteration (None: the loops' default).
     steps_per_iteration: int | None = None
+    # Hook 6: x_t @ W inside each step of TensorFlow's inference loop under
+    # XLA on the CPU (`hoist_projection`).
+    projects_in_step_under_xla: bool = False
 
     def bptt_forward(self, xw_t, r_t, states, params):
         raise NotImplementedError(f"{type(self).__name__} has no hand-written gradient.")

@@ -55,6 +55,7 @@ def compiled_by_xla() -> bool:
     if backend != "tensorflow":
         return False
     import tensorflow as tf
+
     # The flag is private to TensorFlow; Keras 2's layers read it the same way.
     from tensorflow.python.ops import control_flow_util
 
@@ -86,20 +87,27 @@ def choose_loop(training, unroll: bool = False, bptt: bool = False) -> str:
     return "convertible"
 
 
-def hoist_projection(loop: str) -> bool:
+def hoist_projection(loop: str, in_step_under_xla: bool = False) -> bool:
     """Whether the input projection ``x @ W`` of all steps runs before the
     loop (one large matmul) or inside each step.
 
     Hoisted everywhere but in JAX's scan on the CPU: there XLA runs the loop
     faster with each step's ``x_t @ W`` next to its ``h @ U`` than reading a
     step of a precomputed ``(T, B, P)`` projection (forward and training;
-    benchmarks/RESULTS.md, "Every backend").
+    benchmarks/RESULTS.md, "Every backend"). ``in_step_under_xla`` (a
+    cell's ``projects_in_step_under_xla``) asks for the same in TensorFlow's
+    inference loop when XLA compiles it and no GPU is visible.
     """
-    if loop != "scan" or keras.backend.backend() != "jax":
-        return True
-    import jax
+    backend = keras.backend.backend()
+    if loop == "scan" and backend == "jax":
+        import jax
 
-    return jax.default_backend() != "cpu"
+        return jax.default_backend() != "cpu"
+    if in_step_under_xla and loop == "convertible" and compiled_by_xla():
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU"))
+    return True
 
 
 # --- operations whose TensorFlow form matters ---

@@ -149,7 +149,7 @@ class RecurrentLayer(keras.layers.RNN):
         # Time-major before projecting: transposing x is cheaper than transposing x @ W.
         # (T, B, gates * units); the step adds (part of) the bias itself, the
         # hand-written training loop expects it in the projection.
-        hoisted = hoist_projection(loop)
+        hoisted = hoist_projection(loop, cell.projects_in_step_under_xla)
         xs = ops.transpose(sequences, (1, 0, 2))
         xw = cell.project_inputs(xs, bias=bptt) if hoisted else xs
         initial_state = list(initial_state)

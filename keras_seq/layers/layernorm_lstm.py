@@ -320,6 +320,11 @@ class LayerNormLSTMCell(RecurrentCell):
             weights[5] = self._read_norm(self.kernel_norm_gamma, batch_size)
         return weights
 
+    # Under XLA LN_x runs in the step (`project_inputs`), and with x_t W
+    # there too XLA fuses the norm with the product: faster at B64, a little
+    # slower at B1 (benchmarks/RESULTS.md, "More cells").
+    projects_in_step_under_xla = True
+
     # Hand-written gradient for training on TensorFlow (the bptt_* hooks of
     # RecurrentCell). Saved per step: the normalised h U and its 1/σ, the
     # gates (i, f, c̃, o), the normalised cell input and its 1/σ.

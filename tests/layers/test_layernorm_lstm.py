@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_seq.layers._recurrent_driver import hoist_projection
 from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
 
 BACKEND = keras.backend.backend()
@@ -105,7 +106,8 @@ def test_without_bias_and_with_other_epsilon_matches_numpy_reference(rng):
 
 # Inputs no wider than the units: outside XLA the layer's loop folds LN_x
 # into the input projection (`LayerNormLSTMCell.project_inputs`); wider
-# inputs, and XLA, normalise each step's row in the step.
+# inputs, and XLA, normalise each step's row in the step (under XLA on the
+# CPU, x_t W is computed in the step too: `projects_in_step_under_xla`).
 @pytest.mark.parametrize("features", [IN, U + 2])
 @pytest.mark.parametrize("jit", [False, True])
 def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
@@ -122,7 +124,10 @@ def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
     mask = _ragged_mask([5, 3, 1])
     states = [rng.normal(size=(B, U)).astype("float32") for _ in range(2)]
 
+    hoisted = []
+
     def run(x, mask, h, c):
+        hoisted.append(hoist_projection("convertible", layer.cell.projects_in_step_under_xla))
         return layer(x, mask=mask, initial_state=[h, c])
 
     if BACKEND == "tensorflow":
@@ -130,6 +135,8 @@ def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
 
         run = tf.function(run, jit_compile=jit)
     sequence, h, c = run(x, mask, *states)
+    if BACKEND == "tensorflow":  # the premise: x_t W in the step under XLA on the CPU
+        assert hoisted == [not jit or bool(tf.config.list_logical_devices("GPU"))]
     expected, (expected_h, expected_c) = _np_run(weights, x, states, mask, go_backwards=True)
     np.testing.assert_allclose(sequence, expected, atol=2e-5)
     np.testing.assert_allclose(h, expected_h, atol=2e-5)
