@@ -320,8 +320,8 @@ class LayerNormLSTMCell(RecurrentCell):
             weights[5] = self._read_norm(self.kernel_norm_gamma, batch_size)
         return weights
 
-    # Under XLA LN_x runs in the step (`project_inputs`), and with x_t W
-    # there too XLA fuses the norm with the product: faster at B64, a little
+    # Under XLA LN_x runs in the step (`project_inputs`); with x_t W
+    # computed there too, the loop measured faster at B64 and a little
     # slower at B1 (benchmarks/RESULTS.md, "More cells").
     projects_in_step_under_xla = True
 
@@ -412,11 +412,11 @@ class LayerNormLSTMCell(RecurrentCell):
 class LayerNormLSTM(RecurrentLayer):
     """Layer-normalised LSTM layer (TensorFlow Addons' `LayerNormLSTMCell` over time).
 
-    Runs `LayerNormLSTMCell` over time (see its equations and weights). The
-    input projection x W of all steps is computed before the time loop. Where
-    the loop runs without XLA (and ``input_dim <= units``), LN_x is folded
-    into that projection; otherwise each step normalises its
-    own row (see `LayerNormLSTMCell.project_inputs`).
+    Runs `LayerNormLSTMCell` over time (see its equations and weights).
+    Without XLA the input projection x W of all steps is computed before the
+    time loop, with LN_x folded into it when ``input_dim <= units``;
+    otherwise each step normalises its own row, and under XLA on the CPU
+    computes its x_t W too (see `LayerNormLSTMCell.project_inputs`).
 
     `units`, `activation`, `recurrent_activation`, `use_bias`, `*_initializer`,
     `unit_forget_bias`, `norm_epsilon`, `norm_gamma_initializer`,
