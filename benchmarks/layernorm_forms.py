@@ -36,7 +36,7 @@ def main() -> None:
     import tensorflow as tf
 
     from keras_seq.layers import LayerNormLSTM
-    from keras_seq.layers.layernorm_lstm import LayerNormLSTMCell
+    from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTMCell
 
     tf.config.set_visible_devices([], "GPU")
     chosen = LayerNormLSTMCell._normalises_projection

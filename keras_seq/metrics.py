@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_seq._validation import check_bool, check_int, shape_error
-from keras_seq.layers._masking import keras_mask
+from keras_seq.layers.attention._masking import keras_mask
 
 __all__ = ["Perplexity"]
 

@@ -8,6 +8,7 @@ arguments, checks them and prints ``--help`` before loading either.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from keras_seq._validation import (
@@ -103,10 +104,33 @@ TEXT_TASKS = ("lm", "bilm")
 Shakespeare) in random windows of ``context`` characters."""
 MODELS = ("rnn", "transformer")
 """`TrainingConfig.model` choices."""
-# The `cell=` names of the model builders' built-in cells (keras_seq.models'
-# registry; tests/test_cli.py checks the two agree), and the LSTM family among them.
-CELLS = ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm")
-"""`TrainingConfig.cell` choices: the model builders' built-in cells."""
+
+
+class _RegisteredCells(Sequence):
+    """The names of `keras_seq.layers.recurrent.registry`, read when first
+    used (it imports the layers, and so Keras): parsing arguments does not
+    load Keras unless a cell is named."""
+
+    def _names(self) -> tuple[str, ...]:
+        from keras_seq.layers.recurrent.registry import cell_names
+
+        return cell_names()
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name) -> bool:
+        return name in self._names()
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+CELLS = _RegisteredCells()
+"""`TrainingConfig.cell` choices: the registered cell names (`keras_seq.models.register_cell`)."""
 LSTM_CELLS = ("lstm", "peephole", "coupled")
 """The LSTM family among `CELLS`: an (h, c) state, their own defaults, and
 TFLite's fused LSTM kernel applies (not to ``"layernorm_lstm"``, whose norms
@@ -272,7 +296,8 @@ class TrainingConfig:
                                 "recurrent)", model)
         default_cell = {"lm": "lstm", "bilm": "coupled"}.get(task, "gru")
         cell = self.cell if self.cell is not None else default_cell
-        check_choice(where, "cell", cell, CELLS)
+        if self.cell is not None:  # the defaults are built in
+            check_choice(where, "cell", cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
         zoneout = check_float(where, "zoneout", self.zoneout, low=0.0, high=1.0,
                               high_inclusive=False)

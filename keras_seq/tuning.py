@@ -43,13 +43,13 @@ from keras_seq._validation import (
     invalid_type,
     invalid_value,
 )
-from keras_seq.models._cells import CELL_NAMES
+from keras_seq.layers.recurrent.registry import cell_names
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNERS
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 
-_ALL_CELLS = CELL_NAMES
+_ALL_CELLS = cell_names()
 
 
 def _check_int_choices(where: str, name: str, values: Sequence[int]) -> list[int]:

@@ -353,12 +353,12 @@ def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp
     assert not _TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
 
 
-def test_cli_cell_choices_are_the_builders_built_in_cells():
+def test_the_lstm_family_is_the_registered_cells_of_two_states():
     from keras_seq import run_config
-    from keras_seq.models import _cells
+    from keras_seq.layers.recurrent import registry
 
-    assert set(run_config.CELLS) <= set(_cells.CELL_NAMES)
+    assert tuple(run_config.CELLS) == registry.cell_names()
     # The (h, c) cells: the LSTM family TFLite's fused kernel takes, and the
     # layer-normalised LSTM, whose norms it cannot express.
-    assert {c for c in run_config.CELLS if _cells.num_states(c) == 2} == {
-        *run_config.LSTM_CELLS, "layernorm_lstm"}
+    assert {c for c in ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm")
+            if registry.num_states(c) == 2} == {*run_config.LSTM_CELLS, "layernorm_lstm"}

@@ -69,8 +69,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--cell",
-        choices=training.CELLS,
-        help="recurrent cell of --model rnn (default: gru; lstm with --task lm)",
+        choices=training.CELLS, metavar="CELL",
+        help="recurrent cell of --model rnn: %(choices)s (default: gru; lstm with --task lm)",
     )
     train.add_argument(
         "--attention",
@@ -285,8 +285,8 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument(
         "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
     )
-    tune.add_argument("--cells", nargs="+", choices=training.CELLS,
-                      help="cell types to search (default: all)")
+    tune.add_argument("--cells", nargs="+", choices=training.CELLS, metavar="CELL",
+                      help="cell types to search: %(choices)s (default: all)")
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_UNITS))})")

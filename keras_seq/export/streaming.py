@@ -150,7 +150,9 @@ def streaming_model(model: keras.Model) -> keras.Model:
             result = copy(*args, **kwargs)
             new_states.extend(result[1:])
             output = result[0]
-            if not copy.return_sequences and getattr(copy.cell, "output_is_first_state", True):
+            # Keras' own cells output h; a RecurrentCell says (its loop hints).
+            hints = getattr(copy.cell, "loop_hints", None)
+            if not copy.return_sequences and (hints is None or hints.output_is_first_state):
                 # The last valid step's output, also after a chunk that is all
                 # padding (whose own last output would be zeros).
                 output = result[1]

@@ -1,37 +1,40 @@
 """Public layers of keras-seq (weight and state layouts: docs/contract.md)."""
 
-# --- recurrent family ---
-from keras_seq.layers.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
-from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
-from keras_seq.layers.gru import GRU, GRUCell  # noqa: F401
-from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell  # noqa: F401
-from keras_seq.layers.ntm import NTM, NTMCell  # noqa: F401
-from keras_seq.layers.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
+# --- recurrent family: the protocol, then the cells ---
+from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell  # noqa: F401
+
+# isort: split
+from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
+from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.gru import GRU, GRUCell  # noqa: F401
+from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.ntm import NTM, NTMCell  # noqa: F401
+from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
 # isort: split
-from keras_seq.layers.bahdanau_attention import BahdanauAttention  # noqa: F401
-from keras_seq.layers.luong_attention import LuongAttention  # noqa: F401
-from keras_seq.layers.multi_head_attention import MultiHeadAttention  # noqa: F401
-from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
-from keras_seq.layers.sinusoidal_positional_encoding import (  # noqa: F401
+from keras_seq.layers.attention.bahdanau_attention import BahdanauAttention  # noqa: F401
+from keras_seq.layers.attention.luong_attention import LuongAttention  # noqa: F401
+from keras_seq.layers.attention.multi_head_attention import MultiHeadAttention  # noqa: F401
+from keras_seq.layers.attention.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
+from keras_seq.layers.attention.sinusoidal_positional_encoding import (  # noqa: F401
     SinusoidalPositionalEncoding,
 )
-from keras_seq.layers.transformer_decoder import TransformerDecoder  # noqa: F401
-from keras_seq.layers.transformer_encoder import TransformerEncoder  # noqa: F401
+from keras_seq.layers.attention.transformer_decoder import TransformerDecoder  # noqa: F401
+from keras_seq.layers.attention.transformer_encoder import TransformerEncoder  # noqa: F401
 
 # --- the layers of the model builders (also in keras_seq.models) ---
 # isort: split
 from keras_seq.layers.padding_mask import PaddingMask  # noqa: F401
-from keras_seq.layers.recurrent_decoder import RecurrentDecoder  # noqa: F401
+from keras_seq.layers.recurrent.recurrent_decoder import RecurrentDecoder  # noqa: F401
 from keras_seq.layers.token_embedding import TokenEmbedding  # noqa: F401
 
 # --- sequence toolbox ---
 # isort: split
-from keras_seq.layers.folding import Folding  # noqa: F401
+from keras_seq.layers.convolutional.folding import Folding  # noqa: F401
+from keras_seq.layers.convolutional.k_max_pooling import DynamicKMaxPooling, KMaxPooling  # noqa: F401
+from keras_seq.layers.convolutional.wide_convolution import WideConvolution1D  # noqa: F401
 from keras_seq.layers.highway import Highway  # noqa: F401
-from keras_seq.layers.k_max_pooling import DynamicKMaxPooling, KMaxPooling  # noqa: F401
-from keras_seq.layers.wide_convolution import WideConvolution1D  # noqa: F401
 
 # --- ELMo ---
 # isort: split
@@ -61,6 +64,8 @@ __all__ = [
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
+    "RNN",
+    "RecurrentCell",
     "RecurrentDecoder",
     "ScalarMix",
     "SinusoidalPositionalEncoding",

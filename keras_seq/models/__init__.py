@@ -7,7 +7,7 @@ are also importable from here, where they were first published.
 """
 
 from keras_seq.layers import PaddingMask, RecurrentDecoder, TokenEmbedding, WideConvolution1D
-from keras_seq.models._cells import register_cell
+from keras_seq.layers.recurrent.registry import register_cell
 from keras_seq.models.dcnn import dcnn_classifier
 from keras_seq.models.elmo import bidirectional_language_model, contextual_embedder
 from keras_seq.models.language_model import (

@@ -8,7 +8,7 @@ import keras
 
 from keras_seq import _validation
 from keras_seq.layers import DynamicKMaxPooling, Folding, WideConvolution1D
-from keras_seq.layers._top_features import TopFeatures
+from keras_seq.layers.convolutional._top_features import TopFeatures
 
 
 def _check_ints(where: str, argument: str, values) -> list[int]:

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_seq._validation import check_positive_int, check_rate, invalid_type, invalid_value
-from keras_seq.models._cells import check_cell, recurrent_classes
+from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
 
 
 def _row_reversal(token_ids):
@@ -110,7 +110,7 @@ def bidirectional_language_model(
     units = check_positive_int(where, "units", units)
     embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim, allow_none=True)
     dropout = check_rate(where, "dropout", dropout)
-    layer_class, _ = recurrent_classes(check_cell(cell, where))
+    check_cell(cell, where)
     embedding_dim = units if embedding_dim is None else embedding_dim
 
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
@@ -127,7 +127,7 @@ def bidirectional_language_model(
     def stack(x, direction):
         for i in range(num_layers):
             x = dropout_layer(x, f"{direction}_dropout_{i}")
-            x = layer_class(units, return_sequences=True, name=f"{direction}_{i}")(x)
+            x = recurrent_layer(cell, units, return_sequences=True, name=f"{direction}_{i}")(x)
         return dropout_layer(x, f"{direction}_output_dropout")
 
     h_forward = stack(_token_representation(token_ids, embedding, projection), "forward")

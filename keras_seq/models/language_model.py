@@ -6,7 +6,7 @@ import keras
 
 from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
 from keras_seq.layers import PaddingMask
-from keras_seq.models._cells import check_cell, recurrent_classes
+from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
 _KINDS = ("transformer", "rnn")
@@ -95,15 +95,13 @@ def language_model(
     check_choice(where, "kind", kind, _KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
-        layer_class, _ = recurrent_classes(
-            check_cell(cell, where)
-        )
+        check_cell(cell, where)
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids
         )
         for i in range(num_layers):
             x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
-            x = layer_class(units, return_sequences=True, name=f"recurrent_{i}")(x)
+            x = recurrent_layer(cell, units, return_sequences=True, name=f"recurrent_{i}")(x)
         x = keras.layers.Dropout(dropout, name="output_dropout")(x)
         logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
         return keras.Model(token_ids, logits, name=name)
@@ -176,15 +174,13 @@ def sequence_classifier(
     check_choice(where, "kind", kind, _KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
-        layer_class, _ = recurrent_classes(
-            check_cell(cell, where)
-        )
+        check_cell(cell, where)
         x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
             token_ids
         )
         for i in range(num_layers):
             x = keras.layers.Bidirectional(
-                layer_class(units, return_sequences=True), name=f"bidirectional_{i}"
+                recurrent_layer(cell, units, return_sequences=True), name=f"bidirectional_{i}"
             )(x)
     else:
         from keras_seq.layers import TransformerEncoder

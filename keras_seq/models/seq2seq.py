@@ -28,7 +28,7 @@ from keras_seq._validation import (
     check_zoneout,
 )
 from keras_seq.layers import PaddingMask, RecurrentDecoder
-from keras_seq.models._cells import check_cell, num_states, recurrent_classes
+from keras_seq.layers.recurrent.registry import check_cell, num_states, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
 
@@ -148,7 +148,6 @@ def rnn_seq2seq(
         attention_units = units
     attention_units = check_positive_int(where, "attention_units", attention_units)
     dropout = check_rate(where, "dropout", dropout)
-    layer_class, _ = recurrent_classes(cell)
     extra = {"zoneout": zoneout} if zoneout else {}
 
     # Encoder: source ids -> annotations h (B, S, 2u) and the decoder's s_0.
@@ -158,7 +157,7 @@ def rnn_seq2seq(
     )(source)
     x = keras.layers.Dropout(dropout, name="source_dropout")(x)
     encoded = keras.layers.Bidirectional(
-        layer_class(units, return_sequences=True, return_state=True, **extra),
+        recurrent_layer(cell, units, return_sequences=True, return_state=True, **extra),
         name="bidirectional_encoder",
     )(x)
     h, states = encoded[0], encoded[1:]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_seq import layers
-from keras_seq.layers import _masking
+from keras_seq.layers.attention import _masking
 
 
 def _bahdanau_reference(weights, query, value, key=None, value_mask=None, normalize=False):

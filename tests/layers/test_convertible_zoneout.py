@@ -14,7 +14,7 @@ import pytest
 from keras_rnn_reference import elman_step, lstm_step
 
 from keras_seq import layers, models
-from keras_seq.layers import convertible_rnn, recurrent_decoder
+from keras_seq.layers.recurrent import convertible_rnn, recurrent_decoder
 
 B, T, IN, U = 3, 6, 4, 5
 

@@ -8,8 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_seq.layers._recurrent_driver import hoist_projection
-from keras_seq.layers.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
 
 BACKEND = keras.backend.backend()
 
@@ -104,21 +104,18 @@ def test_without_bias_and_with_other_epsilon_matches_numpy_reference(rng):
     np.testing.assert_allclose(layer(x), expected, atol=1e-5)
 
 
-# Inputs no wider than the units: outside XLA the layer's loop folds LN_x
-# into the input projection (`LayerNormLSTMCell.project_inputs`); wider
-# inputs, and XLA, normalise each step's row in the step (under XLA on the
-# CPU, x_t W is computed in the step too: `projects_in_step_under_xla`).
+# Outside XLA the layer normalises the projection of all steps before the
+# loop; under XLA on the CPU each step computes its own x_t W and LN_x
+# (`LoopHints.projects_in_step_under_xla`).
 @pytest.mark.parametrize("features", [IN, U + 2])
 @pytest.mark.parametrize("jit", [False, True])
-def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
+def test_input_norm_before_or_in_the_loop_matches_numpy_reference(features, jit, rng):
     if jit and BACKEND != "tensorflow":
         pytest.skip("jit_compile is TensorFlow's tf.function option")
     layer = LayerNormLSTM(U, return_sequences=True, return_state=True, go_backwards=True)
     layer.build((None, None, features))
     weights = _random_weights(rng, features=features)
     layer.set_weights(weights)
-    # The premise: the fold is taken outside XLA exactly for the narrow input.
-    assert layer.cell._normalises_projection() == (features <= U and BACKEND != "jax")
     x = rng.normal(0.0, 2.0, size=(B, T, features)).astype("float32")
     x[0, 1] = 0.0  # a row whose x W has no variance: LN_x gives 0, not NaN
     mask = _ragged_mask([5, 3, 1])
@@ -127,7 +124,8 @@ def test_both_forms_of_the_input_norm_match_numpy_reference(features, jit, rng):
     hoisted = []
 
     def run(x, mask, h, c):
-        hoisted.append(hoist_projection("convertible", layer.cell.projects_in_step_under_xla))
+        hoisted.append(backend.hoists_projection(
+            False, layer.cell.loop_hints.projects_in_step_under_xla))
         return layer(x, mask=mask, initial_state=[h, c])
 
     if BACKEND == "tensorflow":
@@ -147,9 +145,9 @@ def _hard_sigmoid(x):  # Keras 3's: relu6(x + 3) / 6
     return np.clip(x / 6.0 + 0.5, 0.0, 1.0)
 
 
-def test_gradient_through_the_folded_input_norm_matches_finite_differences(rng, gradients):
+def test_autodiff_gradient_matches_finite_differences(rng, gradients):
     """Training by autodiff of the loop (hard_sigmoid: no hand-written
-    gradient on TensorFlow) through the folded LN_x projection, against
+    gradient on TensorFlow) through the LN_x projection, against
     float64 central differences of the NumPy reference, for x and every weight."""
     features = 2
     # Keras' JAX ops compute float64 in float32 (see test_recurrent).
@@ -159,7 +157,6 @@ def test_gradient_through_the_folded_input_norm_matches_finite_differences(rng, 
     layer.build((None, None, features))
     weights = [w.astype("float64") for w in _random_weights(rng, features=features)]
     layer.set_weights(weights)
-    assert layer.cell._normalises_projection() == (BACKEND != "jax")
     x = rng.normal(size=(B, T, features))
     probe = rng.normal(size=(B, T, U))
     zeros = [np.zeros((B, U))] * 2
@@ -388,7 +385,7 @@ _OTHER_BACKEND_SCRIPT = textwrap.dedent("""
     import sys
     import keras
     import numpy as np
-    from keras_seq.layers.layernorm_lstm import LayerNormLSTM
+    from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM
 
     assert keras.backend.backend() == sys.argv[3], keras.backend.backend()
     data = np.load(sys.argv[1])

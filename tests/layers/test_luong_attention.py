@@ -7,8 +7,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_seq.layers import _masking
-from keras_seq.layers.luong_attention import LuongAttention
+from keras_seq.layers.attention import _masking
+from keras_seq.layers.attention.luong_attention import LuongAttention
 
 
 def _luong_reference(key_kernel, query, value, key=None, value_mask=None, scale=1.0):

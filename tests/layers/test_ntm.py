@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 from keras_seq import layers
-from keras_seq.layers.ntm import cosine_similarity, sharpen
+from keras_seq.layers.recurrent.ntm import cosine_similarity, sharpen
 
 IN = 3
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_seq import layers
-from keras_seq.layers import _masking
+from keras_seq.layers.attention import _masking
 
 
 def _formula(T, d, start=0, w=10000.0):

@@ -454,11 +454,11 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
     states, with sequence and final-state losses."""
     bptt_calls = []
     if BACKEND == "tensorflow":
-        from keras_seq.layers import _bptt
+        from keras_seq.layers.recurrent import bptt_tensorflow
 
-        real = _bptt.run_bptt_recurrence
+        real = bptt_tensorflow.run_bptt_recurrence
         monkeypatch.setattr(
-            _bptt, "run_bptt_recurrence",
+            bptt_tensorflow, "run_bptt_recurrence",
             lambda *a, **k: bptt_calls.append(1) or real(*a, **k),
         )
     # Keras' JAX ops compute float64 in float32 (its type promotion caps at 32
@@ -504,78 +504,47 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("zero_output_for_mask", [False, True])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru", "layernorm_lstm"])
-def test_training_gradient_with_recurrent_dropout_mask_equals_autodiff(
-    case, zero_output_for_mask, rng
+def test_training_gradient_with_recurrent_dropout_equals_autodiff(
+    case, zero_output_for_mask, rng, monkeypatch, gradients
 ):
-    """With a recurrent dropout mask (and padding), the driver's hand-written
-    gradient equals TensorFlow's autodiff through the per-step cell."""
-    import tensorflow as tf
+    """With recurrent dropout (one mask per call, from the seed) and padding,
+    the hand-written gradient equals TensorFlow's autodiff of the cell's step
+    in the loop, for every weight, the inputs and the initial states."""
+    from keras_seq.layers.recurrent import backend, bptt_tensorflow
 
-    from keras_seq.layers._bptt import run_bptt_recurrence
-    from keras_seq.layers._recurrent_loops import run_recurrence
+    calls = []
+    real = bptt_tensorflow.run_bptt_recurrence
+    monkeypatch.setattr(bptt_tensorflow, "run_bptt_recurrence",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    cls, extra, _, n_states = CASES[case]
+    x = _inputs(rng)
+    states = [rng.normal(size=(B, U)).astype("float32") for _ in range(n_states)]
+    mask = _ragged_mask([5, 2, 4])
+    probes = [rng.normal(size=(B, T, U)).astype("float32")] + [
+        rng.normal(size=(B, U)).astype("float32") for _ in range(n_states)]
 
-    layer, _, _, n_states = _make(case, rng)
-    cell = layer.cell
-    xw = tf.constant(rng.normal(size=(T, B, cell.recurrent_kernel.shape[1])).astype("float32"))
-    states = [tf.constant(rng.normal(size=(B, U)).astype("float32")) for _ in range(n_states)]
-    keep = tf.constant((rng.uniform(size=(B, U)) > 0.4).astype("float32") / 0.6)
-    mask = tf.constant(_ragged_mask([5, 2, 4]))
-    probe = tf.constant(rng.normal(size=(B, T, U)).astype("float32"))
+    def grads(hand_written):
+        monkeypatch.setattr(backend, "bptt_available", lambda training: hand_written)
+        layer = cls(U, **extra, recurrent_dropout=0.4, seed=3, return_sequences=True,
+                    return_state=True, zero_output_for_mask=zero_output_for_mask)
+        layer.build((None, None, IN))
+        layer.set_weights([np.random.default_rng(1).normal(0.0, 0.5, w.shape)
+                           for w in layer.get_weights()])
 
-    def loss_of(run):
-        with tf.GradientTape() as tape:
-            tape.watch([xw, *states])
-            last, sequence, final = run()
-            loss = tf.reduce_sum(sequence * probe) + tf.reduce_sum(last) + sum(
-                tf.reduce_sum(tf.sin(s)) for s in final
-            )
-        return tape.gradient(loss, [xw, *states, *cell.trainable_weights])
+        def loss(x, *initial):
+            outputs = layer(x, mask=mask, initial_state=list(initial), training=True)
+            return sum(ops.sum(o * ops.convert_to_tensor(p)) for o, p in zip(outputs, probes))
 
-    def input_norm():  # LayerNormLSTM's LN_x(x W), by autodiff's ops
-        variance = tf.math.reduce_variance(xw, axis=-1, keepdims=True)
-        return ((xw - tf.reduce_mean(xw, axis=-1, keepdims=True))
-                * tf.math.rsqrt(variance + cell.norm_epsilon) * cell.kernel_norm_gamma
-                + cell.kernel_norm_beta)
+        grads = gradients(loss, [x, *states], layer.trainable_weights)[1]
+        assert len(grads) == 1 + n_states + len(layer.trainable_weights)
+        return grads
 
-    def autodiff():
-        weights = cell.recurrent_weights(B)
-        xw_step = xw
-        if case == "layernorm_lstm" and weights[-1] is None:
-            # The layer's loop folds LN_x and the β's into the projection
-            # (`LayerNormLSTMCell._normalises_projection`); its step adds LN_h only.
-            xw_step = input_norm() + cell.recurrent_norm_beta + cell.bias
-        return run_recurrence(
-            lambda xw_t, s: cell.recurrent_step(xw_t, s, weights, keep),
-            xw_step, states, mask=mask, return_sequences=True,
-            zero_output_for_mask=zero_output_for_mask, loop="tensor_array",
-        )
-
-    def bptt():
-        kernel, *params = cell.recurrent_weights(bptt=True)
-        # The hand-written loop takes the whole bias in the projection; the
-        # LSTM steps add theirs after h @ U (GRU's xw is the same for both).
-        # LayerNormLSTM's hand-written loop takes LN_x(x W) + b.
-        xw_bptt = xw + (0.0 if case == "gru" else cell.bias)
-        if case == "layernorm_lstm":
-            xw_bptt = input_norm() + cell.bias
-        return run_bptt_recurrence(
-            cell, xw_bptt, states, kernel, params, mask=mask, recurrent_mask=keep,
-            return_sequences=True, zero_output_for_mask=zero_output_for_mask,
-        )
-
-    got, expected = loss_of(bptt), loss_of(autodiff)
-    names = ["xw", *(f"state{i}" for i in range(n_states)), *(w.name for w in cell.trainable_weights)]
-    compared = []
-    for name, g, e in zip(names, got, expected):
-        if e is None:  # used only in the input projection, outside the loop (xw is given)
-            assert g is None, name
-            continue
-        np.testing.assert_allclose(g, e, atol=2e-5, err_msg=name)
-        compared.append(name)
-    # All but the kernel, used only in the input projection (xw is given).
-    projection_only = {"kernel"}
-    assert "recurrent_kernel" in compared
-    assert set(names) - set(compared) <= projection_only and "kernel" not in compared
+    got = grads(True)
+    assert calls, "the hand-written gradient did not run"
+    expected = grads(False)
+    assert len(calls) == 1
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, atol=2e-5)
 
 
 @pytest.mark.parametrize("policy, rtol", [("mixed_float16", 3e-2), ("mixed_bfloat16", 1e-1)])
@@ -602,7 +571,7 @@ def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case,
 def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
     import tensorflow as tf
 
-    from keras_seq.layers._bptt import fast_sigmoid, fast_tanh
+    from keras_seq.layers.recurrent.bptt_tensorflow import fast_sigmoid, fast_tanh
 
     x = np.concatenate([np.linspace(-30.0, 30.0, 20001), [0.0, 1e-8, -1e-8, 7.9, -7.9]])
     got_tanh = np.asarray(fast_tanh(tf.constant(x, dtype)), "float64")
@@ -635,12 +604,12 @@ def test_jit_autodiff_gradients_for_lengths_around_the_loop_unrolling(steps, rng
 @pytest.mark.parametrize("form", ["fused", "plain"])
 @pytest.mark.parametrize("case", ["peephole", "cifg_peepholes", "gru"])
 def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypatch):
-    """Whichever form the timing picks on a machine, the other one is right too."""
+    """Whichever form a machine is set to (KERAS_SEQ_STEP_MATMUL), both are right."""
     import tensorflow as tf
 
-    from keras_seq.layers import _recurrent_loops
+    from keras_seq.layers.recurrent import backend_tensorflow
 
-    monkeypatch.setattr(_recurrent_loops, "_step_matmul", form)
+    monkeypatch.setattr(backend_tensorflow, "STEP_MATMUL", form)
     layer, weights, step, n_states = _make(case, rng, return_sequences=True)
     x = _inputs(rng, steps=11)  # one block of eight steps and three single steps
     infer = tf.function(lambda x: layer(x, training=False))
@@ -653,42 +622,10 @@ def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypat
 
 
 @pytest.mark.tensorflow_only
-def test_step_matmul_form_is_chosen_once_and_env_fixes_it(monkeypatch):
-    from keras_seq.layers import _recurrent_loops
+def test_step_matmul_form_comes_from_the_environment_else_plain():
+    from keras_seq.layers.recurrent.backend_tensorflow import step_matmul_form
 
-    timings = []
-
-    def timed():
-        timings.append(1)
-        return "plain"
-
-    monkeypatch.setattr(_recurrent_loops, "_faster_step_matmul", timed)
-    monkeypatch.delenv(_recurrent_loops.STEP_MATMUL_ENV, raising=False)
-    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
-    assert [_recurrent_loops.step_matmul_form() for _ in range(3)] == ["plain"] * 3
-    assert timings == [1]
-
-    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
-    monkeypatch.setenv(_recurrent_loops.STEP_MATMUL_ENV, " Fused")
-    assert _recurrent_loops.step_matmul_form() == "fused"
-    assert timings == [1]  # no timing when the environment decides
-
-    monkeypatch.setattr(_recurrent_loops, "_step_matmul", None)
-    monkeypatch.setenv(_recurrent_loops.STEP_MATMUL_ENV, "fast")
+    assert step_matmul_form({}) == "plain"
+    assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": " Fused"}) == "fused"
     with pytest.raises(ValueError, match="KERAS_SEQ_STEP_MATMUL.*'fast'"):
-        _recurrent_loops.step_matmul_form()
-
-
-@pytest.mark.tensorflow_only
-def test_step_matmul_timing_returns_a_form_eagerly_inside_a_trace():
-    """The timing runs at the first trace of a step, i.e. inside a tf.function:
-    it must lift itself out and execute (not add its loops to the caller's graph)."""
-    import tensorflow as tf
-
-    from keras_seq.layers import _recurrent_loops
-
-    @tf.function
-    def traced():
-        return tf.constant(_recurrent_loops._choose_step_matmul())
-
-    assert traced().numpy().decode() in ("fused", "plain")
+        step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "fast"})

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_seq.layers import _masking
+from keras_seq.layers.attention import _masking
 from keras_seq.layers.scalar_mix import ScalarMix
 
 

@@ -7,7 +7,7 @@ import pytest
 from keras_rnn_reference import elman_step, lstm_step
 
 from keras_seq.layers import ConvertibleLSTM, ConvertibleSimpleRNN
-from keras_seq.models._cells import CELL_NAMES, num_states, recurrent_classes
+from keras_seq.layers.recurrent.registry import cell_class, cell_names, num_states
 
 PAIRS = [(keras.layers.LSTM, ConvertibleLSTM), (keras.layers.SimpleRNN, ConvertibleSimpleRNN)]
 CASES = [{"return_sequences": True}, {"go_backwards": True, "return_state": True}]
@@ -88,7 +88,7 @@ def test_convertible_layer_round_trips_through_keras_file(cls, tmp_path, rng):
 
 
 def test_state_count_matches_the_cell_state_size():
-    for cell in CELL_NAMES:
-        state_size = recurrent_classes(cell)[1](3).state_size
+    for cell in cell_names():
+        state_size = cell_class(cell)(3).state_size
         expected = len(state_size) if isinstance(state_size, (list, tuple)) else 1
         assert num_states(cell) == expected, cell

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_seq.layers.coupled_gate_lstm import CoupledGateLSTM
+from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM
 from keras_seq.layers.scalar_mix import ScalarMix
 from keras_seq.models.elmo import bidirectional_language_model, contextual_embedder
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_seq import layers, models
-from keras_seq.layers._top_features import TopFeatures
+from keras_seq.layers.convolutional._top_features import TopFeatures
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

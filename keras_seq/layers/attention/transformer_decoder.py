@@ -6,8 +6,8 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
-from keras_seq.layers import _masking
-from keras_seq.layers import _transformer_block as block
+from keras_seq.layers.attention import _masking
+from keras_seq.layers.attention import _transformer_block as block
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

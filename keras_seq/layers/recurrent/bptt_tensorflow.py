@@ -1,34 +1,29 @@
 """Training with a hand-written gradient: backpropagation through time (BPTT) under XLA.
 
-`run_bptt_recurrence` is the ``"bptt"`` loop form (see `choose_loop`): the
-training form for cells that supply their derivative (the ``bptt_*`` hooks
-of `keras_seq.layers._recurrent_base.RecurrentCell`). The forward loop keeps
-what the backward loop needs, the backward loop does one matmul per step
-(``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one large matmul over
-all steps after the loop instead of one small matmul and an accumulation per
-step. Both loops are compiled with XLA, which fuses a step's elementwise work.
+A cell may name a TensorFlow companion (`LoopHints.manual_gradient`): a
+`ManualGradient` subclass that knows the cell's derivative. On TensorFlow,
+when training, `RNN` runs `run_bptt_recurrence` with it instead of the
+autodiff loop: the forward loop keeps what the backward loop needs, the
+backward loop does one matmul per step (``dr_t @ Uᵀ``), and the recurrent
+kernel's gradient is one large matmul over all steps after the loop instead
+of one small matmul and an accumulation per step. Both loops are compiled
+with XLA, which fuses a step's elementwise work; they are made once per
+companion (one per cell) and given the companion's functions as arguments.
 
-The cells' derivatives use the activations here: `fast_tanh` and
-`fast_sigmoid` (rational approximations that XLA fuses with the rest of a
-step) and `sigmoid_grad` / `tanh_grad`. The measurements behind these choices
-are in ``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
+The derivatives use the activations here: `fast_tanh` and `fast_sigmoid`
+(rational approximations that XLA fuses with the rest of a step) and
+`sigmoid_grad` / `tanh_grad`. The measurements behind these choices are in
+``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import threading
+import functools
 from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_seq.layers._recurrent_loops import (
-    mask_step,
-    mask_step_backward,
-    num_steps,
-    processing_order,
-)
+from keras_seq.layers.recurrent.rnn import mask_step
 
 # Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
 # tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
@@ -80,57 +75,123 @@ def tanh_grad(y, dy):
     return tf.raw_ops.TanhGrad(y=y, dy=dy)
 
 
+class ManualGradient:
+    """A cell's hand-written derivative, for `run_bptt_recurrence`.
+
+    A subclass names what one step keeps and how it is differentiated; the
+    cell names the subclass in ``LoopHints(manual_gradient="module.Class")``.
+
+    - ``supported() -> bool``: whether the derivative holds for the cell's
+      configuration (e.g. tanh/sigmoid only). Default False.
+    - ``project(xs) -> xw``: ``(T, B, P)`` input projection of a time-major
+      sequence, with the whole bias.
+    - ``weights() -> [U, *params]``: the ``(units, P)`` recurrent kernel,
+      then the other weights ``forward`` and ``backward`` read, as stored
+      (their gradients are summed by the loop).
+    - ``saved_widths``: the width of each ``(B, width)`` tensor that
+      ``forward`` keeps per step.
+    - ``d_r_is_d_xw``: True when the gradients of ``xw_t`` and of
+      ``r_t = h @ U`` are the same tensor (the loop then keeps one).
+    - ``forward(xw_t, r_t, states, params) -> (new_states, saved)``: the
+      step; h must be ``new_states[0]``. Written with `fast_sigmoid` /
+      `fast_tanh`.
+    - ``backward(saved, states_prev, states, d_states, params) -> (d_xw_t,
+      d_r_t, d_states_prev, d_params_t)``: from the gradients of the step's
+      new states; ``d_r_t`` may be ``d_xw_t`` itself, an entry of
+      ``d_states_prev`` may be None (no direct path); ``d_params_t`` are
+      this step's per-example ``(B, ...)`` gradients of ``params``.
+    """
+
+    saved_widths: Sequence[int] = ()
+    d_r_is_d_xw: bool = False
+
+    def __init__(self, cell):
+        self.cell = cell
+        self._compiled = {}
+
+    def supported(self) -> bool:
+        return False
+
+    def read(self, variable):
+        """A weight in the cell's compute dtype."""
+        return tf.cast(variable, self.cell.compute_dtype)
+
+    def loops(self, return_sequences: bool, zero_output_for_mask: bool):
+        """The forward and backward loops of this cell, each compiled with XLA
+        (once per companion and configuration; XLA compiles once per shape).
+
+        Fusing the elementwise work of a step into a few kernels is what
+        makes the hand-written gradient pay off on CPU: run op by op, a
+        step's ~30 small ops cost more than its matmul.
+        """
+        key = (return_sequences, zero_output_for_mask)
+        if key not in self._compiled:
+            options = dict(jit_compile=True, autograph=False, reduce_retracing=True)
+            self._compiled[key] = (
+                tf.function(functools.partial(
+                    _forward_loop, self, zero_output_for_mask=zero_output_for_mask,
+                    return_sequences=return_sequences), **options),
+                tf.function(functools.partial(
+                    _backward_loop, self, zero_output_for_mask=zero_output_for_mask),
+                    **options),
+            )
+        return self._compiled[key]
+
+
 def run_bptt_recurrence(
-    cell,
-    xw: tf.Tensor,
+    companion: ManualGradient,
+    xs: tf.Tensor,
     initial_states: Sequence[tf.Tensor],
-    kernel: tf.Tensor,
-    params: Sequence[tf.Tensor],
     mask: tf.Tensor | None = None,
     recurrent_mask: tf.Tensor | None = None,
     go_backwards: bool = False,
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-    """`run_recurrence` (training form) with the cell's hand-written gradient.
+    """The training loop of a cell with a hand-written gradient.
 
     The forward loop keeps the states before and after every step and what
-    the cell saves, stacked over time; the backward loop reads them back,
-    does one matmul per step and sums the per-step gradients of the cell's
-    other weights. Both loops are compiled with XLA (see `_bptt_loops`). The
-    recurrent kernel's gradient is one ``(units, T·B) @ (T·B, P)`` matmul
-    after the loop.
+    the companion saves, stacked over time; the backward loop reads them
+    back, does one matmul per step and sums the per-step gradients of the
+    cell's other weights. The recurrent kernel's gradient is one
+    ``(units, T·B) @ (T·B, P)`` matmul after the loop.
 
     Args:
-        cell: a cell with the ``bptt_*`` hooks
-            (`keras_seq.layers._recurrent_base.RecurrentCell`).
-        xw: ``(T, B, P)`` input projection for every step, with the whole
-            bias (``cell.project_inputs(x, bias=True)``), time-major.
+        companion: the cell's `ManualGradient`.
+        xs: ``(T, B, in)`` inputs, time-major.
         initial_states: list of ``(B, units)`` tensors, h first.
-        kernel, params: ``cell.recurrent_weights(bptt=True)``: the
-            ``(units, P)`` recurrent kernel U and the cell's other recurrent
-            weights.
         mask, go_backwards, return_sequences, zero_output_for_mask: as in
-            `run_recurrence`.
+            `keras_seq.layers.recurrent.rnn.run_loop`.
         recurrent_mask: optional ``(B, units)`` recurrent dropout mask that
             multiplies h before U.
 
     Returns:
-        ``(last_output, outputs, final_states)`` as `run_recurrence`.
+        ``(last_output, outputs, final_states)`` as ``run_loop``.
     """
-    xw, mask = processing_order(xw, mask, go_backwards)
+    xw = companion.project(xs)
+    kernel, *params = companion.weights()
+    if mask is not None:
+        # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
+        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)
+    if go_backwards:
+        xw = tf.reverse(xw, [0])
+        if mask is not None:
+            mask = tf.reverse(mask, [0])
+    if recurrent_mask is not None:
+        # Drawn from the initial state's shape: a tape that watches the state
+        # must not take the mask, and with it the compiled loop, as an input.
+        recurrent_mask = tf.stop_gradient(recurrent_mask)
     n_states = len(initial_states)
-    forward_loop, backward_loop = _bptt_loops(cell, return_sequences, zero_output_for_mask)
+    forward_loop, backward_loop = companion.loops(return_sequences, zero_output_for_mask)
 
     @tf.custom_gradient
     def bptt(xw, kernel, *args):
         states0, weights = list(args[:n_states]), list(args[n_states:])
         # The gradient is the backward loop below: keep tapes off the forward loop.
         inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
-        with _called_by(cell):
-            last_output, final_states, outputs, saved, history = forward_loop(
-                *inputs, mask, recurrent_mask
-            )
+        last_output, final_states, outputs, saved, history = forward_loop(
+            *inputs, mask, recurrent_mask
+        )
 
         def grad(*upstream):
             d_last, d_states = upstream[0], list(upstream[1 : 1 + n_states])
@@ -138,11 +199,10 @@ def run_bptt_recurrence(
             d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
             if d_last is None:
                 d_last = tf.zeros_like(states0[0])
-            with _called_by(cell):
-                d_xw, d_r, d_states0, d_params = backward_loop(
-                    xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
-                    d_last, d_states, d_outputs,
-                )
+            d_xw, d_r, d_states0, d_params = backward_loop(
+                xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                d_last, d_states, d_outputs,
+            )
             # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
             # large matmul runs faster in TensorFlow's own kernel than in XLA's.
             h_in = history[0][:-1]
@@ -168,87 +228,42 @@ def run_bptt_recurrence(
     return last_output, outputs, states
 
 
-def _bptt_loops(cell, return_sequences, zero_output_for_mask):
-    """The forward and backward loops of ``cell``, each compiled with XLA.
+def _num_steps(xw):
+    return xw.shape[0] if xw.shape[0] is not None else tf.shape(xw)[0]
 
-    Fusing the elementwise work of a step into a few kernels is what makes
-    the hand-written gradient pay off on CPU: run op by op, a step's ~30
-    small ops cost more than its matmul. XLA compiles once per input shape.
 
-    The loops depend on the cell's class and configuration only (its weights
-    are arguments), so cells that compute alike share one pair: the two
-    directions of a ``Bidirectional`` layer, or stacked layers of one width,
-    compile each shape once instead of once per cell. The loops hold no
-    cell: a trace reads the calling cell from `_calling`, which
-    `run_bptt_recurrence` sets around each call (a trace runs inside the call,
-    in the caller's thread).
+def mask_step_backward(mask_t, d_new_states, d_output, zero_output_for_mask: bool):
+    """The derivative of `mask_step`, for the backward loop.
+
+    The step's output is its first new state (h), so the gradient reaching
+    the masked output goes to ``h`` where the step counts and to the carried
+    previous output where it does not; a masked step passes the state
+    gradients straight through to the previous states.
+
+    Returns:
+        ``(d_step_states, d_through, d_prev_output)``: the gradients of the
+        step's own new states, the part that goes straight to the previous
+        states, and the gradient of the previous output.
     """
-    key = (type(cell), _config_key(cell.get_config()), return_sequences, zero_output_for_mask)
-    if key in _LOOPS:
-        _LOOPS.move_to_end(key)
-    else:
-
-        def forward_loop(*args):
-            return _forward_loop(
-                _calling.cell, *args, zero_output_for_mask=zero_output_for_mask,
-                return_sequences=return_sequences,
-            )
-
-        def backward_loop(*args):
-            return _backward_loop(_calling.cell, *args, zero_output_for_mask=zero_output_for_mask)
-
-        _LOOPS[key] = (
-            tf.function(forward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
-            tf.function(backward_loop, jit_compile=True, autograph=False, reduce_retracing=True),
-        )
-        while len(_LOOPS) > MAX_CACHED_LOOPS:
-            _LOOPS.popitem(last=False)  # the least recently used
-    return _LOOPS[key]
+    zeros = tf.zeros_like(d_output)
+    d_through = [tf.where(mask_t, zeros, d) for d in d_new_states]
+    d_step = [tf.where(mask_t, d, zeros) for d in d_new_states]
+    d_step[0] = d_step[0] + tf.where(mask_t, d_output, zeros)
+    d_prev_output = zeros if zero_output_for_mask else tf.where(mask_t, zeros, d_output)
+    return d_step, d_through, d_prev_output
 
 
-_calling = threading.local()
-
-
-@contextlib.contextmanager
-def _called_by(cell):
-    """Makes ``cell`` the one a trace of the shared loops reads (see `_bptt_loops`)."""
-    previous = getattr(_calling, "cell", None)
-    _calling.cell = cell
-    try:
-        yield
-    finally:
-        _calling.cell = previous
-
-
-# (cell class, configuration, return_sequences, zero_output_for_mask) -> the
-# compiled (forward, backward) loops, least recently used first; see
-# `_bptt_loops`. Bounded: a process that builds many differently configured
-# cells (a hyperparameter search) keeps the compiled loops of the last
-# `MAX_CACHED_LOOPS` configurations only.
-MAX_CACHED_LOOPS = 64
-_LOOPS: collections.OrderedDict = collections.OrderedDict()
-
-
-def _config_key(config):
-    """A hashable form of a cell's ``get_config()`` (nested dicts and lists)."""
-    if isinstance(config, dict):
-        return tuple(sorted((k, _config_key(v)) for k, v in config.items() if k != "name"))
-    if isinstance(config, (list, tuple)):
-        return tuple(_config_key(v) for v in config)
-    return config
-
-
-def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
+def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
                   zero_output_for_mask, return_sequences):
     """Forward loop; also returns what the backward loop needs, stacked over time."""
-    steps = num_steps(xw)
+    steps = _num_steps(xw)
     n_states = len(states0)
     batch = states0[0].shape[0]
 
     def array(shape, size=steps):
         return tf.TensorArray(xw.dtype, size=size, element_shape=shape)
 
-    saved_tas = [array((batch, width)) for width in cell.bptt_saved_widths]
+    saved_tas = [array((batch, width)) for width in companion.saved_widths]
     # states[t] are the states before step t; states[t + 1] those after it.
     state_tas = [array(s.shape, steps + 1).write(0, s) for s in states0]
     collect_outputs = mask is not None and return_sequences
@@ -261,7 +276,7 @@ def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
     def body(t, saved_tas, state_tas, out_ta, *carry):
         states = list(carry[:n_states])
         h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
-        new_states, saved = cell.bptt_forward(
+        new_states, saved = companion.forward(
             tf.gather(xw, t), tf.matmul(h_in, kernel), states, params
         )
         output = new_states[0]
@@ -297,14 +312,14 @@ def _forward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask,
     return last_output, final_states, outputs, saved, history
 
 
-def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, saved,
+def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask, saved,
                    history, d_last, d_states, d_outputs, zero_output_for_mask):
     """Backward loop: gradients of xw and r (stacked), the initial states and params."""
-    steps = num_steps(xw)
+    steps = _num_steps(xw)
     n_states = len(states0)
     d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
     d_r_ta = tf.TensorArray(
-        xw.dtype, size=0 if cell.bptt_d_r_is_d_xw else steps, element_shape=xw.shape[1:]
+        xw.dtype, size=0 if companion.d_r_is_d_xw else steps, element_shape=xw.shape[1:]
     )
     carry = list(d_states)
     if mask is None:
@@ -326,7 +341,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
             d_new, through, d_prev_output = mask_step_backward(
                 tf.gather(mask, t), d_new, d_output, zero_output_for_mask
             )
-        d_xw_t, d_r_t, d_prev, d_params_t = cell.bptt_backward(
+        d_xw_t, d_r_t, d_prev, d_params_t = companion.backward(
             [tf.gather(s, t) for s in saved],
             [tf.gather(h, t) for h in history],
             [tf.gather(h, t + 1) for h in history],
@@ -342,7 +357,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
             d_prev = [d + p for d, p in zip(d_prev, through)]
             d_prev.append(d_prev_output)
         d_xw_ta = d_xw_ta.write(t, d_xw_t)
-        if not cell.bptt_d_r_is_d_xw:
+        if not companion.d_r_is_d_xw:
             d_r_ta = d_r_ta.write(t, d_r_t)
         d_params = [a + g for a, g in zip(d_params, d_params_t)]
         return (t - 1, d_xw_ta, d_r_ta, d_params, *d_prev)
@@ -358,7 +373,7 @@ def _backward_loop(cell, xw, kernel, states0, params, mask, recurrent_mask, save
         parallel_iterations=32,
     )
     d_xw = result[1].stack()
-    d_r = d_xw if cell.bptt_d_r_is_d_xw else result[2].stack()
+    d_r = d_xw if companion.d_r_is_d_xw else result[2].stack()
     d_params = [tf.reduce_sum(g, 0) for g in result[3]]
     d_states0 = list(result[4 : 4 + n_states])
     return d_xw, d_r, d_states0, d_params

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_seq import _validation
-from keras_seq.layers import _transformer_block as block
+from keras_seq.layers.attention import _transformer_block as block
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

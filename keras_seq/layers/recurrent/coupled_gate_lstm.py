@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
-from keras import ops
 
 from keras_seq._validation import check_bool
-from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
-from keras_seq.layers._recurrent_base import (
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.gated_cell import (
+    GatedRNN,
     LSTMCellBase,
+    delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
+from keras_seq.layers.recurrent.rnn import LoopHints
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -65,70 +65,30 @@ class CoupledGateLSTMCell(LSTMCellBase):
             self.output_peephole = self.add_peephole("output_peephole")
         self.built = True
 
-    def recurrent_weights(self, batch_size=None, bptt=False):
-        peepholes = (self.forget_peephole, self.output_peephole) if self.use_peepholes else ()
-        U = self.read_weight(self.recurrent_kernel)
-        if bptt:  # the bias is in the projection
-            return [U, *(self.read_weight(p) for p in peepholes)]
-        return [U, self.recurrent_bias(),
-                *(self.read_per_example(p, batch_size) for p in peepholes)]
+    loop_hints = LoopHints(
+        pointwise_projection=True,
+        output_is_first_state=True,
+        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.CoupledGateLSTMGradient",
+    )
 
-    # Hand-written gradient for training (the bptt_* hooks of RecurrentCell).
-    bptt_d_r_is_d_xw = True
+    def project(self, sequence):
+        return backend.project(sequence, self.kernel)  # W x; the step adds b with U h
 
-    @property
-    def bptt_saved_widths(self):
-        return [self.units] * 3  # f, g = tanh(z_c), o (tanh(c) is recomputed)
-
-    def bptt_supported(self):
-        return self.standard_activations()
-
-    def bptt_forward(self, xw_t, r_t, states, params):
-        c_prev = states[1]
-        z_f, z_c, z_o = tf.split(xw_t + r_t, 3, axis=-1)
-        if params:
-            z_f = z_f + params[0] * c_prev
-        f = fast_sigmoid(z_f)
-        g = fast_tanh(z_c)
-        c = g + f * (c_prev - g)
-        if params:
-            z_o = z_o + params[1] * c
-        o = fast_sigmoid(z_o)
-        tanh_c = fast_tanh(c)
-        return [o * tanh_c, c], [f, g, o]
-
-    def bptt_backward(self, saved, states_prev, states, d_states, params):
-        f, g, o = saved
-        c_prev = states_prev[1]
-        tanh_c = fast_tanh(states[1])  # cheaper to recompute than to store and read back
-        d_h, d_c = d_states
-        d_zo = sigmoid_grad(o, d_h * tanh_c)
-        d_c = d_c + tanh_grad(tanh_c, d_h * o)
-        if params:
-            d_c = d_c + d_zo * params[1]  # o sees c through p_o
-        d_zf = sigmoid_grad(f, d_c * (c_prev - g))
-        d_c_f = d_c * f
-        d_zc = tanh_grad(g, d_c - d_c_f)  # ∂c/∂g = 1 − f
-        d_z = tf.concat([d_zf, d_zc, d_zo], axis=-1)
-        if not params:
-            return d_z, d_z, [None, d_c_f], []
-        d_c_prev = d_c_f + d_zf * params[0]
-        return d_z, d_z, [None, d_c_prev], [d_zf * c_prev, d_zo * states[1]]
-
-    def recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+    def step(self, inputs, states, training=False):
         h_tm1, c_tm1 = states
-        U, b = params[:2]
-        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        z_f, z_c, z_o = ops.split(self.gate_inputs(xw_t, h_in, U, b), 3, axis=-1)
+        h_in = h_tm1
+        if training and self.recurrent_dropout > 0.0:
+            h_in = h_tm1 * self.get_recurrent_dropout_mask(h_tm1)
+        z = inputs + backend.recurrent_matmul(h_in, self.recurrent_kernel, self.bias)
+        z_f, z_c, z_o = backend.split(z, 3)
         if self.use_peepholes:
-            p_f, p_o = params[2:]
-            z_f = z_f + p_f * c_tm1
+            z_f = z_f + self.forget_peephole * c_tm1
         f = self.recurrent_activation(z_f)
         c_tilde = self.activation(z_c)
         # = f ⊙ c_{t-1} + (1 − f) ⊙ c̃ with one op less (and no constant to broadcast).
         c = c_tilde + f * (c_tm1 - c_tilde)
         if self.use_peepholes:
-            z_o = z_o + p_o * c
+            z_o = z_o + self.output_peephole * c
         o = self.recurrent_activation(z_o)
         h = o * self.activation(c)
         return h, [h, c]
@@ -138,7 +98,7 @@ class CoupledGateLSTMCell(LSTMCellBase):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class CoupledGateLSTM(RecurrentLayer):
+class CoupledGateLSTM(GatedRNN):
     """CIFG LSTM layer: three gates, the input gate is 1 − forget gate.
 
     Runs `CoupledGateLSTMCell` over time (see its equations) with the input

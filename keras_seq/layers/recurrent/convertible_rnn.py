@@ -7,14 +7,14 @@ import keras
 from keras import ops
 
 from keras_seq._validation import check_zoneout
-from keras_seq.layers._recurrent_driver import (
-    choose_loop,
-    project,
-    recurrent_matmul,
-    run_recurrence,
-    split,
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.rnn import run_loop
+from keras_seq.layers.recurrent.zoneout import (
+    apply_zoneout,
+    has_zoneout,
+    zoneout_masks,
+    zoneout_rates,
 )
-from keras_seq.layers._zoneout import apply_zoneout, has_zoneout, zoneout_masks, zoneout_rates
 
 
 class _ConvertibleInference:
@@ -26,8 +26,8 @@ class _ConvertibleInference:
     out of the loop, and the loop form that ``model.export(format="litert" |
     "onnx")`` converts. Keras' own loop uses TensorArrays, which need the Flex
     delegate in TFLite when the batch or length is dynamic and which tf2onnx
-    cannot convert. Where the shared `choose_loop` picks any other form
-    (training, ``unroll=True``), Keras' own loop runs, so training (cuDNN
+    cannot convert. In every other case
+    (training, ``unroll=True``, JAX and PyTorch), Keras' own loop runs, so training (cuDNN
     included) is untouched.
 
     With zoneout (a rate above 0) every call runs the driver: at inference
@@ -53,40 +53,40 @@ class _ConvertibleInference:
         return zoneout_rates(self.zoneout, self.cell.state_size, self)
 
     def inference_step(self, recurrent_kernel, bias):
-        """``step(xw_t, states) -> (h, new_states)`` for `run_recurrence`."""
-        raise NotImplementedError(f"{type(self).__name__} must implement `inference_step`.")
+        """``step(xw_t, states) -> (h, new_states)``: the cell's recurrence at
+        inference, given ``x @ kernel`` of the step (each subclass defines it)."""
+        raise TypeError(f"{type(self).__name__} must define `inference_step`.")
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
-        loop = choose_loop(training, self.unroll)
+        convertible = backend.convertible_inference(training) and not self.unroll
         rates = self.zoneout_rates()
         zoned = has_zoneout(rates)
-        if loop != "convertible" and not zoned:
+        if not convertible and not zoned:
             return super().inner_loop(sequences, initial_state, mask, training=training)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [
             initial_state
         ]
-        if self.stateful and keras.backend.backend() == "torch":
-            # As Keras' loop: the state variables' tensors must not be
-            # modified in place under autograd.
-            states = [ops.copy(s) for s in states]
+        states = backend.fresh_states(states, self.stateful)
         xs = ops.transpose(sequences, (1, 0, 2))  # (T, B, in)
-        if loop == "convertible":
+        if convertible:
             xs, step = self._convertible_step(xs)  # xs: (T, B, P), x @ kernel
         else:
             step = self._cell_step(training)
+        inputs = [xs]
         if zoned:
-            xs, step = self._zoned(xs, step, rates, training)
-        return run_recurrence(
+            inputs, step = self._zoned(xs, step, rates, training)
+        return run_loop(
             step,
-            xs,
+            inputs,
             states,
             mask=mask,
             go_backwards=self.go_backwards,
-            loop=loop,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask,
+            training=training,
+            unroll=self.unroll,
         )
 
     def _convertible_step(self, xs):
@@ -94,17 +94,15 @@ class _ConvertibleInference:
         cell = self.cell
         kernel = ops.cast(cell.kernel, self.compute_dtype)
         recurrent_kernel = ops.cast(cell.recurrent_kernel, self.compute_dtype)
-        if cell.use_bias:
-            bias = ops.cast(cell.bias, self.compute_dtype)
-        else:
-            bias = ops.zeros((kernel.shape[-1],), self.compute_dtype)
-        return project(xs, kernel), self.inference_step(recurrent_kernel, bias)
+        bias = ops.cast(cell.bias, self.compute_dtype) if cell.use_bias else None
+        step = self.inference_step(recurrent_kernel, bias)
+        return backend.project(xs, kernel), lambda xs_t, states: step(xs_t[0], states)
 
     def _cell_step(self, training):
         """One step through the Keras cell's ``call``, as Keras' own loop runs it."""
 
-        def step(x_t, states):
-            output, new_states = self.cell(x_t, states, training=training)
+        def step(xs_t, states):
+            output, new_states = self.cell(xs_t[0], states, training=training)
             if not isinstance(new_states, (list, tuple)):
                 new_states = [new_states]
             return output, list(new_states)
@@ -112,33 +110,24 @@ class _ConvertibleInference:
         return step
 
     def _zoned(self, xs, step, rates, training):
-        """``(xs, step)`` with zoneout after each step; the output is the new h.
-
-        In training, fresh keep-masks for every step, drawn here and
-        concatenated to ``xs`` (the loop draws nothing: JAX's scan and
-        TensorFlow's while loop), split off again in the step.
-        """
+        """The loop's inputs and ``step`` with zoneout after each step; the
+        output is the new h. In training, fresh keep-masks for every step,
+        drawn here (nothing random runs inside the loop) and read beside the
+        inputs."""
         keep = []
         if training:
             keep = zoneout_masks(rates, self.cell.state_size, tuple(ops.shape(xs)[:2]),
                                  self.cell.seed_generator,
                                  keras.backend.standardize_dtype(xs.dtype))
-        drawn = [m for m in keep if m is not None]
-        sizes = [int(xs.shape[-1]), *(int(m.shape[-1]) for m in drawn)]
-        if drawn:
-            xs = ops.concatenate([xs, *drawn], axis=-1)  # (T, B, P + kept state sizes)
 
-        def zoned_step(x_t, states):
-            keep_masks = None
-            if drawn:
-                x_t, *pieces = split(x_t, sizes)
-                pieces = iter(pieces)
-                keep_masks = [None if m is None else next(pieces) for m in keep]
-            _, new_states = step(x_t, states)
+        def zoned_step(xs_t, states):
+            drawn = iter(xs_t[1:])
+            keep_masks = [None if m is None else next(drawn) for m in keep] if keep else None
+            _, new_states = step(xs_t[:1], states)
             new_states = apply_zoneout(rates, states, new_states, keep_masks)
             return new_states[0], new_states
 
-        return xs, zoned_step
+        return [xs, *(m for m in keep if m is not None)], zoned_step
 
     def get_config(self):
         config = super().get_config()
@@ -189,8 +178,8 @@ class ConvertibleLSTM(_ConvertibleInference, keras.layers.LSTM):
 
         def step(xw_t, states):
             h_tm1, c_tm1 = states
-            z = xw_t + recurrent_matmul(h_tm1, recurrent_kernel, bias)
-            z_i, z_f, z_c, z_o = ops.split(z, 4, axis=-1)
+            z = xw_t + backend.recurrent_matmul(h_tm1, recurrent_kernel, bias)
+            z_i, z_f, z_c, z_o = backend.split(z, 4)
             i = cell.recurrent_activation(z_i)
             f = cell.recurrent_activation(z_f)
             c = f * c_tm1 + i * cell.activation(z_c)
@@ -232,7 +221,7 @@ class ConvertibleSimpleRNN(_ConvertibleInference, keras.layers.SimpleRNN):
         activation = self.cell.activation or (lambda z: z)
 
         def step(xw_t, states):
-            h = activation(xw_t + recurrent_matmul(states[0], recurrent_kernel, bias))
+            h = activation(xw_t + backend.recurrent_matmul(states[0], recurrent_kernel, bias))
             return h, [h]
 
         return step

@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
-from keras_seq.layers import _masking
+from keras_seq.layers.attention import _masking
 
 
 def _write_cache(cache, k_v, index):

@@ -90,7 +90,7 @@ def k_max_over_time_in_ops(x, mask, k_out, k_per_sequence=None):
 # TFLite builtins; the other backends (whose tensors TensorFlow ops reject,
 # as JAX tracers) use the `keras.ops` form.
 if keras.backend.backend() == "tensorflow":
-    from keras_seq.layers._k_max_tf import k_max_over_time, output_mask
+    from keras_seq.layers.convolutional.k_max_tensorflow import k_max_over_time, output_mask
 else:
     k_max_over_time, output_mask = k_max_over_time_in_ops, output_mask_in_ops
 

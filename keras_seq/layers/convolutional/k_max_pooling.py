@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_seq import _validation
-from keras_seq.layers import _k_max
+from keras_seq.layers.convolutional import k_max_backend as _k_max
 
 
 def _k(k_top: int, layer_index: int, num_layers: int, s):

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
-from keras import ops
 
 from keras_seq._validation import check_bool
-from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
-from keras_seq.layers._recurrent_base import (
-    RecurrentCell,
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.gated_cell import (
+    GatedCell,
+    GatedRNN,
+    delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_driver import project, recurrent_matmul, split
-from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
+from keras_seq.layers.recurrent.rnn import LoopHints
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class GRUCell(RecurrentCell):
+class GRUCell(GatedCell):
     """One step of a gated recurrent unit.
 
     ```
@@ -75,88 +74,40 @@ class GRUCell(RecurrentCell):
             )
         self.built = True
 
-    def project_inputs(self, x, bias=True):
-        kernel = self.read_weight(self.kernel)
+    loop_hints = LoopHints(
+        pointwise_projection=True,
+        output_is_first_state=True,
+        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.GRUGradient",
+    )
+
+    def project(self, sequence):
+        """``W x`` plus the input bias (row 0 with ``reset_after``): the
+        biases outside the reset product."""
         if not self.use_bias:
-            return project(x, kernel)
-        if not self.reset_after:
-            # The step adds b_zr and b_h after its two matmuls (`recurrent_matmul`).
-            return project(x, kernel, self.read_weight(self.bias) if bias else None)
-        bias = self.read_weight(self.bias)
-        # The recurrent biases of z and r are plain sums too, so they join the
-        # input bias here; only b_h (recurrent) must stay inside r ⊙ (...).
-        u = self.units
-        zeros = ops.zeros((u,), dtype=bias.dtype)
-        return project(x, kernel, bias[0] + ops.concatenate([bias[1, : 2 * u], zeros]))
+            return backend.project(sequence, self.kernel)
+        bias = self.bias[0] if self.reset_after else self.bias
+        return backend.project(sequence, self.kernel, bias)
 
-    def recurrent_weights(self, batch_size=None, bptt=False):
-        U = self.read_weight(self.recurrent_kernel)
-        u = self.units
-        if bptt:  # reset_after only: [U, recurrent b_h], or [U] without a bias
-            return [U, self.read_weight(self.bias[1, 2 * u :])] if self.use_bias else [U]
-        if self.use_bias:
-            bias = self.read_weight(self.bias)
-        else:
-            bias = ops.zeros((2, 3 * u) if self.reset_after else (3 * u,), self.compute_dtype)
-        if not self.reset_after:
-            # Sliced once here, not at every step: U_zr acts on h, U_h on r ⊙ h.
-            return [U[:, : 2 * u], U[:, 2 * u :], bias[: 2 * u], bias[2 * u :]]
-        # b_h only: the recurrent biases of z and r are in the input projection.
-        return [U, ops.concatenate([ops.zeros((2 * u,), dtype=bias.dtype), bias[1, 2 * u :]])]
-
-    # Hand-written gradient for training, reset_after=True only (the
-    # bptt_* hooks of RecurrentCell); reset_after=False trains with autodiff.
-    bptt_d_r_is_d_xw = False
-
-    @property
-    def bptt_saved_widths(self):
-        return [2 * self.units, self.units, self.units]  # [z, r], h̃, U_h h + b_h
-
-    def bptt_supported(self):
-        return self.reset_after and self.standard_activations()
-
-    def bptt_forward(self, xw_t, r_t, states, params):
-        h_prev = states[0]
-        u = self.units
-        x_zr, x_h = tf.split(xw_t, [2 * u, u], axis=-1)
-        r_zr, r_h = tf.split(r_t, [2 * u, u], axis=-1)
-        if params:
-            r_h = r_h + params[0]
-        zr = fast_sigmoid(x_zr + r_zr)
-        z, r = tf.split(zr, 2, axis=-1)
-        h_tilde = fast_tanh(x_h + r * r_h)
-        return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
-
-    def bptt_backward(self, saved, states_prev, states, d_states, params):
-        zr, h_tilde, r_h = saved
-        d_h = d_states[0]
-        z, r = tf.split(zr, 2, axis=-1)
-        d_h_z = d_h * z
-        d_a = tanh_grad(h_tilde, d_h - d_h_z)  # ∂h/∂h̃ = 1 − z
-        d_zr = sigmoid_grad(zr, tf.concat([d_h * (states_prev[0] - h_tilde), d_a * r_h], -1))
-        d_r_h = d_a * r
-        d_xw = tf.concat([d_zr, d_a], axis=-1)
-        d_r = tf.concat([d_zr, d_r_h], axis=-1)
-        return d_xw, d_r, [d_h_z], [d_r_h] if params else []
-
-    def recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+    def step(self, inputs, states, training=False):
         h_tm1 = states[0]
         u = self.units
-        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
-        x_zr, x_h = split(xw_t, [2 * u, u])
+        h_in = h_tm1
+        if training and self.recurrent_dropout > 0.0:
+            h_in = h_tm1 * self.get_recurrent_dropout_mask(h_tm1)
+        x_zr, x_h = backend.split(inputs, [2 * u, u])
+        U = self.recurrent_kernel
         if self.reset_after:
-            U, b_recurrent = params
-            # One (u, 3u) matmul; r multiplies U_h h + b_h after it.
-            uh_zr, uh_h = split(recurrent_matmul(h_in, U, b_recurrent), [2 * u, u])
+            # One (u, 3u) matmul with the recurrent bias; r multiplies U_h h + b_h.
+            b = self.bias[1] if self.use_bias else None
+            uh_zr, uh_h = backend.split(backend.recurrent_matmul(h_in, U, b), [2 * u, u])
         else:
-            U_zr, U_h, b_zr, b_h = params
-            uh_zr = recurrent_matmul(h_in, U_zr, b_zr)
+            uh_zr = backend.recurrent_matmul(h_in, U[:, : 2 * u], None)
         # z and r side by side: one activation for both gates.
-        z, r = ops.split(self.recurrent_activation(x_zr + uh_zr), 2, axis=-1)
+        z, r = backend.split(self.recurrent_activation(x_zr + uh_zr), 2)
         if self.reset_after:
             h_tilde = self.activation(x_h + r * uh_h)
         else:
-            h_tilde = self.activation(x_h + recurrent_matmul(r * h_in, U_h, b_h))
+            h_tilde = self.activation(x_h + backend.recurrent_matmul(r * h_in, U[:, 2 * u :], None))
         h = h_tilde + z * (h_tm1 - h_tilde)  # = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ, one op less
         return h, [h]
 
@@ -165,7 +116,7 @@ class GRUCell(RecurrentCell):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class GRU(RecurrentLayer):
+class GRU(GatedRNN):
     """GRU layer; same weights and results as `keras.layers.GRU`.
 
     Runs `GRUCell` over time (see its equations) with the input projection of

@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
-from keras_seq.layers import _masking
+from keras_seq.layers.attention import _masking
 
 
 class KeyValueAttention(keras.layers.Layer):

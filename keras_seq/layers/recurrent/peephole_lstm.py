@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
-from keras import ops
 
-from keras_seq.layers._bptt import fast_sigmoid, fast_tanh, sigmoid_grad, tanh_grad
-from keras_seq.layers._recurrent_base import (
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.gated_cell import (
+    GatedRNN,
     LSTMCellBase,
+    delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
+from keras_seq.layers.recurrent.rnn import LoopHints
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -80,67 +80,33 @@ class PeepholeLSTMCell(LSTMCellBase):
         self.output_peephole = self.add_peephole("output_peephole")
         self.built = True
 
-    def recurrent_weights(self, batch_size=None, bptt=False):
-        peepholes = (self.input_peephole, self.forget_peephole, self.output_peephole)
-        U = self.read_weight(self.recurrent_kernel)
-        if bptt:  # the bias is in the projection
-            return [U, *(self.read_weight(p) for p in peepholes)]
-        return [U, self.recurrent_bias(),
-                *(self.read_per_example(p, batch_size) for p in peepholes)]
+    loop_hints = LoopHints(
+        pointwise_projection=True,
+        output_is_first_state=True,
+        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.PeepholeLSTMGradient",
+    )
 
-    # Hand-written gradient for training (the bptt_* hooks of RecurrentCell).
-    bptt_d_r_is_d_xw = True
+    def project(self, sequence):
+        return backend.project(sequence, self.kernel)  # W x; the step adds b with U h
 
-    @property
-    def bptt_saved_widths(self):
-        return [self.units] * 4  # i, f, g = tanh(z_c), o (tanh(c) is recomputed)
-
-    def bptt_supported(self):
-        return self.standard_activations()
-
-    def bptt_forward(self, xw_t, r_t, states, params):
-        c_prev = states[1]
-        p_i, p_f, p_o = params
-        z_i, z_f, z_c, z_o = tf.split(xw_t + r_t, 4, axis=-1)
-        i = fast_sigmoid(z_i + p_i * c_prev)
-        f = fast_sigmoid(z_f + p_f * c_prev)
-        g = fast_tanh(z_c)
-        c = f * c_prev + i * g
-        o = fast_sigmoid(z_o + p_o * c)
-        tanh_c = fast_tanh(c)
-        return [o * tanh_c, c], [i, f, g, o]
-
-    def bptt_backward(self, saved, states_prev, states, d_states, params):
-        i, f, g, o = saved
-        c_prev, c = states_prev[1], states[1]
-        tanh_c = fast_tanh(c)  # cheaper to recompute than to store and read back
-        d_h, d_c = d_states
-        p_i, p_f, p_o = params
-        d_zo = sigmoid_grad(o, d_h * tanh_c)
-        d_c = d_c + tanh_grad(tanh_c, d_h * o) + d_zo * p_o  # o sees c through p_o
-        d_zi = sigmoid_grad(i, d_c * g)
-        d_zf = sigmoid_grad(f, d_c * c_prev)
-        d_zc = tanh_grad(g, d_c * i)
-        d_z = tf.concat([d_zi, d_zf, d_zc, d_zo], axis=-1)
-        d_c_prev = d_c * f + d_zi * p_i + d_zf * p_f
-        return d_z, d_z, [None, d_c_prev], [d_zi * c_prev, d_zf * c_prev, d_zo * c]
-
-    def recurrent_step(self, xw_t, states, params, recurrent_mask=None):
+    def step(self, inputs, states, training=False):
         h_tm1, c_tm1 = states
-        U, b, p_i, p_f, p_o = params
-        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
+        h_in = h_tm1
+        if training and self.recurrent_dropout > 0.0:
+            h_in = h_tm1 * self.get_recurrent_dropout_mask(h_tm1)
         # All four gates' recurrent terms in one (u, 4u) matmul.
-        z_i, z_f, z_c, z_o = ops.split(self.gate_inputs(xw_t, h_in, U, b), 4, axis=-1)
-        i = self.recurrent_activation(z_i + p_i * c_tm1)
-        f = self.recurrent_activation(z_f + p_f * c_tm1)
+        z = inputs + backend.recurrent_matmul(h_in, self.recurrent_kernel, self.bias)
+        z_i, z_f, z_c, z_o = backend.split(z, 4)
+        i = self.recurrent_activation(z_i + self.input_peephole * c_tm1)
+        f = self.recurrent_activation(z_f + self.forget_peephole * c_tm1)
         c = f * c_tm1 + i * self.activation(z_c)
-        o = self.recurrent_activation(z_o + p_o * c)
+        o = self.recurrent_activation(z_o + self.output_peephole * c)
         h = o * self.activation(c)
         return h, [h, c]
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class PeepholeLSTM(RecurrentLayer):
+class PeepholeLSTM(GatedRNN):
     """LSTM layer with peephole connections; a drop-in for `keras.layers.LSTM`.
 
     Runs `PeepholeLSTMCell` over time (see its equations). The input

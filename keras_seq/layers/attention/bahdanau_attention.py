@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
-from keras_seq.layers._key_value_attention import KeyValueAttention
+from keras_seq.layers.attention._key_value_attention import KeyValueAttention
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -11,25 +11,16 @@ from keras_seq._validation import (
     check_zoneout,
     invalid_value,
 )
-from keras_seq.layers._recurrent_base import RecurrentCell
-from keras_seq.layers._recurrent_driver import choose_loop, scan
-from keras_seq.layers._zoneout import apply_zoneout, zoneout_masks, zoneout_rates
-from keras_seq.layers.bahdanau_attention import BahdanauAttention
-from keras_seq.layers.luong_attention import LuongAttention
+from keras_seq.layers.attention.bahdanau_attention import BahdanauAttention
+from keras_seq.layers.attention.luong_attention import LuongAttention
+from keras_seq.layers.recurrent import registry
+from keras_seq.layers.recurrent.rnn import scan
+from keras_seq.layers.recurrent.zoneout import apply_zoneout, zoneout_masks, zoneout_rates
 
 ATTENTION_KINDS = ("bahdanau", "luong")
 
 # Longer statically known target lengths run in a loop instead of unrolled.
 _MAX_UNROLL = 32
-
-
-def _cell_registry():
-    """`keras_seq.models`' registry of ``cell=`` names, imported when first
-    used: the registry imports the recurrent layer modules of this package,
-    and `keras_seq.models` imports this module."""
-    from keras_seq.models import _cells
-
-    return _cells
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -117,9 +108,9 @@ class RecurrentDecoder(keras.layers.Layer):
         self.attention_units = check_positive_int(
             "RecurrentDecoder", "attention_units", attention_units, allow_none=True
         )
-        self.cell_name = _cell_registry().check_cell(cell, "RecurrentDecoder")
+        self.cell_name = registry.check_cell(cell, "RecurrentDecoder")
         # One rate per state of the cell, checked before any call.
-        zoneout_rates(self.zoneout, [1] * _cell_registry().num_states(self.cell_name),
+        zoneout_rates(self.zoneout, [1] * registry.num_states(self.cell_name),
                       "RecurrentDecoder")
         self.attention_normalize = check_bool(
             "RecurrentDecoder", "attention_normalize", attention_normalize
@@ -131,7 +122,7 @@ class RecurrentDecoder(keras.layers.Layer):
         if getattr(self, "cell", None) is not None:
             state_size = self.cell.state_size
             return len(state_size) if isinstance(state_size, (list, tuple)) else 1
-        return _cell_registry().num_states(self.cell_name)
+        return registry.num_states(self.cell_name)
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         if self.attention_units is not None and encoder_outputs_shape is None:
@@ -157,11 +148,9 @@ class RecurrentDecoder(keras.layers.Layer):
             input_dim += value_dim
         else:
             self.attention = None
-        _, cell_class = _cell_registry().recurrent_classes(self.cell_name)
-        # Keras' own cells know no zoneout: `step` applies it after theirs.
-        own_zoneout = issubclass(cell_class, RecurrentCell)
-        extra = {"zoneout": self.zoneout} if self.zoneout and own_zoneout else {}
-        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell", **extra)
+        # The decoder applies the zoneout (`step`), whatever the cell.
+        cell_class = registry.cell_class(self.cell_name)
+        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
         self.cell.build((None, input_dim))
         self._zoneout_rates = zoneout_rates(self.zoneout, self.cell.state_size, self)
         self.built = True
@@ -215,16 +204,9 @@ class RecurrentDecoder(keras.layers.Layer):
                 training=training,
             )
             y = keras.ops.concatenate([y, context], axis=-1)
-        cell = self.cell
-        if keep_masks is not None and isinstance(cell, RecurrentCell):
-            s, new_states = cell.zoned_step(
-                cell.project_inputs(y, bias=False), states, cell.recurrent_weights(None),
-                None, keep_masks,
-            )
-        else:
-            s, new_states = cell(y, states, training=training)
+        s, new_states = self.cell(y, states, training=training)
         new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [new_states]
-        if self.zoneout and not isinstance(cell, RecurrentCell):
+        if self.zoneout:
             if training and keep_masks is None:
                 keep_masks = self._zoneout_masks((keras.ops.shape(y)[0],))
             new_states = apply_zoneout(self._zoneout_rates, states, new_states,
@@ -263,7 +245,7 @@ class RecurrentDecoder(keras.layers.Layer):
         # lets TensorFlow schedule the steps' independent ops together and
         # avoids the while-loop's per-iteration overhead in the gradient.
         steps = inputs.shape[1]
-        loop = choose_loop(training, unroll=steps is not None and steps <= _MAX_UNROLL)
+        unroll = steps is not None and steps <= _MAX_UNROLL
         y_seq = keras.ops.transpose(inputs, (1, 0, 2))  # (T, B, E): the loops run over the first axis
         o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
         o0 = keras.ops.zeros((batch_size, o_dim), dtype=self.compute_dtype)
@@ -295,10 +277,10 @@ class RecurrentDecoder(keras.layers.Layer):
                 new_states
             )
 
-        # Training (TensorArray form) runs one step per loop iteration, as the
-        # decoder's tf.scan did; more per iteration were not measured here.
-        outputs, _ = scan(loop, body, sequences, states, templates,
-                          steps_per_iteration=1 if loop == "tensor_array" else None)
+        # Training runs one step per loop iteration, as the decoder's tf.scan
+        # did; more per iteration were not measured here.
+        outputs, _ = scan(body, sequences, states, templates, training=training, unroll=unroll,
+                          steps_per_iteration=1 if training is True else None)
         # (B, T, o_dim) and (B, T, S)
         return tuple(outputs) if return_attention_scores else outputs[0]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import keras
 
 from keras_seq import _validation
-from keras_seq.layers import _masking
-from keras_seq.layers.multi_head_attention import MultiHeadAttention
-from keras_seq.layers.positionwise_feed_forward import PositionwiseFeedForward
+from keras_seq.layers.attention import _masking
+from keras_seq.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_seq.layers.attention.positionwise_feed_forward import PositionwiseFeedForward
 
 
 def set_block_args(

@@ -13,12 +13,14 @@ from keras_seq._validation import (
     check_positive_int,
     invalid_value,
 )
-from keras_seq.layers._recurrent_base import (
-    RecurrentCell,
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.gated_cell import (
+    GatedCell,
+    GatedRNN,
+    delegate_to_cell,
     validate_recurrent_args,
 )
-from keras_seq.layers._recurrent_driver import matmul, recurrent_matmul, split
-from keras_seq.layers._recurrent_layer import RecurrentLayer, delegate_to_cell
+from keras_seq.layers.recurrent.rnn import LoopHints
 
 # Guards that keep every value and gradient finite (see `cosine_similarity`
 # and `sharpen`); far below the values they are added to in normal operation.
@@ -39,7 +41,7 @@ def cosine_similarity(k, memory):
         where ``|k| |M(i)|`` would divide by zero and the gradient of a norm
         at 0 is infinite.
     """
-    dot = matmul(k, memory, transpose_b=True)  # (B, H, N)
+    dot = backend.matmul(k, memory, transpose_b=True)  # (B, H, N)
     k_sq = ops.sum(k * k, axis=-1, keepdims=True)  # (B, H, 1)
     m_sq = ops.expand_dims(ops.sum(memory * memory, axis=-1), 1)  # (B, 1, N)
     return dot / ops.sqrt(k_sq * m_sq + COSINE_EPSILON)
@@ -103,7 +105,7 @@ def validate_ntm_args(owner: str, controller_units, memory_size, memory_width, n
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class NTMCell(RecurrentCell):
+class NTMCell(GatedCell):
     """One step of a Neural Turing Machine with an LSTM controller.
 
     N = `memory_size` locations of width W = `memory_width`; R read heads
@@ -191,11 +193,10 @@ class NTMCell(RecurrentCell):
         Collier & Beel, "Implementing Neural Turing Machines", ICANN 2018.
     """
 
-    output_is_first_state = False
-    # One step per loop iteration: the step is large, and copies of it made
+    # The output is y, not h; one step per loop iteration: the step is large, and copies of it made
     # XLA compilation and export much slower without making a step faster
     # (benchmarks/RESULTS.md, "NTM").
-    steps_per_iteration = 1
+    loop_hints = LoopHints(pointwise_projection=True, steps_per_iteration=1)
 
     def __init__(
         self,
@@ -281,38 +282,27 @@ class NTMCell(RecurrentCell):
         )
         self.built = True
 
-    def _bias_or_zeros(self, bias, size):
-        # recurrent_matmul always takes a bias (fused or added: see step_matmul_form).
-        return self.read_weight(bias) if bias is not None else ops.zeros((size,), self.compute_dtype)
-
-    def recurrent_weights(self, batch_size=None, bptt=False):
-        if bptt:
-            raise NotImplementedError("NTMCell has no hand-written gradient.")
-        return [
-            self.read_weight(self.recurrent_kernel),
-            self.recurrent_bias(),
-            self.read_weight(self.head_kernel),
-            self._bias_or_zeros(self.head_bias, self.head_kernel.shape[1]),
-            self.read_weight(self.output_kernel),
-            self._bias_or_zeros(self.output_bias, self.output_size),
-        ]
+    def project(self, sequence):
+        return backend.project(sequence, self.kernel)  # W x; the step adds b with U [h, r]
 
     def _clip(self, x):
         if self.clip_value is None:
             return x
         return ops.clip(x, -self.clip_value, self.clip_value)
 
-    def recurrent_step(self, xw_t, states, weights, recurrent_mask=None):
+    def step(self, inputs, states, training=False):
         h_tm1, c_tm1, r_tm1, w_tm1, memory_tm1 = states
-        U, b, W_p, b_p, W_y, b_y = weights
         n, width, S = self.memory_size, self.memory_width, self.shift_range
         R, H_w = self.num_read_heads, self.num_write_heads
         H = R + H_w
-        h_in = h_tm1 if recurrent_mask is None else h_tm1 * recurrent_mask
+        h_in = h_tm1
+        if training and self.recurrent_dropout > 0.0:
+            h_in = h_tm1 * self.get_recurrent_dropout_mask(h_tm1)
 
         # Controller: an LSTM on [x_t, r_{t-1}]; h_{t-1} and r_{t-1} in one matmul.
-        z = xw_t + recurrent_matmul(ops.concatenate([h_in, r_tm1], axis=-1), U, b)
-        z_i, z_f, z_c, z_o = split(z, 4)
+        z = inputs + backend.recurrent_matmul(ops.concatenate([h_in, r_tm1], axis=-1),
+                                              self.recurrent_kernel, self.bias)
+        z_i, z_f, z_c, z_o = backend.split(z, 4)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)
         c = f * c_tm1 + i * self.activation(z_c)
@@ -320,11 +310,11 @@ class NTMCell(RecurrentCell):
         h = o * self.activation(c)
 
         # Every head's parameters from one matmul; addressing in float32 at least.
-        p = self._clip(recurrent_matmul(h, W_p, b_p))
+        p = self._clip(backend.recurrent_matmul(h, self.head_kernel, self.head_bias))
         dtype = "float32" if self.compute_dtype in ("float16", "bfloat16") else self.compute_dtype
         p, w_tm1, memory_tm1 = (ops.cast(t, dtype) for t in (p, w_tm1, memory_tm1))
-        p_addr, p_write = split(p, [H * self._addressing_size, 2 * H_w * width])
-        k, beta, g, s, gamma = split(
+        p_addr, p_write = backend.split(p, [H * self._addressing_size, 2 * H_w * width])
+        k, beta, g, s, gamma = backend.split(
             ops.reshape(p_addr, (-1, H, self._addressing_size)), [width, 1, 1, 2 * S + 1, 1]
         )
         k = ops.tanh(k)  # (B, H, W)
@@ -340,18 +330,19 @@ class NTMCell(RecurrentCell):
         w = sharpen(circular_shift(w_g, s, S), gamma)  # (B, H, N)
         w_read, w_write = w[:, :R], w[:, R:]
 
-        r = matmul(w_read, memory)  # (B, R, W), from M_{t-1}
-        e, a = split(ops.reshape(p_write, (-1, H_w, 2 * width)), 2)
+        r = backend.matmul(w_read, memory)  # (B, R, W), from M_{t-1}
+        e, a = backend.split(ops.reshape(p_write, (-1, H_w, 2 * width)), 2)
         e, a = ops.sigmoid(e), ops.tanh(a)  # (B, H_w, W)
         for j in range(H_w):  # the erase products (H_w is small)
             memory = memory * (1.0 - w_write[:, j, :, None] * e[:, j, None, :])
-        memory = memory + matmul(w_write, a, transpose_a=True)  # Σ_h w_h a_hᵀ
+        memory = memory + backend.matmul(w_write, a, transpose_a=True)  # Σ_h w_h a_hᵀ
 
         dtype = self.compute_dtype
         r = ops.cast(ops.reshape(r, (-1, R * width)), dtype)
         w = ops.cast(ops.reshape(w, (-1, H * n)), dtype)
         memory = ops.cast(ops.reshape(memory, (-1, n * width)), dtype)
-        y = self._clip(recurrent_matmul(ops.concatenate([h, r], axis=-1), W_y, b_y))
+        y = self._clip(backend.recurrent_matmul(ops.concatenate([h, r], axis=-1),
+                                               self.output_kernel, self.output_bias))
         return y, [h, c, r, w, memory]
 
     def get_initial_state(self, batch_size=None):
@@ -359,7 +350,7 @@ class NTMCell(RecurrentCell):
         n, width = self.memory_size, self.memory_width
         heads = self.num_read_heads + self.num_write_heads
         dtype = self.compute_dtype
-        r = ops.reshape(ops.tanh(self.read_weight(self.initial_read)), (1, -1))
+        r = ops.reshape(ops.tanh(ops.cast(self.initial_read, dtype)), (1, -1))
         one_hot = np.zeros((heads, n), dtype=dtype)
         one_hot[:, 0] = 1.0
         # One new tensor per state, tiled rather than broadcast: on PyTorch a
@@ -393,7 +384,7 @@ class NTMCell(RecurrentCell):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class NTM(RecurrentLayer):
+class NTM(GatedRNN):
     """Neural Turing Machine layer: `NTMCell` driven over time.
 
     Runs `NTMCell` (see its equations, state and weight layout) over the

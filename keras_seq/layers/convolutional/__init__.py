@@ -1,0 +1,2 @@
+"""The convolutional sentence toolbox: k-max pooling, folding, wide convolution
+(public names: `keras_seq.layers`)."""

@@ -1,0 +1,116 @@
+"""The recurrent loop's operations on JAX (`keras_seq.layers.recurrent.backend` picks them).
+
+The same operations as `backend_tensorflow.TensorFlowOps`. The loop is
+``jax.lax.scan``; autodiff of the scan trains it and XLA compiles it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+import jax
+from keras import ops
+from keras.src.backend.common import stateless_scope
+
+BodyFn = Callable[[list, list], tuple]
+
+
+def _dtype_keeping_matmul(a, b):
+    # ops.einsum for float64: Keras' matmul type promotion computes float64
+    # operands in float32 on some backends; the einsum keeps the dtype.
+    if a.dtype == "float64":
+        return ops.einsum("...ij,...jk->...ik", a, b)
+    return ops.matmul(a, b)
+
+
+class JaxOps:
+    """The recurrent loop's operations on JAX."""
+
+    @staticmethod
+    def project(x, kernel, bias=None):
+        """``x @ kernel + bias`` over the last axis."""
+        y = _dtype_keeping_matmul(x, kernel)
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def recurrent_matmul(h, kernel, bias):
+        """``h @ kernel + bias`` for one step."""
+        y = _dtype_keeping_matmul(h, kernel)
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
+        """A batched matmul with optional transposes of the last two axes."""
+        if transpose_a:
+            a = ops.swapaxes(a, -1, -2)
+        if transpose_b:
+            b = ops.swapaxes(b, -1, -2)
+        return _dtype_keeping_matmul(a, b)
+
+    @staticmethod
+    def split(x, sizes: Sequence[int] | int, axis: int = -1) -> list:
+        """``x`` split into pieces of the static ``sizes`` (or ``sizes`` equal pieces)."""
+        if isinstance(sizes, int):
+            return ops.split(x, sizes, axis=axis)
+        indices, total = [], 0
+        for size in list(sizes)[:-1]:
+            total += int(size)
+            indices.append(total)
+        return ops.split(x, indices, axis=axis)
+
+    @staticmethod
+    def compiled_by_xla() -> bool:
+        """Always: JAX compiles what it traces with XLA."""
+        return True
+
+    @staticmethod
+    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
+        """Whether the input projection of all steps runs before the loop.
+
+        Not on the CPU: there XLA runs the scan faster with each step's
+        ``x_t @ W`` next to its ``h @ U`` than reading a step of a precomputed
+        ``(T, B, P)`` projection (forward and training; benchmarks/RESULTS.md,
+        "Every backend").
+        """
+        return jax.default_backend() != "cpu"
+
+    @staticmethod
+    def fresh_states(states: list, stateful: bool) -> list:
+        """The initial states as the loop may carry them (as they are)."""
+        return states
+
+    @staticmethod
+    def convertible_inference(training) -> bool:
+        """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
+        return False
+
+    @staticmethod
+    def bptt_available(training) -> bool:
+        """Hand-written gradients are TensorFlow's; JAX differentiates the scan."""
+        return False
+
+    @staticmethod
+    def run_bptt(*args, **kwargs):
+        raise ValueError("Hand-written gradients run on the TensorFlow backend only.")
+
+    @staticmethod
+    def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
+             steps_per_iteration: int | None = None):
+        """Runs ``body`` over the time-major ``sequences`` with ``jax.lax.scan``
+        (arguments and results as `TensorFlowOps.scan`; ``templates`` and
+        ``steps_per_iteration`` are not needed here)."""
+
+        def f(carry, xs_t):
+            outputs_t, carry = body(list(xs_t), list(carry))
+            return carry, (outputs_t if collect else None)
+
+        # Inside a trace a variable update would leak out of the scan: run it
+        # in a stateless scope (the caller's, if there is one), as Keras does.
+        scope = (contextlib.nullcontext() if stateless_scope.in_stateless_scope()
+                 else stateless_scope.StatelessScope())
+        with scope:
+            carry, stacked = jax.lax.scan(f, list(carry), list(sequences))
+        if not collect:
+            return None, list(carry)
+        return [ops.swapaxes(y, 0, 1) for y in stacked], list(carry)

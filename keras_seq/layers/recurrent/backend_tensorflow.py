@@ -1,0 +1,320 @@
+"""The recurrent loop's operations on TensorFlow (`keras_seq.layers.recurrent.backend` picks them).
+
+`TensorFlowOps` has the same operations as `backend_jax.JaxOps` and
+`backend_torch.TorchOps`. Its loop forms, which compute the same thing,
+chosen by `TensorFlowOps.scan` for one call:
+
+- training (``training=True``): ``tf.while_loop`` reading the per-step
+  inputs from a ``TensorArray`` (``unstack``) and writing outputs into
+  another. Its autodiff gradient is the cheapest: slicing ``x[t]`` in the
+  loop instead makes the backward pass materialise a full ``(T, B, P)``
+  tensor at every step. A cell with a TensorFlow gradient companion trains
+  through `keras_seq.layers.recurrent.bptt_tensorflow` instead (`run_bptt`).
+- inference (the convertible form): ``tf.while_loop`` reading with
+  ``tf.gather`` and writing blocks of outputs with
+  ``tf.tensor_scatter_nd_update`` into a preallocated tensor. TensorArray ops
+  have no TFLite builtin form when the batch or length is dynamic, and
+  tf2onnx cannot map them; these become the builtins WHILE, GATHER and
+  SCATTER_ND (ONNX ``Loop``, ``Gather``, ``ScatterND``), so every exporter
+  traces this form with no Flex delegate and no special mode.
+
+(``unroll=True`` is a Python loop on every backend: `keras_seq.layers.recurrent.rnn`.)
+The measurements behind these choices are in ``benchmarks/RESULTS.md``
+("Recurrent family").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+
+# body(xs_t, carry) -> (outputs_t, carry), all lists.
+BodyFn = Callable[[list, list], tuple]
+
+# Steps per iteration of the while loops. An iteration costs a few
+# control-flow ops per loop variable besides the step itself; at batch 1
+# that is a large part of a step, and more steps per iteration pay it less
+# often, for a bigger graph that takes longer to trace. Eight was the best
+# trade-off measured (benchmarks/RESULTS.md, "Inference since run 5").
+STEPS_PER_ITERATION = 8
+
+# ``"plain"`` (MatMul, then Add) or ``"fused"`` (MatMul and BiasAdd, which
+# oneDNN fuses with the step's next Add into one kernel): how
+# `recurrent_matmul` computes a step's ``h @ U + b``. The faster one depends
+# on the CPU, by 3-6x at batch 1 either way (benchmarks/RESULTS.md, "The
+# step's matmul"; `benchmarks/step_matmul.py` times both on a machine).
+# Fixed when this module is imported: the environment variable, else plain.
+STEP_MATMUL_ENV = "KERAS_SEQ_STEP_MATMUL"
+
+
+def step_matmul_form(environ) -> str:
+    """The form `KERAS_SEQ_STEP_MATMUL` names in ``environ``, else ``"plain"``."""
+    form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "plain"
+    if form not in ("plain", "fused"):
+        raise ValueError(
+            f"Environment variable {STEP_MATMUL_ENV}: expected 'plain' or 'fused' (or unset), "
+            f"received {environ[STEP_MATMUL_ENV]!r}."
+        )
+    return form
+
+
+STEP_MATMUL = step_matmul_form(os.environ)
+
+
+class TensorFlowOps:
+    """The recurrent loop's operations on TensorFlow."""
+
+    # --- operations whose TensorFlow form matters ---
+
+    @staticmethod
+    def project(x, kernel, bias=None):
+        """``x @ kernel + bias`` over the last axis of a rank-2 or rank-3 ``x``.
+
+        One 2-D matmul with ``bias_add``: TensorFlow fuses the pair into a single
+        kernel and its bias gradient is one reduction. A rank-3 ``tf.matmul``
+        would broadcast the kernel instead, and its kernel gradient builds and
+        reduces a ``(T, in, P)`` tensor (slower to train).
+        """
+        features = tf.shape(x)[-1]
+        y = tf.matmul(tf.reshape(x, [-1, features]), kernel)
+        if bias is not None:
+            y = tf.nn.bias_add(y, bias)
+        if len(x.shape) == 2:
+            return y
+        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[-1:]], 0))
+
+    @staticmethod
+    def recurrent_matmul(h, kernel, bias):
+        """``h @ kernel + bias`` for one step, in the form `STEP_MATMUL` names
+        (under XLA both compile alike; they may differ in the last bit)."""
+        if bias is None:
+            return tf.matmul(h, kernel)
+        if STEP_MATMUL == "fused":
+            return tf.nn.bias_add(tf.matmul(h, kernel), bias)
+        return tf.matmul(h, kernel) + bias
+
+    @staticmethod
+    def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
+        """A batched matmul with optional transposes of the last two axes."""
+        return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+
+    @staticmethod
+    def split(x, sizes: Sequence[int] | int, axis: int = -1) -> list:
+        """``x`` split into pieces of the static ``sizes`` (or ``sizes`` equal
+        pieces). ``tf.split`` takes the sizes themselves: ``ops.split`` with
+        indices computes them in the graph at every step."""
+        return tf.split(x, sizes, axis=axis)
+
+    @staticmethod
+    def compiled_by_xla() -> bool:
+        """Whether the code being traced now will be compiled by XLA: inside a
+        ``tf.function(jit_compile=True)``, which is what Keras' ``jit_compile``
+        builds. (TensorFlow's global auto-clustering is not seen.)"""
+        # The flag is private to TensorFlow; Keras 2's layers read it the same way.
+        from tensorflow.python.ops import control_flow_util
+
+        return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+    @staticmethod
+    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
+        """Whether the input projection of all steps runs before the loop (one
+        large matmul) rather than inside each step.
+
+        Hoisted, except for a cell that asks (``LoopHints.projects_in_step_under_xla``)
+        at inference under XLA with no GPU visible: there the step's elementwise
+        work and its ``x_t @ W`` compile together.
+        """
+        if not projects_in_step_under_xla or training is True or not TensorFlowOps.compiled_by_xla():
+            return True
+        return bool(tf.config.list_logical_devices("GPU"))
+
+    @staticmethod
+    def fresh_states(states: list, stateful: bool) -> list:
+        """The initial states as the loop may carry them (as they are)."""
+        return states
+
+    @staticmethod
+    def convertible_inference(training) -> bool:
+        """Whether this call is inference in the loop the exporters convert to
+        builtin ops (`ConvertibleLSTM` runs it in place of Keras' own loop)."""
+        return training is not True
+
+    @staticmethod
+    def bptt_available(training) -> bool:
+        """Whether a cell's TensorFlow gradient companion may train this call."""
+        return training is True
+
+    @staticmethod
+    def run_bptt(companion, sequence, initial_states, mask, recurrent_mask, go_backwards,
+                 return_sequences, zero_output_for_mask):
+        """Training with a cell's hand-written gradient
+        (`keras_seq.layers.recurrent.bptt_tensorflow.run_bptt_recurrence`)."""
+        from keras_seq.layers.recurrent.bptt_tensorflow import run_bptt_recurrence
+
+        return run_bptt_recurrence(
+            companion, sequence, initial_states, mask=mask, recurrent_mask=recurrent_mask,
+            go_backwards=go_backwards, return_sequences=return_sequences,
+            zero_output_for_mask=zero_output_for_mask,
+        )
+
+    @staticmethod
+    def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
+             steps_per_iteration: int | None = None):
+        """Runs ``body`` over the time-major ``sequences`` in the form this call needs.
+
+        Args:
+            body: ``body(xs_t, carry) -> (outputs_t, carry)`` with ``xs_t`` the
+                list of step-``t`` slices of ``sequences``, and lists for the rest.
+            sequences: list of time-major ``(T, B, ...)`` tensors, same ``T``.
+            carry: list of tensors carried between steps.
+            templates: one ``(B, ...)`` tensor per output with the shape and
+                dtype of that output at one step.
+            collect: stack the outputs over time; else only the carry is returned.
+            training: the call's ``training``; only ``True`` trains.
+            steps_per_iteration: steps per while-loop iteration (default
+                `STEPS_PER_ITERATION`).
+
+        Returns:
+            ``(outputs, carry)``: ``outputs`` a list of batch-major ``(B, T, ...)``
+            tensors (``None`` when not collecting).
+        """
+        k = steps_per_iteration or STEPS_PER_ITERATION
+        if training is True:
+            return _scan_tensor_array(body, sequences, carry, templates, collect, k)
+        return _scan_convertible(body, sequences, carry, templates, collect, k)
+
+
+# --- the loops ---
+
+def num_steps(x):
+    """The length of a time-major tensor: static when known."""
+    return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+
+
+def _blocks(first, last, k, run, state):
+    """``run`` over steps ``first .. last - 1``, ``k`` steps per iteration
+    and the last ``(last - first) mod k`` one per iteration."""
+    blocks = first + (last - first) // k * k
+    state = run(first, blocks, k, *state)
+    if k > 1:
+        state = run(blocks, last, 1, *state)
+    return state
+
+
+def _scan_tensor_array(body: BodyFn, sequences, carry, templates, collect, k):
+    """The training form (see the module docstring)."""
+    steps = num_steps(sequences[0])
+    input_tas = [
+        tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x)
+        for x in sequences
+    ]
+    # Empty TensorArrays keep the loop signature the same when not collecting.
+    out_tas = [
+        tf.TensorArray(t.dtype, size=steps if collect else 0, element_shape=t.shape)
+        for t in templates
+    ]
+
+    def run(first, last, per_iteration, out_tas, carry):
+        if isinstance(first, int) and isinstance(last, int) and last <= first:
+            # No loop at all: XLA cannot differentiate a loop of zero iterations.
+            return out_tas, carry
+
+        def loop_body(t, out_tas, *carry):
+            carry = list(carry)
+            for i in range(per_iteration):
+                outputs_t, carry = body([ta.read(t + i) for ta in input_tas], carry)
+                if collect:
+                    out_tas = [ta.write(t + i, o) for ta, o in zip(out_tas, outputs_t)]
+            return (t + per_iteration, out_tas, *carry)
+
+        result = tf.while_loop(
+            lambda t, *_: t < last,
+            loop_body,
+            (tf.convert_to_tensor(first), out_tas, *carry),
+            maximum_iterations=(last - first) // per_iteration,
+            parallel_iterations=32,
+        )
+        return list(result[1]), list(result[2:])
+
+    out_tas, carry = _blocks(0, steps, k, run, (out_tas, carry))
+    if not collect:
+        return None, carry
+    return [_batch_major(ta.stack()) for ta in out_tas], carry
+
+
+def _batch_major(x):
+    """(T, B, ...) -> (B, T, ...)."""
+    return tf.transpose(x, [1, 0, *range(2, len(x.shape))])
+
+
+def _scan_convertible(body: BodyFn, sequences, carry, templates, collect, k):
+    """The inference form (see the module docstring).
+
+    TensorFlow copies the whole output tensor at every scatter, so ``k``
+    steps run per loop iteration and their outputs are written as one block:
+    a ``T``-step loop makes ``T / k`` copies instead of ``T``. (Sixteen steps
+    per iteration, with the last steps written into a small buffer, made
+    TensorFlow at batch 64 a little faster but the converted TFLite model
+    much slower at batch 1; see benchmarks/RESULTS.md.)
+    """
+    steps = num_steps(sequences[0])
+    batch = tf.shape(templates[0])[0] if templates else None
+    # Batch-major buffers (B, T, ...), written at [b, t] index pairs: with an
+    # empty batch the indices are empty too (a scatter of non-empty indices
+    # into an empty tensor is an error), and no transpose is needed after.
+    # An output with a zero-sized feature axis (the attention weights of a
+    # decoder without attention) stays all zeros, for the same reason.
+    empty_outputs = [0 in t.shape[1:] for t in templates]
+    buffers = []
+    if collect:
+        buffers = [
+            tf.zeros(tf.concat([tf.shape(t)[:1], tf.reshape(steps, [1]), tf.shape(t)[1:]], 0),
+                     t.dtype)
+            for t in templates
+        ]
+
+    def run(first, last, per_iteration, buffers, carry):
+        if isinstance(first, int) and isinstance(last, int) and last <= first:
+            return buffers, carry
+        if collect:
+            # [b] for every (b, i) of a block, built once outside the loop.
+            batch_rows = tf.broadcast_to(
+                tf.reshape(tf.range(batch), [-1, 1, 1]), tf.stack([batch, per_iteration, 1])
+            )
+
+        def loop_body(t, buffers, *carry):
+            carry = list(carry)
+            # t + constant offsets, not tf.range(t, t + k): XLA needs static range bounds.
+            rows = t + tf.range(per_iteration)
+            if per_iteration == 1:
+                block = [[tf.gather(x, t)] for x in sequences]
+            else:
+                block = [tf.unstack(tf.gather(x, rows), per_iteration) for x in sequences]
+            outputs = [[] for _ in templates]
+            for i in range(per_iteration):
+                outputs_t, carry = body([x[i] for x in block], carry)
+                for collected, o in zip(outputs, outputs_t):
+                    collected.append(o)
+            if collect:
+                time_rows = tf.broadcast_to(
+                    tf.reshape(rows, [1, per_iteration, 1]), tf.shape(batch_rows)
+                )
+                indices = tf.concat([batch_rows, time_rows], -1)  # (B, k, 2): [b, t + i]
+                buffers = [
+                    b if empty else tf.tensor_scatter_nd_update(b, indices, tf.stack(o, axis=1))
+                    for b, o, empty in zip(buffers, outputs, empty_outputs)
+                ]
+            return (t + per_iteration, buffers, *carry)
+
+        result = tf.while_loop(
+            lambda t, *_: t < last,
+            loop_body,
+            (tf.convert_to_tensor(first), buffers, *carry),
+            maximum_iterations=(last - first) // per_iteration,
+        )
+        return list(result[1]), list(result[2:])
+
+    buffers, carry = _blocks(0, steps, k, run, (buffers, carry))
+    return (buffers if collect else None), carry

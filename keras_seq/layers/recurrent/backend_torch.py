@@ -1,0 +1,97 @@
+"""The recurrent loop's operations on PyTorch (`keras_seq.layers.recurrent.backend` picks them).
+
+The same operations as `backend_tensorflow.TensorFlowOps`. The loop is a
+Python loop over the time steps, run eagerly, as Keras' own torch backend
+runs its LSTM and GRU on the CPU; autograd trains it. The step's matmuls are
+torch's own ops, without ``keras.ops``' conversions at every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from keras import ops
+
+BodyFn = Callable[[list, list], tuple]
+
+
+class TorchOps:
+    """The recurrent loop's operations on PyTorch."""
+
+    @staticmethod
+    def project(x, kernel, bias=None):
+        """``x @ kernel + bias`` over the last axis."""
+        y = torch.matmul(x, kernel)
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def recurrent_matmul(h, kernel, bias):
+        """``h @ kernel + bias`` for one step, one fused kernel."""
+        if bias is None:
+            return torch.matmul(h, kernel)
+        return torch.addmm(bias, h, kernel)
+
+    @staticmethod
+    def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
+        """A batched matmul with optional transposes of the last two axes."""
+        if transpose_a:
+            a = a.transpose(-1, -2)
+        if transpose_b:
+            b = b.transpose(-1, -2)
+        return torch.matmul(a, b)
+
+    @staticmethod
+    def split(x, sizes: Sequence[int] | int, axis: int = -1) -> list:
+        """``x`` split into pieces of the static ``sizes`` (or ``sizes`` equal pieces)."""
+        if isinstance(sizes, int):
+            return list(torch.chunk(x, sizes, dim=axis))
+        return list(torch.split(x, [int(s) for s in sizes], dim=axis))
+
+    @staticmethod
+    def compiled_by_xla() -> bool:
+        """Never: PyTorch runs op by op."""
+        return False
+
+    @staticmethod
+    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
+        """The input projection of all steps runs before the loop (one matmul)."""
+        return True
+
+    @staticmethod
+    def fresh_states(states: list, stateful: bool) -> list:
+        """The initial states as the loop may carry them: copies of a stateful
+        layer's state variables, which autograd forbids modifying in place
+        (as Keras' own loop copies them)."""
+        return [ops.copy(s) for s in states] if stateful else states
+
+    @staticmethod
+    def convertible_inference(training) -> bool:
+        """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
+        return False
+
+    @staticmethod
+    def bptt_available(training) -> bool:
+        """Hand-written gradients are TensorFlow's; autograd trains the loop."""
+        return False
+
+    @staticmethod
+    def run_bptt(*args, **kwargs):
+        raise ValueError("Hand-written gradients run on the TensorFlow backend only.")
+
+    @staticmethod
+    def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
+             steps_per_iteration: int | None = None):
+        """Runs ``body`` over the time-major ``sequences`` in a Python loop
+        (arguments and results as `TensorFlowOps.scan`)."""
+        carry = list(carry)
+        collected = []
+        for xs_t in zip(*(torch.unbind(x, 0) for x in sequences)):
+            outputs_t, carry = body(list(xs_t), list(carry))
+            if collect:
+                collected.append(outputs_t)
+        if not collect:
+            return None, carry
+        if not collected:  # zero steps
+            return [ops.zeros((t.shape[0], 0, *t.shape[1:]), t.dtype) for t in templates], carry
+        return [torch.stack(list(o), dim=1) for o in zip(*collected)], carry

@@ -1,0 +1,270 @@
+"""What the package's own cells and layers share: Keras' LSTM/GRU arguments.
+
+`GatedCell` is a `RecurrentCell` with the constructor arguments of
+``keras.layers.LSTMCell`` (units, activations, initializers, regularizers,
+constraints, dropout, seed) plus ``zoneout``, their validation and config,
+and the weight helpers of a gated cell (``kernel (in, P)``,
+``recurrent_kernel (units, P)``, ``bias (P,)``). `LSTMCellBase` adds the
+LSTM family's (h, c) state, forget-gate bias and peepholes. `GatedRNN` is
+the layer over such a cell whose config is its cell's arguments, as
+``keras.layers.LSTM``'s is.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import activations, constraints, initializers, ops, regularizers
+
+from keras_seq._validation import (
+    check_activation,
+    check_bool,
+    check_positive_int,
+    check_rate,
+    check_zoneout,
+    shape_error,
+)
+from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell
+
+
+def validate_recurrent_args(owner: str, units, activation, recurrent_activation, dropout,
+                            recurrent_dropout, zoneout=0.0, **flags) -> None:
+    """Raises a clear error for bad constructor arguments (before anything is built).
+
+    ``flags`` are boolean arguments (``use_bias=...``), checked with `check_bool`.
+    """
+    check_positive_int(owner, "units", units)
+    check_zoneout(owner, zoneout)
+    check_activation(owner, "activation", activation)
+    check_activation(owner, "recurrent_activation", recurrent_activation)
+    check_rate(owner, "dropout", dropout)
+    check_rate(owner, "recurrent_dropout", recurrent_dropout)
+    for name, value in flags.items():
+        check_bool(owner, name, value)
+
+
+class GatedCell(RecurrentCell):
+    """A `RecurrentCell` with the arguments of Keras' LSTM and GRU cells.
+
+    Args:
+        units: int, width of h.
+        activation, recurrent_activation: default ``"tanh"``, ``"sigmoid"``.
+        use_bias: bool, default True.
+        kernel_initializer, recurrent_initializer, bias_initializer:
+            defaults ``"glorot_uniform"``, ``"orthogonal"``, ``"zeros"``.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer,
+        kernel_constraint, recurrent_constraint, bias_constraint: optional.
+        dropout: float in [0, 1), input dropout (one mask per sequence).
+        recurrent_dropout: float in [0, 1), dropout on h_{t-1} before U.
+        seed: int, seed of the dropout and zoneout masks.
+        zoneout: float in [0, 1), or one per state (Krueger et al. 2017).
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: int | None = None,
+        zoneout=0.0,
+        **kwargs,
+    ):
+        owner = type(self).__name__
+        validate_recurrent_args(owner, units, activation, recurrent_activation, dropout,
+                                recurrent_dropout, use_bias=use_bias)
+        zoneout = check_zoneout(owner, zoneout)
+        # Accepted and ignored, as Keras' LSTM and GRU cells do (old configs pass it).
+        kwargs.pop("implementation", None)
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.recurrent_activation = activations.get(recurrent_activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.recurrent_initializer = initializers.get(recurrent_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.recurrent_regularizer = regularizers.get(recurrent_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.recurrent_constraint = constraints.get(recurrent_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
+        self.dropout = float(dropout)
+        self.recurrent_dropout = float(recurrent_dropout)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed=seed)
+        self.zoneout = zoneout
+        self.output_size = self.units
+
+    def standard_activations(self) -> bool:
+        """tanh and sigmoid: what the hand-written gradients are derived for."""
+        return (
+            self.activation is activations.tanh
+            and self.recurrent_activation is activations.sigmoid
+        )
+
+    def check_input_shape(self, input_shape) -> int:
+        """The feature size of ``(..., features)``, which must be known."""
+        if len(input_shape) < 2 or input_shape[-1] is None:
+            raise shape_error(self, "inputs", "(batch, features) with a known feature size",
+                              input_shape)
+        return int(input_shape[-1])
+
+    def add_kernels(self, input_dim: int, gates: int) -> None:
+        """``kernel (input_dim, gates·units)`` and ``recurrent_kernel (units, gates·units)``."""
+        self.kernel = self.add_weight(
+            shape=(input_dim, gates * self.units),
+            name="kernel",
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.recurrent_kernel = self.add_weight(
+            shape=(self.units, gates * self.units),
+            name="recurrent_kernel",
+            initializer=self.recurrent_initializer,
+            regularizer=self.recurrent_regularizer,
+            constraint=self.recurrent_constraint,
+        )
+
+    def add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+        """``bias (gates·units,)`` (None without ``use_bias``); the part of
+        gate ``forget_gate`` (when given) starts at 1 (Jozefowicz et al.)."""
+        if not self.use_bias:
+            self.bias = None
+            return
+        initializer = self.bias_initializer
+        if forget_gate is not None:
+            def initializer(shape, dtype=None):
+                parts = [self.bias_initializer((self.units,), dtype=dtype) for _ in range(gates)]
+                parts[forget_gate] = ops.ones((self.units,), dtype=dtype)
+                return ops.concatenate(parts)
+
+        self.bias = self.add_weight(
+            shape=(gates * self.units,),
+            name="bias",
+            initializer=initializer,
+            regularizer=self.bias_regularizer,
+            constraint=self.bias_constraint,
+        )
+
+    def get_config(self):
+        config = {
+            "units": self.units,
+            "activation": activations.serialize(self.activation),
+            "recurrent_activation": activations.serialize(self.recurrent_activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": initializers.serialize(self.kernel_initializer),
+            "recurrent_initializer": initializers.serialize(self.recurrent_initializer),
+            "bias_initializer": initializers.serialize(self.bias_initializer),
+            "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
+            "recurrent_regularizer": regularizers.serialize(self.recurrent_regularizer),
+            "bias_regularizer": regularizers.serialize(self.bias_regularizer),
+            "kernel_constraint": constraints.serialize(self.kernel_constraint),
+            "recurrent_constraint": constraints.serialize(self.recurrent_constraint),
+            "bias_constraint": constraints.serialize(self.bias_constraint),
+            "dropout": self.dropout,
+            "recurrent_dropout": self.recurrent_dropout,
+            "seed": self.seed,
+            "zoneout": self.zoneout,
+        }
+        return {**super().get_config(), **config}
+
+
+class LSTMCellBase(GatedCell):
+    """Adds what the LSTM variants share: (h, c) state, forget bias, peepholes.
+
+    Args:
+        unit_forget_bias: bool, default True: the forget-gate bias starts at 1.
+        peephole_initializer, peephole_regularizer, peephole_constraint: of
+            the ``(units,)`` peephole weights.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        unit_forget_bias: bool = True,
+        peephole_initializer="glorot_uniform",
+        peephole_regularizer=None,
+        peephole_constraint=None,
+        **kwargs,
+    ):
+        check_bool(type(self).__name__, "unit_forget_bias", unit_forget_bias)
+        super().__init__(units, **kwargs)
+        self.unit_forget_bias = bool(unit_forget_bias)
+        self.peephole_initializer = initializers.get(peephole_initializer)
+        self.peephole_regularizer = regularizers.get(peephole_regularizer)
+        self.peephole_constraint = constraints.get(peephole_constraint)
+        self.state_size = [self.units, self.units]
+
+    def add_bias(self, gates: int, forget_gate: int | None = None) -> None:
+        super().add_bias(gates, forget_gate if self.unit_forget_bias else None)
+
+    def add_peephole(self, name: str):
+        return self.add_weight(
+            shape=(self.units,),
+            name=name,
+            initializer=self.peephole_initializer,
+            regularizer=self.peephole_regularizer,
+            constraint=self.peephole_constraint,
+        )
+
+    def get_config(self):
+        config = {
+            "unit_forget_bias": self.unit_forget_bias,
+            "peephole_initializer": initializers.serialize(self.peephole_initializer),
+            "peephole_regularizer": regularizers.serialize(self.peephole_regularizer),
+            "peephole_constraint": constraints.serialize(self.peephole_constraint),
+        }
+        return {**super().get_config(), **config}
+
+
+class GatedRNN(RNN):
+    """`RNN` over a cell the layer builds from its own arguments.
+
+    Its config is the cell's arguments and the RNN's (as
+    ``keras.layers.LSTM``'s), not a nested cell; the cell's arguments read
+    as the layer's attributes (`delegate_to_cell`).
+    """
+
+    def get_config(self):
+        config = super().get_config()
+        del config["cell"]
+        cell_config = self.cell.get_config()
+        for key in ("name", "trainable", "dtype"):
+            cell_config.pop(key, None)
+        if not cell_config.get("zoneout"):
+            # Left out at its default: a layer written before zoneout (or
+            # outside this package) need not accept it.
+            cell_config.pop("zoneout", None)
+        return {**config, **cell_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def delegate_to_cell(name: str) -> property:
+    """A layer property that reads the cell's attribute ``name``."""
+    return property(lambda self: getattr(self.cell, name), doc=f"The cell's `{name}`.")
+
+
+for _name in (
+    "units", "activation", "recurrent_activation", "use_bias", "kernel_initializer",
+    "recurrent_initializer", "bias_initializer", "kernel_regularizer", "recurrent_regularizer",
+    "bias_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",
+    "dropout", "recurrent_dropout", "seed", "zoneout",
+):
+    setattr(GatedRNN, _name, delegate_to_cell(_name))
+del _name

@@ -1,0 +1,556 @@
+"""The recurrent protocol: `RecurrentCell` (one time step) and `RNN` (the layer that runs it over time).
+
+A cell says what one step computes; `RNN` runs any cell over a sequence
+with Keras' semantics (masks, ``initial_state``, ``go_backwards``,
+``stateful``, ``return_state``, ``Bidirectional``) in one loop that is the
+same on every backend (`run_loop`: carry, mask, direction, the per-step
+inputs); the loop's few backend-specific operations are in
+`keras_seq.layers.recurrent.backend`. The package's own recurrent layers
+(`PeepholeLSTM`, `GRU`, ...) are `RNN`s of their cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import keras
+from keras import ops, tree
+
+# keras.layers.RNN pre-creates and resets per-batch dropout masks only for
+# cells that derive from this mixin, so ours do too.
+from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
+
+from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
+from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.zoneout import (
+    apply_zoneout,
+    has_zoneout,
+    state_sizes,
+    zoneout_masks,
+    zoneout_rates,
+)
+
+__all__ = ["LoopHints", "RNN", "RecurrentCell", "run_loop", "scan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopHints:
+    """What a cell tells the loop so that it may take a faster path; the
+    numbers stay the same. Every field is optional (a user's cell needs none).
+
+    Attributes:
+        pointwise_projection: ``project`` acts on each step alone (a product
+            over the feature axis, any leading axes): the layer may project
+            a time-major sequence, or each step inside the loop.
+        output_is_first_state: ``step``'s output is always its first new
+            state, so the loop need not carry the previous output when there
+            is no mask.
+        steps_per_iteration: steps per iteration of TensorFlow's while loops,
+            for a cell whose step is so large that copies of it only make
+            the graph bigger (default: the backend's).
+        projects_in_step_under_xla: on TensorFlow, at inference under XLA
+            with no GPU, project each step inside the loop (measured faster
+            for `LayerNormLSTMCell`; needs ``pointwise_projection``).
+        manual_gradient: ``"module.Class"`` of a TensorFlow companion that
+            trains the cell with a hand-written gradient
+            (`keras_seq.layers.recurrent.bptt_tensorflow`), imported when
+            first used.
+    """
+
+    pointwise_projection: bool = False
+    output_is_first_state: bool = False
+    steps_per_iteration: int | None = None
+    projects_in_step_under_xla: bool = False
+    manual_gradient: str | None = None
+
+
+class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
+    """Base class of a recurrent cell: one time step, in ``keras.ops``.
+
+    A cell is a layer that defines, in ``keras.ops`` (so that it runs on
+    every backend):
+
+    - ``state_size``: an int, or a list of ints (one width per state);
+    - ``build(input_shape)``: its weights, with ``add_weight``;
+    - ``step(inputs, states, training=False) -> (output, new_states)``: one
+      time step; ``inputs`` is the ``(batch, k)`` slice at that step of
+      ``project(sequence)``, ``states`` and ``new_states`` lists;
+    - optionally ``project(sequence) -> (batch, time, k)``: the part that does
+      not depend on the states, computed for every step at once before the
+      loop (default: the identity).
+
+    This class supplies ``call(inputs, states, training=None)`` (``step`` on
+    the projected single step), so the cell also works in
+    ``keras.layers.RNN``; ``get_initial_state`` (zeros) and Keras' own
+    ``get_config``. `RNN` runs it over a sequence with masks,
+    ``initial_state``, ``go_backwards``, ``Bidirectional`` and ``.keras``
+    saving on every backend; on TensorFlow `keras_seq.export` streams and
+    converts it with builtin ops.
+
+    Optional: a ``dropout`` rate (input dropout, one mask per sequence,
+    applied before ``project``), ``recurrent_dropout`` (the cell applies
+    ``self.get_recurrent_dropout_mask(h)`` in ``step`` when training), both
+    with a ``seed_generator``, as Keras' cells have them; a ``zoneout`` rate
+    (or one per state): the loop mixes each new state with the previous one
+    after ``step`` (`keras_seq.layers.recurrent.zoneout`); ``loop_hints``
+    (`LoopHints`).
+
+    Example:
+        >>> import keras, numpy as np
+        >>> from keras import ops
+        >>> from keras_seq.layers import RNN, RecurrentCell
+        >>> class ElmanCell(RecurrentCell):
+        ...     def __init__(self, units, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.units, self.state_size = units, units
+        ...     def build(self, input_shape):
+        ...         self.kernel = self.add_weight(shape=(input_shape[-1], self.units))
+        ...         self.recurrent_kernel = self.add_weight(shape=(self.units, self.units))
+        ...     def project(self, sequence):
+        ...         return ops.matmul(sequence, self.kernel)
+        ...     def step(self, inputs, states, training=False):
+        ...         h = ops.tanh(inputs + ops.matmul(states[0], self.recurrent_kernel))
+        ...         return h, [h]
+        >>> RNN(ElmanCell(4))(np.ones((2, 5, 3), "float32")).shape
+        TensorShape([2, 4])
+    """
+
+    loop_hints = LoopHints()
+    # Class defaults for Keras' dropout mixin: a cell without dropout has none.
+    dropout = 0.0
+    recurrent_dropout = 0.0
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if type(self).step is RecurrentCell.step:
+            raise TypeError(f"{type(self).__name__} must define `step(inputs, states, "
+                            "training=False) -> (output, new_states)`.")
+
+    def project(self, sequence):
+        """The state-independent part of every step: the identity here."""
+        return sequence
+
+    def step(self, inputs, states, training=False):
+        """One time step (see the class docstring); every cell defines it."""
+        raise TypeError(f"{type(self).__name__} must define `step`.")
+
+    def call(self, inputs, states, training=None):
+        """One time step as in Keras' cells: ``(output, new_states)``."""
+        nested = isinstance(states, (list, tuple))
+        states = list(states) if nested else [states]
+        inputs = float_inputs(self, inputs)
+        if training and self.dropout > 0.0:
+            inputs = inputs * self.get_dropout_mask(inputs)
+        x = ops.squeeze(self.project(ops.expand_dims(inputs, 1)), 1)
+        output, new_states = self.step(x, states, training=training)
+        new_states = list(new_states)
+        rates = zoneout_rates_of(self)
+        if has_zoneout(rates):
+            keep = None
+            if training:
+                keep = zoneout_masks(rates, self.state_size, (ops.shape(x)[0],),
+                                     self.seed_generator, self.compute_dtype)
+            new_states = apply_zoneout(rates, states, new_states, keep)
+            if self.loop_hints.output_is_first_state:
+                output = new_states[0]
+        if not nested and len(new_states) == 1:
+            return output, new_states[0]
+        return output, new_states
+
+    def get_initial_state(self, batch_size=None):
+        return [ops.zeros((batch_size, size), dtype=self.compute_dtype)
+                for size in state_sizes(self.state_size)]
+
+
+def zoneout_rates_of(cell) -> list[float]:
+    """The cell's zoneout rate of each state (none for a cell without ``zoneout``)."""
+    zoneout = getattr(cell, "zoneout", 0.0)
+    if not zoneout:
+        return []
+    return zoneout_rates(zoneout, cell.state_size, cell)
+
+
+@keras.saving.register_keras_serializable(package="keras_seq")
+class RNN(keras.layers.RNN):
+    """Runs a recurrent cell over a sequence; a drop-in for `keras.layers.RNN`.
+
+    Any cell: a `RecurrentCell` (its ``project`` for all steps at once, then
+    its ``step`` in the loop), or any Keras cell, `StackedRNNCells`
+    included (its ``call`` is the step, with Keras' semantics). One loop for
+    every backend (`run_loop`); on TensorFlow its inference form converts to
+    TFLite builtins and ONNX, and a cell with a TensorFlow gradient
+    companion (`LoopHints.manual_gradient`) trains with it. Inputs, masks
+    and initial states are checked against the cell before any computation.
+
+    Args:
+        cell: a `RecurrentCell`, a Keras cell, or a list of cells (stacked).
+        return_sequences: bool, return the output of every step ``(B, T, u)``
+            instead of the last one ``(B, u)``.
+        return_state: bool, also return the final states: ``[output, *states]``.
+        go_backwards: bool, process the sequence in reverse (outputs come in
+            processing order, as in Keras).
+        stateful: bool, carry the final states of a batch into the next one
+            (needs a fixed batch size).
+        unroll: bool, a Python loop over the static length.
+        zero_output_for_mask: bool, masked steps output zeros instead of the
+            previous output (`keras.layers.Bidirectional` sets it).
+
+    Call arguments: ``inputs (B, T, in)``, ``mask (B, T)`` bool (True =
+    keep; a masked step carries the states and repeats the last output),
+    ``training``, ``initial_state`` (one tensor per state).
+
+    Example:
+        >>> import numpy as np
+        >>> from keras_seq.layers import RNN, GRUCell
+        >>> layer = RNN(GRUCell(8), return_sequences=True, return_state=True)
+        >>> sequence, h = layer(np.zeros((2, 5, 3), "float32"))
+        >>> sequence.shape, h.shape
+        (TensorShape([2, 5, 8]), TensorShape([2, 8]))
+    """
+
+    def __init__(self, cell, return_sequences: bool = False, return_state: bool = False,
+                 go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
+                 zero_output_for_mask: bool = False, **kwargs):
+        # Accepted and ignored, as keras.layers.LSTM and GRU do (old configs
+        # pass it; like Keras, get_config does not return it).
+        kwargs.pop("implementation", None)
+        owner = type(self).__name__
+        for name, value in (("return_sequences", return_sequences),
+                            ("return_state", return_state), ("go_backwards", go_backwards),
+                            ("stateful", stateful), ("unroll", unroll)):
+            check_bool(owner, name, value)
+        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
+                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+                         zero_output_for_mask=zero_output_for_mask, **kwargs)
+        # Set here whatever keras.layers.RNN sets (Keras 3.16 turns it off):
+        # the mask flows on with return_sequences=True (`compute_mask`).
+        self.supports_masking = True
+        if isinstance(self.cell, keras.layers.Layer):
+            zoneout_rates_of(self.cell)  # one value per state, checked before any call
+
+    def compute_mask(self, inputs, mask=None):
+        mask = tree.flatten(mask)[0] if mask is not None else None
+        output_mask = mask if self.return_sequences else None
+        if self.return_state:
+            return [output_mask] + [None] * len(tree.flatten(self.state_size))
+        return output_mask
+
+    # --- checks, before any computation ---
+
+    def _check_inputs_shape(self, shape) -> None:
+        shape = tuple(shape)
+        if len(shape) != 3:
+            raise shape_error(self, "inputs", "rank 3 (batch, time, features)", shape)
+        if shape[-1] is None:
+            raise shape_error(self, "inputs", "a known feature size (last axis)", shape)
+        if shape[1] == 0:
+            raise shape_error(self, "inputs", "at least one time step", shape)
+        built = getattr(self, "_features", None)
+        if built is not None and shape[-1] != built:
+            raise shape_error(
+                self, "inputs",
+                f"{built} features, as the layer was built for (received {shape[-1]} features)",
+                shape,
+            )
+        # The state variables are created for the first batch size; later
+        # calls (e.g. a tf.function over a dynamic batch) may leave it open.
+        if self.stateful and shape[0] is None and getattr(self, "states", None) is None:
+            raise shape_error(
+                self, "inputs",
+                "a static batch size with `stateful=True` (e.g. keras.Input(batch_size=...))",
+                shape,
+            )
+
+    def _check_mask(self, inputs_shape, mask) -> None:
+        """The mask must be ``(batch, time)`` like the inputs (static dimensions)."""
+        if mask is None or isinstance(mask, (list, tuple)):
+            return  # a Keras-propagated mask (lists come from Bidirectional)
+        shape = tuple(mask.shape)
+        if len(shape) != 2 or any(
+            m is not None and i is not None and m != i for m, i in zip(shape, inputs_shape[:2])
+        ):
+            batch, time = ("?" if d is None else d for d in inputs_shape[:2])
+            raise shape_error(
+                self, "mask", f"(batch, time) = ({batch}, {time}), as `inputs` has", shape
+            )
+
+    def _check_initial_state(self, inputs_shape, initial_state) -> None:
+        """One ``(batch, size)`` tensor per state, of the cell's state sizes."""
+        if initial_state is None:
+            return
+        states = tree.flatten(initial_state)
+        sizes = tree.flatten(self.state_size)
+        if len(states) != len(sizes):
+            raise invalid_value(
+                self, "initial_state",
+                f"{len(sizes)} tensor(s) (one per state, sizes {sizes})",
+                f"{len(states)} tensor(s)",
+            )
+        batch = inputs_shape[0]
+        for i, (state, size) in enumerate(zip(states, sizes)):
+            shape = tuple(getattr(state, "shape", ()))
+            if (
+                len(shape) != 2
+                or (shape[-1] is not None and shape[-1] != size)
+                or (shape[0] is not None and batch is not None and shape[0] != batch)
+            ):
+                rows = "batch" if batch is None else str(batch)
+                raise shape_error(self, "initial_state", f"state {i} of shape ({rows}, {size})",
+                                  shape)
+
+    def _check_call(self, inputs, initial_state, mask) -> None:
+        shape = tuple(inputs.shape)
+        self._check_inputs_shape(shape)
+        self._check_mask(shape, mask)
+        self._check_initial_state(shape, initial_state)
+
+    def build(self, inputs_shape, initial_state_shape=None):
+        self._check_inputs_shape(inputs_shape)
+        super().build(inputs_shape, initial_state_shape)
+        self._features = inputs_shape[-1]
+
+    def compute_output_shape(self, inputs_shape, initial_state_shape=None):
+        # Not a pass-through: Keras matches the `*_shape` argument names to
+        # `call`'s arguments, and `call` names its first one `inputs` (as
+        # docs/contract.md does), not `sequences` as keras.layers.RNN.
+        return super().compute_output_shape(inputs_shape, initial_state_shape)
+
+    def compute_output_spec(self, inputs, *args, **kwargs):
+        # Symbolic calls (functional models) do not run `call`: check here too.
+        self._check_call(inputs, kwargs.get("initial_state"), kwargs.get("mask"))
+        return super().compute_output_spec(inputs, *args, **kwargs)
+
+    def call(self, inputs, initial_state=None, mask=None, training=None):
+        self._check_call(inputs, initial_state, mask)
+        # Integer inputs, as keras.layers.LSTM/GRU take them (before the
+        # dropout masks, which take the dtype of the inputs).
+        inputs = float_inputs(self, inputs)
+        return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
+
+    # --- the loop ---
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        structure = initial_state
+        states = backend.fresh_states(tree.flatten(initial_state), self.stateful)
+        if isinstance(self.cell, RecurrentCell):
+            last_output, outputs, states = self._cell_loop(sequences, states, mask, training)
+        else:
+            last_output, outputs, states = self._keras_cell_loop(
+                sequences, structure, states, mask, training)
+        return last_output, outputs, tree.pack_sequence_as(structure, states)
+
+    def _cell_loop(self, sequences, states, mask, training):
+        """A `RecurrentCell`: projection before the loop, ``step`` in it."""
+        cell = self.cell
+        hints = cell.loop_hints
+        if training and cell.dropout > 0.0:
+            # One input dropout mask per sequence, shared by all steps (as in Keras).
+            sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
+        rates = zoneout_rates_of(cell)
+        zoneout_training = bool(training) and has_zoneout(rates)
+        companion = None
+        if hints.manual_gradient and backend.bptt_available(training) and not zoneout_training:
+            companion = manual_gradient(cell)
+        if companion is not None:
+            recurrent_mask = None
+            if training and cell.recurrent_dropout > 0.0:
+                recurrent_mask = cell.get_recurrent_dropout_mask(states[0])
+            # (T, B, in): transposing x is cheaper than transposing x W.
+            return backend.run_bptt(
+                companion, ops.transpose(sequences, (1, 0, 2)), states, mask, recurrent_mask,
+                self.go_backwards, self.return_sequences, self.zero_output_for_mask,
+            )
+        if hints.pointwise_projection:
+            xs = ops.transpose(sequences, (1, 0, 2))  # (T, B, in), cheaper than (T, B, k)
+            hoisted = backend.hoists_projection(training, hints.projects_in_step_under_xla)
+            if hoisted:
+                xs = cell.project(xs)
+        else:
+            hoisted = True
+            xs = ops.transpose(cell.project(sequences), (1, 0, 2))  # (T, B, k)
+        inputs = [xs]
+        keep = []
+        if zoneout_training:
+            # Fresh keep-masks for every step, drawn before the loop (nothing
+            # random runs inside it) and read beside the inputs.
+            keep = zoneout_masks(rates, cell.state_size, tuple(ops.shape(xs)[:2]),
+                                 cell.seed_generator, cell.compute_dtype)
+            inputs += [m for m in keep if m is not None]
+        zoned = has_zoneout(rates)
+
+        def step(xs_t, states):
+            x_t = xs_t[0] if hoisted else cell.project(xs_t[0])
+            output, new_states = cell.step(x_t, states, training=training)
+            if not zoned:
+                return output, new_states
+            drawn = iter(xs_t[1:])
+            masks = [None if m is None else next(drawn) for m in keep] if keep else None
+            new_states = apply_zoneout(rates, states, list(new_states), masks)
+            return (new_states[0] if hints.output_is_first_state else output), new_states
+
+        initial_output = None
+        if not hints.output_is_first_state:
+            initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
+                                       dtype=cell.compute_dtype)
+        return run_loop(
+            step, inputs, states, mask=mask, go_backwards=self.go_backwards,
+            return_sequences=self.return_sequences,
+            zero_output_for_mask=self.zero_output_for_mask, initial_output=initial_output,
+            training=training, unroll=self.unroll,
+            steps_per_iteration=hints.steps_per_iteration,
+        )
+
+    def _keras_cell_loop(self, sequences, structure, states, mask, training):
+        """Any other cell: its ``call`` is the step, as in ``keras.layers.RNN``."""
+        cell = self.cell
+        kwargs = {}
+        if isinstance(cell, keras.layers.Layer) and cell._call_has_training_arg:
+            kwargs["training"] = training
+
+        def step(xs_t, flat_states):
+            output, new_states = cell(xs_t[0], tree.pack_sequence_as(structure, flat_states),
+                                      **kwargs)
+            if not tree.is_nested(new_states):
+                new_states = [new_states]
+            return output, tree.flatten(new_states)
+
+        initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
+                                   dtype=getattr(cell, "compute_dtype", self.compute_dtype))
+        return run_loop(
+            step, [ops.transpose(sequences, (1, 0, 2))], states, mask=mask,
+            go_backwards=self.go_backwards, return_sequences=self.return_sequences,
+            zero_output_for_mask=self.zero_output_for_mask, initial_output=initial_output,
+            training=training, unroll=self.unroll,
+        )
+
+
+def _output_size(cell) -> int:
+    """A cell's output width: ``output_size``, else its first state's (as Keras)."""
+    size = getattr(cell, "output_size", None)
+    if size is None:
+        size = tree.flatten(cell.state_size)[0]
+    return int(size)
+
+
+def manual_gradient(cell):
+    """The cell's TensorFlow gradient companion (`LoopHints.manual_gradient`),
+    made once per cell, or None where it does not apply to the cell's
+    configuration (e.g. other activations)."""
+    companion = cell.__dict__.get("_manual_gradient_companion")
+    if companion is None:
+        module, _, name = cell.loop_hints.manual_gradient.rpartition(".")
+        companion = getattr(importlib.import_module(module), name)(cell)
+        cell.__dict__["_manual_gradient_companion"] = companion
+    return companion if companion.supported() else None
+
+
+# --- the loop, the same on every backend ---
+
+
+def mask_step(mask_t, output, new_states, states, prev_output, zero_output=None):
+    """Keras' masking rule for one step.
+
+    Where ``mask_t`` (``(B, 1)`` bool) is False the states stay ``states``
+    and the output is ``prev_output``, or ``zero_output`` when given
+    (``zero_output_for_mask``).
+    """
+    new_states = [ops.where(mask_t, n, s) for n, s in zip(new_states, states)]
+    previous = prev_output if zero_output is None else zero_output
+    return ops.where(mask_t, output, previous), new_states
+
+
+def run_loop(step, sequences, initial_states, mask=None, go_backwards: bool = False,
+             return_sequences: bool = False, zero_output_for_mask: bool = False,
+             initial_output=None, training=None, unroll: bool = False,
+             steps_per_iteration: int | None = None):
+    """Runs ``step`` over time with Keras' semantics.
+
+    Args:
+        step: ``step(xs_t, states) -> (output, new_states)``: ``xs_t`` the
+            list of step-``t`` slices of ``sequences``, ``states`` a list;
+            the output is the first new state unless ``initial_output`` is
+            given.
+        sequences: list of time-major ``(T, B, ...)`` tensors (the projected
+            inputs, then any other per-step input, such as zoneout masks).
+        initial_states: list of ``(B, size)`` tensors.
+        mask: optional ``(B, T)`` mask, True = keep: at a masked step the
+            states stay and the output is the previous output (zeros with
+            ``zero_output_for_mask``).
+        go_backwards: process the sequence in reverse; outputs come in
+            processing order, as in Keras.
+        return_sequences: collect the output of every step.
+        initial_output: zeros of the output's shape ``(B, output_size)``
+            for a step whose output need not be its first new state; the
+            loop then carries the previous output, with or without a mask.
+        training, unroll, steps_per_iteration: choose the loop's form
+            (`scan`).
+
+    Returns:
+        ``(last_output, outputs, final_states)``: ``outputs`` is ``(B, T, units)``
+        with ``return_sequences``, else ``last_output[:, None]``.
+    """
+    sequences = list(sequences)
+    if mask is not None:
+        # (T, B, 1) bool, time-major like the inputs.
+        mask = ops.expand_dims(ops.transpose(ops.cast(mask, "bool")), -1)
+    if go_backwards:
+        sequences = [ops.flip(x, 0) for x in sequences]
+        if mask is not None:
+            mask = ops.flip(mask, 0)
+
+    carry = list(initial_states)
+    carries_output = mask is not None or initial_output is not None
+    zero_output = None
+    if carries_output:
+        zero_output = ops.zeros_like(carry[0]) if initial_output is None else initial_output
+        carry = [zero_output, *carry]
+    n = len(sequences)
+
+    def body(xs_t, carry):
+        if not carries_output:
+            output, new_states = step(xs_t, carry)
+            return [output], list(new_states)
+        prev_output, states = carry[0], carry[1:]
+        output, new_states = step(xs_t[:n], states)
+        if mask is not None:
+            output, new_states = mask_step(
+                xs_t[n], output, list(new_states), states, prev_output,
+                zero_output if zero_output_for_mask else None,
+            )
+        return [output], [output, *new_states]
+
+    all_sequences = sequences if mask is None else [*sequences, mask]
+    outputs, carry = scan(body, all_sequences, carry, [carry[0]], return_sequences, training,
+                          unroll, steps_per_iteration)
+    last_output = carry[0]
+    states = carry[1:] if carries_output else carry
+    outputs = outputs[0] if return_sequences else ops.expand_dims(last_output, 1)
+    return last_output, outputs, states
+
+
+def scan(body, sequences, carry, templates, collect: bool = True, training=None,
+         unroll: bool = False, steps_per_iteration: int | None = None):
+    """Runs ``body(xs_t, carry) -> (outputs_t, carry)`` over the time-major
+    ``sequences``: the backend's loop (`backend.scan`), or with ``unroll`` a
+    Python loop over the static length.
+
+    ``templates``: one ``(B, ...)`` tensor per output, of its shape and dtype
+    at one step. Returns ``(outputs, carry)``, ``outputs`` a list of
+    batch-major ``(B, T, ...)`` tensors (None without ``collect``).
+    """
+    if not unroll:
+        return backend.scan(body, sequences, carry, templates, collect, training,
+                            steps_per_iteration)
+    steps = sequences[0].shape[0]
+    if steps is None:
+        raise ValueError("unroll=True needs a static number of time steps.")
+    collected = []
+    for t in range(steps):
+        outputs_t, carry = body([x[t] for x in sequences], list(carry))
+        collected.append(outputs_t)
+    if not collect:
+        return None, carry
+    return [ops.stack(list(o), axis=1) for o in zip(*collected)], carry
