@@ -6,9 +6,12 @@ machine's drift between runs, which on a shared machine is larger than the
 effect to detect. Here both versions are imported into one process (the other
 checkout's package is copied to a temporary directory and renamed
 ``keras_seq_base``), given the same weights and timed in interleaved
-repetitions; the ratio of medians this / base is printed per layer and mode.
+repetitions on one backend (`recurrent.py`'s: TensorFlow with and without
+``jit_compile``, JAX's ``jax.jit``, PyTorch eager); the ratio of medians
+this / base is printed per layer, batch and mode.
 
-Usage: ``python benchmarks/compare_checkouts.py --base ../other-checkout``
+Usage: ``python benchmarks/compare_checkouts.py --base ../other-checkout
+[--backend tensorflow|jax|torch] [--only GRU LayerNormLSTM] [--batches 64 1]``
 (``--base`` is a directory that holds a ``keras_seq/`` package).
 """
 
@@ -22,15 +25,14 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from keras_seq import layers as this_layers  # noqa: E402
+HERE = pathlib.Path(__file__).resolve().parent
+RECURRENT = ["PeepholeLSTM", "CoupledGateLSTM", "GRU", "LayerNormLSTM"]
+OTHERS = ["MultiHeadAttention", "TransformerEncoder", "TransformerDecoder", "BahdanauAttention"]
 
 
 def import_base(base_dir: str):
@@ -49,104 +51,106 @@ def import_base(base_dir: str):
     return base_layers
 
 
-def _recurrent(module, name, units):
-    return getattr(module, name)(units, return_sequences=True)
+def _make(module, name):
+    if name in RECURRENT:
+        return getattr(module, name)(256, return_sequences=True)
+    return {
+        "MultiHeadAttention": lambda: module.MultiHeadAttention(num_heads=4, key_dim=32),
+        "TransformerEncoder": lambda: module.TransformerEncoder(512, 4),
+        "TransformerDecoder": lambda: module.TransformerDecoder(512, 4),
+        "BahdanauAttention": lambda: module.BahdanauAttention(128),
+    }[name]()
 
 
-CANDIDATES = {
-    # name: (factory(module) -> layer, input builder(batch) -> list of arrays)
-    "PeepholeLSTM": (lambda m: _recurrent(m, "PeepholeLSTM", 256), "sequence"),
-    "CoupledGateLSTM": (lambda m: _recurrent(m, "CoupledGateLSTM", 256), "sequence"),
-    "GRU": (lambda m: _recurrent(m, "GRU", 256), "sequence"),
-    "MultiHeadAttention": (lambda m: m.MultiHeadAttention(num_heads=4, key_dim=32), "qv"),
-    "TransformerEncoder": (lambda m: m.TransformerEncoder(512, 4), "block"),
-    "TransformerDecoder": (lambda m: m.TransformerDecoder(512, 4), "block2"),
-    "BahdanauAttention": (lambda m: m.BahdanauAttention(128), "bahdanau"),
-}
-
-
-def _inputs(kind, batch, rng):
+def _inputs(name, batch, rng):
     def normal(*shape):
-        return tf.constant(rng.normal(size=shape).astype("float32"))
+        return rng.normal(size=shape).astype("float32")
 
-    if kind == "sequence":
+    if name in RECURRENT:
         return [normal(batch, 100, 128)]
-    if kind == "qv":
-        return [normal(batch, 64, 128), normal(batch, 64, 128)]
-    if kind == "block":
+    if name == "BahdanauAttention":
+        return [normal(batch, 128), normal(batch, 40, 128)]
+    if name == "TransformerEncoder":
         return [normal(batch, 64, 128)]
-    if kind == "block2":
-        return [normal(batch, 64, 128), normal(batch, 64, 128)]
-    return [normal(batch, 128), normal(batch, 40, 128)]  # bahdanau: query, value
+    return [normal(batch, 64, 128), normal(batch, 64, 128)]
 
 
-def _call(layer, kind, inputs, training):
-    if kind == "qv":
-        return layer(inputs[0], inputs[1], training=training)
-    if kind == "block2":
-        return layer(inputs[0], inputs[1], training=training)
-    if kind == "bahdanau":
-        return layer(inputs[0], inputs[1], training=training)[0]
-    return layer(inputs[0], training=training)
+class _TwoInputs:
+    """A recurrent benchmark step calls ``layer(x)``; the attention layers
+    take two inputs, bound here so that `recurrent.py`'s steps serve both."""
 
+    def __init__(self, layer, inputs, tensor):
+        self.layer, self.rest = layer, [tensor(x) for x in inputs[1:]]
+        self.trainable_variables = layer.trainable_variables
+        self.non_trainable_variables = layer.non_trainable_variables
+        self.trainable_weights = layer.trainable_weights
 
-def _functions(layer, kind, inputs):
-    @tf.function
-    def forward():
-        return _call(layer, kind, inputs, False)
+    def __call__(self, x, training=False):
+        out = self.layer(x, *self.rest, training=training)
+        return out[0] if isinstance(out, (tuple, list)) else out
 
-    @tf.function
-    def train():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.cast(_call(layer, kind, inputs, True), tf.float32) ** 2)
-        return tape.gradient(loss, layer.trainable_variables)
-
-    return {"forward": forward, "train": train}
-
-
-def _once(fn):
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, fn())
-    return time.perf_counter() - start
+    def stateless_call(self, trainable, non_trainable, x, training=False):
+        return self.layer.stateless_call(trainable, non_trainable, x, *self.rest,
+                                         training=training)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True)
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--only", nargs="*", default=list(CANDIDATES))
+    parser.add_argument("--only", nargs="*", default=RECURRENT)
     parser.add_argument("--batches", nargs="*", type=int, default=[64, 1])
+    parser.add_argument("--jit", choices=("both", "on", "off"), default="both",
+                        help="TensorFlow only: with and/or without jit_compile")
     args = parser.parse_args()
-    base_layers = import_base(args.base)
+    os.environ["KERAS_BACKEND"] = args.backend
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
+    from recurrent import BACKENDS, _time_once
 
-    print(f"TF {tf.__version__}; {args.repeats} interleaved repetitions; "
-          f"load average before: {os.getloadavg()[0]:.1f}\n")
-    print("| layer | batch | mode | this median ms | base median ms | this / base (medians) "
-          "| this / base (minima) |")
-    print("|---|---|---|---|---|---|---|")
+    backend = BACKENDS[args.backend]("cpu")
+    from keras_seq import layers as this_layers
+
+    base_layers = import_base(args.base)
+    jits = {"both": (False, True), "on": (True,), "off": (False,)}[args.jit]
+    jits = [j for j in backend.jit_options if j in jits] or list(backend.jit_options)
+
+    print(f"{backend.version()}, {backend.describe()}; {args.repeats} interleaved "
+          f"repetitions; load average before: {os.getloadavg()[0]:.1f}\n")
+    print("| layer | batch | jit | mode | this median ms | base median ms "
+          "| this / base (medians) | this / base (minima) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.only:
-        factory, kind = CANDIDATES[name]
         for batch in args.batches:
-            inputs = _inputs(kind, batch, np.random.default_rng(0))
-            this, base = factory(this_layers), factory(base_layers)
-            _call(this, kind, inputs, False)
-            _call(base, kind, inputs, False)
-            base.set_weights(this.get_weights())
-            fns = {"this": _functions(this, kind, inputs), "base": _functions(base, kind, inputs)}
-            modes = ("forward", "train") if batch > 1 else ("forward",)
-            times = {(v, m): [] for v in fns for m in modes}
-            for fn in (f for v in fns.values() for f in v.values()):
-                fn()  # trace and warm up
-            for _ in range(args.repeats):
+            for jit in jits:
+                inputs = _inputs(name, batch, np.random.default_rng(0))
+                this, base = _make(this_layers, name), _make(base_layers, name)
+                for layer in (this, base):
+                    layer(*inputs, training=False)
+                base.set_weights(this.get_weights())
+                fns = {}
+                for version, layer in (("this", this), ("base", base)):
+                    wrapped = layer if name in RECURRENT else _TwoInputs(layer, inputs,
+                                                                         backend.tensor)
+                    fns[version] = backend.layer_steps(wrapped, backend.tensor(inputs[0]), jit)
+                modes = ("forward", "train") if batch > 1 else ("forward",)
+                for version in fns:
+                    for mode in modes:
+                        _time_once(backend, fns[version][mode], 2)  # trace and warm up
+                times = {(v, m): [] for v in fns for m in modes}
+                for r in range(args.repeats):
+                    order = ("this", "base") if r % 2 == 0 else ("base", "this")
+                    for mode in modes:
+                        for version in order:
+                            times[(version, mode)].append(
+                                _time_once(backend, fns[version][mode], 1))
                 for mode in modes:
-                    for version in ("this", "base"):
-                        times[(version, mode)].append(_once(fns[version][mode]))
-            for mode in modes:
-                this_t, base_t = times[("this", mode)], times[("base", mode)]
-                med_this, med_base = statistics.median(this_t), statistics.median(base_t)
-                print(f"| {name} | {batch} | {mode} | {1e3 * med_this:.2f} | {1e3 * med_base:.2f} "
-                      f"| **{med_this / med_base:.3f}** | {min(this_t) / min(base_t):.3f} |",
-                      flush=True)
+                    this_t, base_t = times[("this", mode)], times[("base", mode)]
+                    med_this, med_base = statistics.median(this_t), statistics.median(base_t)
+                    print(f"| {name} | {batch} | {jit} | {mode} | {1e3 * med_this:.2f} "
+                          f"| {1e3 * med_base:.2f} | **{med_this / med_base:.3f}** "
+                          f"| {min(this_t) / min(base_t):.3f} |", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -480,10 +480,10 @@ def main():
         print(row, flush=True)
     after = f"load average after: {os.getloadavg()[0]:.1f}"
     if args.backend == "tensorflow":
-        # Chosen by timing at the first trace, or fixed by KERAS_SEQ_STEP_MATMUL.
-        from keras_seq.layers._recurrent_loops import step_matmul_form
+        # Plain unless KERAS_SEQ_STEP_MATMUL says otherwise.
+        from keras_seq.layers.recurrent.backend_tensorflow import STEP_MATMUL
 
-        after = f"step matmul form: {step_matmul_form()}; {after}"
+        after = f"step matmul form: {STEP_MATMUL}; {after}"
     print(f"\n{after}")
 
 

@@ -1,14 +1,22 @@
-"""conftest for Keras' own layer tests, run against keras_seq's layers.
+"""pytest plugin for Keras' own layer tests, run against keras_seq's layers.
 
-`tests/test_keras_compat.py` copies this file, as `conftest.py`, next to
-copies of Keras' `gru_test.py`, `lstm_test.py` and
-`multi_head_attention_test.py`. Pytest imports a conftest before the test
-modules next to it, so when those modules run `from keras.src import layers`
-they find keras_seq's classes in place of Keras' own.
+`tests/test_keras_compat.py` runs Keras' installed test modules
+(``keras.src.layers.rnn.gru_test``, ``lstm_test``, ``rnn_test``,
+``stacked_rnn_cells_test`` and ``keras.src.layers.attention.multi_head_attention_test``)
+with this module loaded as a plugin (``-p substitute_layers``). It is
+imported before the test modules run, so when they look up
+``layers.GRU`` (``from keras.src import layers``) they find keras_seq's
+classes in place of Keras' own: `keras_seq.layers.GRU`, `GRUCell`,
+`MultiHeadAttention`, `RNN` and a `PeepholeLSTM` with zero peepholes.
 
-(Not named `conftest.py` here: it must not patch Keras for our own suite.)
+At the end it writes, to the file named by ``KERAS_SEQ_SUBSTITUTED``, which
+of Keras' names still resolve to keras_seq's classes: the tests look the
+names up as they run, so those are the classes they ran against.
+
+(Not named `conftest.py`: it must not patch Keras for our own suite.)
 """
 
+import json
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -33,12 +41,13 @@ SUBSTITUTES = {
     "GRUCell": seq_layers.GRUCell,
     "LSTM": ZeroPeepholeLSTM,
     "MultiHeadAttention": seq_layers.MultiHeadAttention,
+    "RNN": seq_layers.RNN,
 }
 for _name, _cls in SUBSTITUTES.items():
     setattr(keras_src_layers, _name, _cls)
     setattr(keras.layers, _name, _cls)
 
-# Differences that keras_seq makes on purpose: test id -> reason.
+# Differences that keras_seq makes on purpose: file::class::test -> reason.
 EXPECTED_FAILURES = {
     "lstm_test.py::LSTMTest::test_basics": (
         "PeepholeLSTM has 6 trainable weights (kernel, recurrent kernel, bias and "
@@ -49,6 +58,16 @@ EXPECTED_FAILURES = {
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        reason = EXPECTED_FAILURES.get(item.nodeid)
+        # Keras' installed files lie outside the rootdir: their node ids start at "::".
+        key = f"{item.path.name}::{item.nodeid.split('::', 1)[1]}"
+        reason = EXPECTED_FAILURES.get(key)
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get("KERAS_SEQ_SUBSTITUTED")
+    if path:
+        with open(path, "w") as f:
+            json.dump(sorted(name for name, cls in SUBSTITUTES.items()
+                             if getattr(keras_src_layers, name) is cls), f)

@@ -35,6 +35,7 @@ class TorchOps:
     @staticmethod
     def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
         """A batched matmul with optional transposes of the last two axes."""
+        a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
         if transpose_a:
             a = a.transpose(-1, -2)
         if transpose_b:

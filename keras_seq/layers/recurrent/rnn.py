@@ -65,6 +65,7 @@ class LoopHints:
     manual_gradient: str | None = None
 
 
+@keras.saving.register_keras_serializable(package="keras_seq")
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """Base class of a recurrent cell: one time step, in ``keras.ops``.
 
