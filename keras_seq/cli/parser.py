@@ -299,6 +299,11 @@ def _add_tune_parser(commands, training, config) -> None:
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
     )
     tune.add_argument("--name", help="run name (default: tune-<tuner>-<time>)")
+    tune.add_argument(
+        "--fresh", action="store_true",
+        help="search again over a finished run of the same name and replace it (without it, "
+        "a finished run is refused)",
+    )
     tune.add_argument("--seed", type=int, default=config.seed, help="default: %(default)s")
     tune.add_argument(
         "--distribute",
