@@ -22,6 +22,7 @@ from keras_seq.reserved_tokens import RESERVED_TOKENS
 
 __all__ = [
     "ATTENTIONS",
+    "GREEDY_ZERO_DEPRECATED",
     "BACKUP_DIR",
     "CELLS",
     "DISTRIBUTIONS",
@@ -45,6 +46,11 @@ __all__ = [
 
 TUNERS = ("random", "hyperband", "bayesian")
 """The ``tuner`` names of `keras_seq.tuning.search` (``keras-seq tune --tuner``)."""
+GREEDY_ZERO_DEPRECATED = (
+    "beam width 0 for greedy decoding is deprecated: greedy is a beam width of 1, the "
+    "default, as in keras-seq export and keras_seq.decoding.beam_search"
+)
+"""What `keras_seq.training.translate_texts` and ``keras-seq translate`` say to ``--beam 0``."""
 SEARCH_UNITS = (64, 128, 256)
 """The recurrent widths `keras_seq.tuning.Seq2SeqHyperModel` searches by default."""
 SEARCH_EMBEDDING_DIMS = (32, 64)
