@@ -8,6 +8,7 @@ arguments, checks them and prints ``--help`` before loading either.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 from keras_seq._validation import (
@@ -222,7 +223,8 @@ class TrainingConfig:
         fresh: delete the run's backup (and logs) and start over, also over
             a finished run.
         verbose: Keras' ``fit`` verbosity; 0 also silences the strategy and
-            ``Resuming`` lines.
+            ``Resuming`` lines. 1, a progress bar, is one line per epoch
+            (2) when standard output is not a terminal (`fit_verbosity`).
     """
 
     model: str | None = None
@@ -248,6 +250,16 @@ class TrainingConfig:
     backup_every_steps: int | None = None
     fresh: bool = False
     verbose: int = 1
+
+    @property
+    def fit_verbosity(self) -> int:
+        """The ``verbose`` that `fit` gets: `verbose`, except that a progress bar
+        (1) becomes one line per epoch (2) when standard output is not a
+        terminal. Off a terminal, Keras' bar writes each of its updates (up to
+        20 a second) as a new line, which would fill a log file."""
+        if self.verbose == 1 and not (sys.stdout and sys.stdout.isatty()):
+            return 2
+        return self.verbose
     task: str | None = None
     context: int | None = None
     steps_per_epoch: int | None = None

@@ -415,7 +415,7 @@ def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start
         epochs=config.epochs,
         shuffle=False,  # the dataset reshuffles itself each epoch
         callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
-        verbose=config.verbose,
+        verbose=config.fit_verbosity,
     )
     t_search = time.perf_counter()
 

@@ -171,7 +171,7 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
         validation_data=prepared.validation_data,
         shuffle=False,  # each epoch's order is drawn from (seed, epoch)
         callbacks=callbacks,
-        verbose=config.verbose,
+        verbose=config.fit_verbosity,
     )
     history = {}
     if step:  # the rest of an epoch cut short by the kill
