@@ -280,16 +280,21 @@ def test_docs_index_links_every_reference_page():
     assert missing == [], f"docs/index.md does not link {missing}"
 
 
-def test_readme_distribute_choices_are_the_commands_choices():
-    readme = _read(README)
-    synopses = {
-        "train": readme.split("`keras-seq train [", 1)[1].split("`", 1)[0],
-        "tune": readme.split("`keras-seq tune --trials", 1)[1].split("\n\n", 1)[0],
-    }
-    for command, text in synopses.items():
+def test_cli_page_distribute_choices_are_the_commands_choices():
+    page = _read(os.path.join(ROOT, "docs", "cli.md"))
+    for command in ("train", "tune"):
+        synopsis = page.split(f"## `keras-seq {command}`", 1)[1].split("```text\n", 1)[1]
+        synopsis = synopsis.split("```", 1)[0]
         choices = re.search(r"--distribute \{([\w,]+)\}", _help(command)).group(1).split(",")
-        documented = re.search(r"--distribute ([\w|]+)", text).group(1).split("|")
-        assert documented == choices, f"README, keras-seq {command}"
+        documented = re.search(r"--distribute \{([\w,]+)\}", synopsis).group(1).split(",")
+        assert documented == choices, f"docs/cli.md, keras-seq {command}"
+
+
+def test_readme_keeps_the_two_commands_a_newcomer_copies():
+    lines = _read(README).splitlines()
+    assert lines.count("pip install -e . && keras-seq train") == 1
+    assert lines.count('pip install -e ".[dev]" && bash tests/run.sh') == 1
+    assert len(lines) <= 250
 
 
 def test_readme_and_contract_say_to_import_keras_seq_before_loading():
