@@ -54,6 +54,13 @@ def folder_lock(folder: str | os.PathLike, where: str) -> Iterator[None]:
     Raises:
         FolderInUseError: another process holds it; the message names its
             pid and what it runs.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from keras_seq.training import folder_lock
+        >>> run = os.path.join(tempfile.mkdtemp(), "runs", "dates")
+        >>> with folder_lock(run, "train"):
+        ...     pass  # write the run folder; a second process would get FolderInUseError
     """
     folder = os.fspath(folder)
     path = _lock_path(folder)
