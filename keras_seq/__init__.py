@@ -2,7 +2,10 @@
 
 Public entry points are ``keras_seq.layers`` and ``keras_seq.models``;
 ``import keras_seq`` imports both, which registers every layer with Keras so
-that ``keras.saving.load_model`` finds them in a ``.keras`` file. The text
+that ``keras.saving.load_model`` finds them in a ``.keras`` file (and Keras'
+optimizers under the names that its PyTorch backend saves them by, so that a
+file trained on PyTorch loads compiled on any backend; see
+``keras_seq._cross_backend_optimizers``). The text
 pipeline (``keras_seq.text``, its reserved token ids in the dependency-free
 ``keras_seq.reserved_tokens``), decoding (``keras_seq.decoding``), data
 (``keras_seq.data``), training (``keras_seq.training``, the pipeline of
@@ -37,4 +40,4 @@ if _in_command_process():
         raise AttributeError(f"module 'keras_seq' has no attribute {name!r}")
 
 else:
-    from keras_seq import layers, models  # noqa: F401
+    from keras_seq import _cross_backend_optimizers, layers, models  # noqa: F401

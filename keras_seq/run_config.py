@@ -8,6 +8,7 @@ arguments, checks them and prints ``--help`` before loading either.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from keras_seq.reserved_tokens import RESERVED_TOKENS
 
 __all__ = [
     "ATTENTIONS",
+    "GREEDY_ZERO_DEPRECATED",
     "BACKUP_DIR",
     "CELLS",
     "DISTRIBUTIONS",
@@ -46,6 +48,11 @@ __all__ = [
 
 TUNERS = ("random", "hyperband", "bayesian")
 """The ``tuner`` names of `keras_seq.tuning.search` (``keras-seq tune --tuner``)."""
+GREEDY_ZERO_DEPRECATED = (
+    "beam width 0 for greedy decoding is deprecated: greedy is a beam width of 1, the "
+    "default, as in keras-seq export and keras_seq.decoding.beam_search"
+)
+"""What `keras_seq.training.translate_texts` and ``keras-seq translate`` say to ``--beam 0``."""
 SEARCH_UNITS = (64, 128, 256)
 """The recurrent widths `keras_seq.tuning.Seq2SeqHyperModel` searches by default."""
 SEARCH_EMBEDDING_DIMS = (32, 64)
@@ -240,7 +247,8 @@ class TrainingConfig:
         fresh: delete the run's backup (and logs) and start over, also over
             a finished run.
         verbose: Keras' ``fit`` verbosity; 0 also silences the strategy and
-            ``Resuming`` lines.
+            ``Resuming`` lines. 1, a progress bar, is one line per epoch
+            (2) when standard output is not a terminal (`fit_verbosity`).
     """
 
     model: str | None = None
@@ -266,6 +274,16 @@ class TrainingConfig:
     backup_every_steps: int | None = None
     fresh: bool = False
     verbose: int = 1
+
+    @property
+    def fit_verbosity(self) -> int:
+        """The ``verbose`` that `fit` gets: `verbose`, except that a progress bar
+        (1) becomes one line per epoch (2) when standard output is not a
+        terminal. Off a terminal, Keras' bar writes each of its updates (up to
+        20 a second) as a new line, which would fill a log file."""
+        if self.verbose == 1 and not (sys.stdout and sys.stdout.isatty()):
+            return 2
+        return self.verbose
     task: str | None = None
     context: int | None = None
     steps_per_epoch: int | None = None

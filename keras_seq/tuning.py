@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from keras_seq._validation import (
 from keras_seq.layers.recurrent.registry import cell_names
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNERS
+from keras_seq.training.locking import folder_lock
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 
@@ -322,11 +324,12 @@ def search(
         ValueError, TypeError: a bad option (naming it), ``model`` other than
             ``"rnn"``, or ``distribute="multi_worker"``, which KerasTuner does
             not support (keras-team/keras-tuner#910).
+        FileExistsError: ``OUT/NAME`` holds a finished run and ``fresh`` is
+            False (``fresh=True`` searches again and replaces it).
+        FolderInUseError: another process writes ``OUT/NAME``.
     """
     require_tensorflow("keras_seq.tuning.search", START_UNDER_TENSORFLOW)
-    import tensorflow as tf
-
-    from keras_seq.distribute import choose_strategy, make_strategy
+    from keras_seq.distribute import choose_strategy
 
     t_start = time.perf_counter()
     where = "search"
@@ -364,6 +367,25 @@ def search(
 
     name = config.name or f"tune-{tuner}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = os.path.join(config.out, name)
+    with folder_lock(run_dir, "tune"):
+        return _search_in_folder(
+            config, run_dir, space, tuner, trials, distribute, t_start
+        )
+
+
+def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start):
+    import tensorflow as tf
+
+    from keras_seq.distribute import make_strategy
+
+    if os.path.isfile(os.path.join(run_dir, "metrics.json")):
+        if not config.fresh:
+            raise FileExistsError(
+                f"{run_dir} already holds a finished run (metrics.json); pass fresh=True "
+                "(keras-seq tune --fresh) to search again and replace it, or choose another "
+                "name."
+            )
+        shutil.rmtree(os.path.join(run_dir, "logs"), ignore_errors=True)
     keras.utils.set_random_seed(config.seed)
     prepared = training.prepare_data(config)
     vocabulary_size = prepared.tokenizer.vocabulary_size
@@ -377,7 +399,7 @@ def search(
         seed=config.seed,
         directory=run_dir,
         project_name="search",
-        overwrite=True,  # like `train`, a run of the same name starts over
+        overwrite=True,  # a finished run was refused above unless `fresh`
         distribution_strategy=strategy,
     )
     if tuner == "hyperband":
@@ -393,7 +415,7 @@ def search(
         epochs=config.epochs,
         shuffle=False,  # the dataset reshuffles itself each epoch
         callbacks=[keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))],
-        verbose=config.verbose,
+        verbose=config.fit_verbosity,
     )
     t_search = time.perf_counter()
 

@@ -52,6 +52,44 @@ def test_translate_prints_the_evaluated_greedy_outputs(date_run, capsys):
 
 
 @pytest.mark.slow
+def test_translate_reads_a_file_or_standard_input_one_input_per_line(date_run, tmp_path,
+                                                                     capsys, monkeypatch):
+    import io
+
+    examples = json.loads((date_run / "metrics.json").read_text())["examples"][:3]
+    lines = [e["source"] for e in examples]
+    expected = [e["output"] for e in examples]  # the run's own greedy evaluation
+    (tmp_path / "inputs.txt").write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["translate", str(date_run), "--input", str(tmp_path / "inputs.txt")]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines)))
+    assert main(["translate", str(date_run), "--input", "-"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    assert main(["translate", str(date_run), "--input", str(tmp_path / "missing.txt")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("keras-seq translate: No such file") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_greedy_is_beam_1_everywhere_and_beam_0_still_works_with_a_deprecation(date_run,
+                                                                               capsys):
+    from keras_seq import training
+
+    examples = json.loads((date_run / "metrics.json").read_text())["examples"][:3]
+    sources, expected = [e["source"] for e in examples], [e["output"] for e in examples]
+    capsys.readouterr()
+    assert main(["translate", str(date_run), "--beam", "0", *sources]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == expected
+    assert captured.err.startswith("keras-seq translate: warning: --beam 0: ")
+    assert "deprecated" in captured.err and captured.err.count("\n") == 1
+    assert training.translate_texts(date_run, sources) == expected
+    with pytest.warns(DeprecationWarning, match="greedy is a beam width of 1"):
+        assert training.translate_texts(date_run, sources, beam_width=0) == expected
+
+
+@pytest.mark.slow
 def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, tmp_path, capsys):
     import tensorflow as tf
 
@@ -194,7 +232,11 @@ def _usage_error(capsys, argv):
         (["train", "--task", "lm", "--attention", "none"], "train", "language models"),
         (["train", "--model", "transformer", "--zoneout", "0.1"], "train", "`zoneout`"),
         (["train", "--zoneout", "1.5"], "train", "`zoneout`"),
-        (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 0"),
+        (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 1"),
+        (["translate", "no-such-run"], "translate", "nothing to translate"),
+        (["translate", "no-such-run", "x", "--input", "-"], "translate", "not both"),
+        (["translate", "no-such-run", "x", "--beam", "1", "--length-penalty", "0.6"],
+         "translate", "--length-penalty applies to beam search only"),
         (["translate", "no-such-run", "x", "--beam", "3", "--length-penalty", "-5"],
          "translate", "--length-penalty must be >= 0, got -5.0"),
         (["translate", "no-such-run", "x", "--length-penalty", "0.6"], "translate",

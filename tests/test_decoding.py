@@ -113,6 +113,32 @@ def test_beam_search_score_is_the_teacher_forced_log_probability(kind, seq2seq_m
     # greedy prefix can drop out of the beam; see the constructed example below.)
 
 
+@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+@pytest.mark.parametrize("shape", [(4, 7), (None, 7), (4, None), (None, None)])
+def test_searches_trace_with_static_or_dynamic_batch_and_length(kind, shape, seq2seq_models):
+    # A fixed-shape batch (what a user passes to tf.function directly, and
+    # what `keras-seq export --beam N` traces) must trace like a dynamic one.
+    model = seq2seq_models[kind]
+    source = _sources(4)
+    spec = [tf.TensorSpec(shape, tf.int32)]
+    beam = tf.function(lambda x: decoding.beam_search(model, x, L, beam_width=3),
+                       input_signature=spec)
+    greedy = tf.function(lambda x: decoding.greedy_decode(model, x, L), input_signature=spec)
+    ids, log_probs = beam(source)
+    np.testing.assert_allclose(log_probs, _teacher_forced_log_prob(model, source, ids), atol=1e-4)
+    np.testing.assert_array_equal(ids, decoding.beam_search(model, source, L, beam_width=3)[0])
+    np.testing.assert_array_equal(greedy(source), decoding.greedy_decode(model, source, L))
+
+
+def test_beam_search_traces_on_the_fixed_shape_batch_it_is_called_with(seq2seq_models):
+    model = seq2seq_models["rnn"]
+    source = _sources(6)
+    search = tf.function(lambda x: decoding.beam_search(model, x, L, beam_width=4))
+    ids, log_probs = search(tf.constant(source))
+    assert ids.shape == (len(source), L)
+    np.testing.assert_allclose(log_probs, _teacher_forced_log_prob(model, source, ids), atol=1e-4)
+
+
 class _MarkovSteps:
     """A constructed decoder: p(next | previous token) from a fixed table."""
 

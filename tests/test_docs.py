@@ -76,7 +76,8 @@ def _is_module(value):
 
 @pytest.mark.slow
 def test_docs_build_strict(site):
-    for page in ["index", "contract", "cli", *(f"reference/{p}" for p in PAGES.values())]:
+    for page in ["index", "contract", "cli", "guides/translator", "guides/phone",
+                 "guides/streaming", "guides/backends", *(f"reference/{p}" for p in PAGES.values())]:
         assert os.path.isfile(os.path.join(site, page, "index.html")) or page == "index", page
     assert os.path.isfile(os.path.join(site, "index.html"))
 
@@ -275,21 +276,38 @@ def test_docs_index_links_every_reference_page():
         module
         for entry in reference
         for module, page in entry.items()
-        if f"[`{module}`]({page})" not in index
+        if module.startswith("keras_seq") and f"[`{module}`]({page})" not in index
     ]
     assert missing == [], f"docs/index.md does not link {missing}"
 
 
-def test_readme_distribute_choices_are_the_commands_choices():
-    readme = _read(README)
-    synopses = {
-        "train": readme.split("`keras-seq train [", 1)[1].split("`", 1)[0],
-        "tune": readme.split("`keras-seq tune --trials", 1)[1].split("\n\n", 1)[0],
-    }
-    for command, text in synopses.items():
+def test_docs_site_opens_on_getting_started_then_the_guides_then_the_reference():
+    import yaml  # installed with mkdocs
+
+    with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
+        nav = yaml.safe_load(f)["nav"]
+    assert [next(iter(entry)) for entry in nav] == ["Getting started", "Guides", "Reference"]
+    assert nav[0]["Getting started"] == "index.md"
+    guides = [next(iter(entry)) for entry in nav[1]["Guides"]]
+    assert guides == ["Train your own translator", "Deploy to a phone", "Stream a sensor model",
+                      "Use JAX or PyTorch"]
+
+
+def test_cli_page_distribute_choices_are_the_commands_choices():
+    page = _read(os.path.join(ROOT, "docs", "cli.md"))
+    for command in ("train", "tune"):
+        synopsis = page.split(f"## `keras-seq {command}`", 1)[1].split("```text\n", 1)[1]
+        synopsis = synopsis.split("```", 1)[0]
         choices = re.search(r"--distribute \{([\w,]+)\}", _help(command)).group(1).split(",")
-        documented = re.search(r"--distribute ([\w|]+)", text).group(1).split("|")
-        assert documented == choices, f"README, keras-seq {command}"
+        documented = re.search(r"--distribute \{([\w,]+)\}", synopsis).group(1).split(",")
+        assert documented == choices, f"docs/cli.md, keras-seq {command}"
+
+
+def test_readme_keeps_the_two_commands_a_newcomer_copies():
+    lines = _read(README).splitlines()
+    assert lines.count("pip install -e . && keras-seq train") == 1
+    assert lines.count('pip install -e ".[dev]" && bash tests/run.sh') == 1
+    assert len(lines) <= 250
 
 
 def test_readme_and_contract_say_to_import_keras_seq_before_loading():

@@ -92,6 +92,25 @@ def test_the_download_is_checked_against_its_sha256(tmp_path):
         data.tiny_shakespeare(cache_dir=tmp_path / "other", origin=origin, sha256="0" * 64)
 
 
+def test_offline_lm_without_data_says_to_pass_a_text_in_one_line(tmp_path, monkeypatch,
+                                                                   capsys):
+    import functools
+
+    # Nothing listens on the discard port: the download fails as offline.
+    offline = functools.partial(data.tiny_shakespeare, cache_dir=tmp_path / "cache",
+                                origin="http://127.0.0.1:9/tinyshakespeare.txt")
+    with pytest.raises(ConnectionError, match=r"pass --data FILE\.txt"):
+        offline()
+    monkeypatch.setattr(data, "tiny_shakespeare", offline)
+    capsys.readouterr()
+    assert main(["train", *_TINY, "--out", str(tmp_path / "runs"), "--name", "lm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("keras-seq train: tiny Shakespeare is not in the Keras cache")
+    assert "pass --data FILE.txt" in err
+    assert not (tmp_path / "runs" / "lm").exists()
+
+
 def test_task_options_are_checked_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="argument `data`"):
         training.TrainingConfig(task="translate").resolved()

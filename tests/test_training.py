@@ -107,3 +107,28 @@ def test_bad_precision_and_backup_options_are_rejected(tmp_path):
     with pytest.raises(TypeError, match="invalid type for argument `fresh`"):
         training.train(out=str(tmp_path), fresh=1)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys, tiny_run_options):
+    # Under capsys standard output is not a terminal, as in a log file.
+    options = {**tiny_run_options, "verbose": 1, "epochs": 2, "train_size": 600}
+    steps = -(-600 // options["batch_size"])
+    training.train(out=str(tmp_path), name="log", **options)
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out and "\b" not in out  # no terminal control codes
+    epochs = [line for line in out.splitlines() if line.startswith("Epoch ")]
+    assert epochs == ["Epoch 1/2", "Epoch 2/2"]
+    # A bar would have written up to one line per step; the log gets one per epoch.
+    progress = [line for line in out.splitlines() if " - loss: " in line]
+    assert len(progress) == 2 < steps
+
+
+def test_a_progress_bar_is_kept_on_a_terminal(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert training.TrainingConfig(verbose=1).fit_verbosity == 1
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
+    assert training.TrainingConfig(verbose=1).fit_verbosity == 2
+    assert training.TrainingConfig(verbose=0).fit_verbosity == 0

@@ -117,7 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     parser, subparsers = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if args.command == "translate" and not any(e.startswith("-") and e != "-"
+                                                   for e in extras):
+            # argparse gives TEXT... nothing when an option precedes them
+            # (`translate RUN_DIR --beam 4 TEXT...`) and leaves them over.
+            args.texts += extras
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
     check, run = COMMANDS[args.command]
     try:
         if check is not None:

@@ -69,14 +69,33 @@ def _check_tune(args) -> None:
 
 def _check_translate(args) -> None:
     if args.beam < 0:
-        raise UsageError(f"--beam must be >= 0, got {args.beam}")
+        raise UsageError(f"--beam must be >= 1, got {args.beam}")
+    if args.beam == 0:
+        from keras_seq.run_config import GREEDY_ZERO_DEPRECATED
+
+        print(f"keras-seq translate: warning: --beam 0: {GREEDY_ZERO_DEPRECATED}; use --beam 1",
+              file=sys.stderr)
+        args.beam = 1
     if args.length_penalty is not None:
         if args.length_penalty < 0:
             raise UsageError(f"--length-penalty must be >= 0, got {args.length_penalty}")
-        if args.beam == 0:
+        if args.beam == 1:
             raise UsageError(
-                "--length-penalty applies to beam search only; add --beam N (N >= 1)"
+                "--length-penalty applies to beam search only; add --beam N (N > 1)"
             )
+    if bool(args.texts) == (args.input is not None):
+        raise UsageError("give the inputs either as TEXT arguments or as --input FILE (- for "
+                         "standard input), not both" if args.texts else
+                         "nothing to translate: give TEXT arguments or --input FILE (- for "
+                         "standard input)")
+
+
+def _read_inputs(path: str) -> list[str]:
+    """One input per line of ``path`` (``-``: standard input), line ends dropped."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
 
 
 def _check_generate(args) -> None:
@@ -149,8 +168,9 @@ def _translate(args) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", training.InputWarning)
+        texts = args.texts if args.input is None else _read_inputs(args.input)
         outputs = training.translate_texts(
-            args.run_dir, args.texts, beam_width=args.beam,
+            args.run_dir, texts, beam_width=args.beam,
             length_penalty=args.length_penalty or 0.0,
         )
     for warning in caught:

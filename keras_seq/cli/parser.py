@@ -179,14 +179,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     translate = commands.add_parser(
         "translate",
         help="print a trained model's outputs for the given texts",
-        description="Decode each TEXT with the model in RUN_DIR and print one output per line.",
+        description="Decode each TEXT (or each line of --input FILE) with the model in RUN_DIR "
+        "and print one output per line, in order.",
     )
     translate.add_argument("run_dir", metavar="RUN_DIR")
-    translate.add_argument("texts", metavar="TEXT", nargs="+")
-    translate.add_argument("--beam", type=int, default=0, help="beam width; 0: greedy (default: %(default)s)")
+    translate.add_argument("texts", metavar="TEXT", nargs="*",
+                           help="inputs to translate (or give --input)")
+    translate.add_argument(
+        "--input", metavar="FILE",
+        help="read the inputs from FILE, one per line (UTF-8); - reads standard input",
+    )
+    translate.add_argument(
+        "--beam", type=int, default=1,
+        help="beam width; 1 is greedy decoding, as in export (default: %(default)s)",
+    )
     translate.add_argument(
         "--length-penalty", type=float, metavar="ALPHA",
-        help="GNMT length penalty α of the beam search; needs --beam (default: 0)",
+        help="GNMT length penalty α of the beam search; needs --beam N with N > 1 (default: 0)",
     )
 
     generate = commands.add_parser(
@@ -234,7 +243,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "(int8 weights), OUT/tflite_float16/ (a language model: OUT/lm_step_dynamic.tflite, "
         "OUT/lm_step_float16.tflite) (default: none)",
     )
-    export.add_argument("--beam", type=int, default=1, help="beam width of the SavedModel (default: %(default)s)")
+    export.add_argument(
+        "--beam", type=int, default=1,
+        help="beam width of the SavedModel's decoding; 1 is greedy decoding, as in translate "
+        "(default: %(default)s)",
+    )
     export.add_argument(
         "--overwrite",
         action="store_true",
@@ -299,6 +312,11 @@ def _add_tune_parser(commands, training, config) -> None:
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"
     )
     tune.add_argument("--name", help="run name (default: tune-<tuner>-<time>)")
+    tune.add_argument(
+        "--fresh", action="store_true",
+        help="search again over a finished run of the same name and replace it (without it, "
+        "a finished run is refused)",
+    )
     tune.add_argument("--seed", type=int, default=config.seed, help="default: %(default)s")
     tune.add_argument(
         "--distribute",

@@ -51,19 +51,34 @@ def tiny_shakespeare(
 
     Raises:
         ValueError: the downloaded file does not have that hash.
+        ConnectionError: the file is not cached and cannot be downloaded
+            (offline, say); the message says to pass a text of your own.
 
     References:
         Karpathy. char-rnn, ``data/tinyshakespeare/input.txt``. 2015.
     """
+    import urllib.error
+
     import keras
 
-    return keras.utils.get_file(
-        "tinyshakespeare.txt",
-        origin=origin,
-        file_hash=sha256,
-        hash_algorithm="sha256",
-        cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-    )
+    try:
+        return keras.utils.get_file(
+            "tinyshakespeare.txt",
+            origin=origin,
+            file_hash=sha256,
+            hash_algorithm="sha256",
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        )
+    except Exception as error:
+        # Keras reports a failed download as a bare Exception raised while
+        # handling urllib's error; anything else (a wrong hash) goes up as it is.
+        if not isinstance(error.__context__, urllib.error.URLError):
+            raise
+        raise ConnectionError(
+            f"tiny Shakespeare is not in the Keras cache and could not be downloaded from "
+            f"{origin} ({error.__context__.reason}); pass --data FILE.txt (data=FILE.txt) to "
+            "train on a UTF-8 text of your own."
+        ) from None
 
 
 def load_text(path: str | os.PathLike) -> str:

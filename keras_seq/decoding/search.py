@@ -206,6 +206,11 @@ def _beam_search(
         return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
 
     def body(t, tokens, log_probs, finished, ids, state):
+        # The batch size is read from a loop variable, not captured from
+        # outside: inside the loop's graph a captured shape has no static
+        # value, and the loop variables would come out of the body less
+        # static than they went in (a fixed-shape batch could not trace).
+        batch_size = tf.shape(log_probs)[0]
         logits, state = steps.step(tokens, t, constants, state)
         vocabulary_size = tf.shape(logits)[-1]
         step_log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))

@@ -22,6 +22,7 @@ from keras_seq.export.tflite_export import (
     convert_seq2seq_to_tflite,
 )
 from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_seq.training.locking import folder_lock
 
 FORMATS = ("savedmodel", "tflite", "onnx")
 MANIFEST_FILE = "manifest.json"
@@ -115,12 +116,11 @@ def export_run(
         FileNotFoundError: ``run_dir`` is not a run folder.
         FileExistsError: ``out`` is a file, or a non-empty folder and
             ``overwrite`` is False.
+        FolderInUseError: another process is exporting to ``out``.
         ValueError: a bad argument, or a format or a beam width that a
             language-model run does not have.
     """
     require_tensorflow("keras_seq.export.export_run", START_UNDER_TENSORFLOW)
-    from keras_seq.training.run_folder import read_run
-
     where = "export_run"
     if formats is not None:
         formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
@@ -132,6 +132,14 @@ def export_run(
     examples = check_positive_int(where, "examples", examples)
     overwrite = check_bool(where, "overwrite", overwrite)
     out = os.path.abspath(os.fspath(out))
+    with folder_lock(out, "export"):
+        return _export_run(where, run_dir, out, formats, beam_width, quantize, examples,
+                           overwrite)
+
+
+def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, overwrite):
+    from keras_seq.training.run_folder import read_run
+
     _check_out(where, out, overwrite)
     folder = read_run(os.fspath(run_dir), where)
     if folder.is_language_model:

@@ -35,6 +35,11 @@ cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
 - ``backup/`` — only while the run trains: the training state after the
   last finished epoch (and every ``backup_every_steps`` steps).
 
+While it trains, the run holds `folder_lock` on its folder: a second `train`
+(or `keras_seq.tuning.search`) into the same folder raises `FolderInUseError`
+naming the first one's process id, and a finished run is never replaced
+unless ``fresh=True``.
+
 **Language models** (``task="lm"``). The text (``data=`` a UTF-8 file, by
 default tiny Shakespeare, `keras_seq.data.tiny_shakespeare`) is split as
 nanoGPT splits it: the first 90% trains, the last 10% is held out
@@ -84,7 +89,8 @@ guarantee (`train` does not, as some GPU kernels then refuse to run).
 defaults, without Keras), `pipeline` (`train`), `prepare` (the data),
 `model` (model and optimizer), `backup` (resuming and ``history.csv``),
 `evaluation` (scoring and the run folder's files), `inference` (translate and
-generate) and `run_folder` (the one reader of a run folder).
+generate), `run_folder` (the one reader of a run folder) and `locking`
+(one process at a time in a run or export folder).
 """
 
 from keras_seq.run_config import (
@@ -116,6 +122,7 @@ from keras_seq.training.inference import (
     translate_texts,
     warn_about_inputs,
 )
+from keras_seq.training.locking import FolderInUseError, folder_lock
 from keras_seq.training.model import build_optimizer
 from keras_seq.training.pipeline import TrainingResult, train
 from keras_seq.training.prepare import (
@@ -132,6 +139,7 @@ __all__ = [
     "BACKUP_DIR",
     "CELLS",
     "DISTRIBUTIONS",
+    "FolderInUseError",
     "HISTORY_FILE",
     "InputWarning",
     "LM_DEFAULTS",
@@ -153,6 +161,7 @@ __all__ = [
     "default_for",
     "evaluate_and_save",
     "evaluate_text_and_save",
+    "folder_lock",
     "generate_text",
     "length_buckets",
     "load_data",

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_float, check_int, check_positive_int, invalid_value
+from keras_seq.run_config import GREEDY_ZERO_DEPRECATED
 from keras_seq.training.run_folder import read_run
 
 __all__ = [
@@ -24,22 +25,25 @@ _DECODE_BATCH = 1000
 
 
 def make_decoder(
-    model, source_length: int, target_length: int, beam_width: int = 0,
+    model, source_length: int, target_length: int, beam_width: int = 1,
     length_penalty: float = 0.0,
 ):
     """A traced decoding function: ``(B, source_length)`` ids -> ``(B, target_length)`` ids.
 
-    Greedy for ``beam_width=0``, else `keras_seq.decoding.beam_search` with
-    that width and GNMT length penalty.
+    Greedy for ``beam_width=1`` (`keras_seq.decoding.greedy_decode`), else
+    `keras_seq.decoding.beam_search` with that width and GNMT length
+    penalty: the meaning ``beam_width`` has everywhere in keras-seq.
+    ``beam_width=0``, the old spelling of greedy, still means greedy and
+    warns (`DeprecationWarning`).
     """
     require_tensorflow("keras_seq.training.make_decoder")
     import tensorflow as tf
 
     from keras_seq import decoding
 
-    beam_width = check_int("make_decoder", "beam_width", beam_width, minimum=0)
+    beam_width = _beam_width("make_decoder", beam_width)
     spec = tf.TensorSpec([None, source_length], tf.int32)
-    if beam_width:
+    if beam_width > 1:
 
         @tf.function(input_signature=[spec], autograph=False)
         def decode(source_ids):
@@ -57,6 +61,15 @@ def make_decoder(
     return decode
 
 
+def _beam_width(where: str, beam_width) -> int:
+    """``beam_width`` checked: 1 is greedy; 0, its old spelling, warns and means 1."""
+    beam_width = check_int(where, "beam_width", beam_width, minimum=0)
+    if beam_width == 0:
+        warnings.warn(f"{where}: {GREEDY_ZERO_DEPRECATED}.", DeprecationWarning, stacklevel=3)
+        return 1
+    return beam_width
+
+
 def translate_strings(decode, tokenizer, strings: Sequence[str], source_length: int) -> list[str]:
     """Decodes ``strings`` with a `make_decoder` function, in batches of 1000."""
     outputs = []
@@ -70,7 +83,7 @@ def translate_strings(decode, tokenizer, strings: Sequence[str], source_length: 
 def translate_texts(
     run_dir: str | os.PathLike,
     texts: Sequence[str],
-    beam_width: int = 0,
+    beam_width: int = 1,
     length_penalty: float = 0.0,
 ) -> list[str]:
     """The outputs of the model in a run folder for ``texts`` (``keras-seq translate``).
@@ -78,7 +91,8 @@ def translate_texts(
     Args:
         run_dir: a folder written by `train`.
         texts: the inputs.
-        beam_width: 0 (greedy) or a beam width.
+        beam_width: 1 (greedy, the default) or a beam width; 0, the old
+            spelling of greedy, warns (`DeprecationWarning`) and means 1.
         length_penalty: GNMT length penalty α for beam search.
 
     Raises:
@@ -86,7 +100,7 @@ def translate_texts(
     """
     require_tensorflow("keras_seq.training.translate_texts", START_UNDER_TENSORFLOW)
     where = "translate_texts"
-    beam_width = check_int(where, "beam_width", beam_width, minimum=0)
+    beam_width = _beam_width(where, beam_width)
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
         raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")

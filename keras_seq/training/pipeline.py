@@ -7,6 +7,7 @@ The steps are in their own modules: `keras_seq.training.prepare` (data),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -29,6 +30,7 @@ from keras_seq.training.backup import (
     run_name,
 )
 from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save
+from keras_seq.training.locking import folder_lock
 from keras_seq.training.model import build_model, compile_model
 from keras_seq.training.prepare import load_data, prepare_data
 
@@ -71,6 +73,8 @@ def train(config: TrainingConfig | None = None, **options) -> TrainingResult:
             3 pairs, or a backup written by a different configuration.
         FileExistsError: the run folder holds a finished run and ``fresh``
             is False.
+        FolderInUseError: another process is training (or tuning) into the
+            same run folder.
     """
     require_tensorflow("keras_seq.training.train", START_UNDER_TENSORFLOW)
     t_start = time.perf_counter()
@@ -106,6 +110,16 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     chief = strategy_name != "multi_worker" or is_chief()
     config = dataclasses.replace(config, name=run_name(config, fingerprint))
     shared_dir = os.path.join(config.out, config.name)
+    # Only the chief writes the run folder; the other workers of a cluster
+    # (which may share the machine and the folder) write elsewhere.
+    with folder_lock(shared_dir, "train") if chief else contextlib.nullcontext():
+        return _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerprint,
+                                chief, shared_dir)
+
+
+def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerprint, chief,
+                     shared_dir):
+    replicas = strategy.num_replicas_in_sync
     backup_dir = os.path.join(shared_dir, BACKUP_DIR)
     state = None if config.fresh else read_backup(backup_dir)
     if state is None and not config.fresh and os.path.isfile(
@@ -157,7 +171,7 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
         validation_data=prepared.validation_data,
         shuffle=False,  # each epoch's order is drawn from (seed, epoch)
         callbacks=callbacks,
-        verbose=config.verbose,
+        verbose=config.fit_verbosity,
     )
     history = {}
     if step:  # the rest of an epoch cut short by the kill

@@ -55,6 +55,7 @@ class RunFolder:
         inference only, without the optimizer)."""
         import keras
 
+        import keras_seq._cross_backend_optimizers  # noqa: F401  (a run trained on PyTorch)
         import keras_seq.layers  # noqa: F401  (registers the classes for loading)
         import keras_seq.metrics  # noqa: F401
         import keras_seq.models  # noqa: F401

@@ -158,7 +158,7 @@ def cases() -> dict:
             lambda: keras.layers.RNN(layers.PeepholeLSTMCell(5), return_sequences=True)),
         # No mask: Keras' own JAX and PyTorch loops take a masked step's output
         # from the first state, which is not the NTM cell's output (the NTM
-        # layer's own loop carries it; docs/backends.md).
+        # layer's own loop carries it; docs/guides/backends.md).
         "RNN_NTMCell": _plain_model(
             lambda: keras.layers.RNN(layers.NTMCell(5, memory_size=6, memory_width=2))),
         "StackedRNNCells": _sequence_model(_stacked_cells),
