@@ -80,8 +80,8 @@ def convert_to_onnx(
         >>> inputs = keras.Input((None, 3), name="x")
         >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
         >>> path = convert_to_onnx(model, os.path.join(tempfile.mkdtemp(), "gru.onnx"))
-        >>> [node.op_type for node in onnx.load(path).graph.node]
-        ['Transpose', 'GRU', 'Squeeze']
+        >>> [node.op_type for node in onnx.load(path).graph.node if node.op_type in ("GRU", "Loop")]
+        ['GRU']
     """
     where = "convert_to_onnx"
     require_tensorflow("keras_seq.export.convert_to_onnx", EXPORT_THERE)

@@ -281,7 +281,7 @@ class NativeRecurrence:
                 f"{self.where}: {', '.join(self._peephole_layers)}: "
                 f"{PEEPHOLE_WARNING}; native_recurrent='portable' keeps their Loop, which "
                 "every provider computes as onnxruntime's CPU provider does.",
-                stacklevel=3,
+                stacklevel=4,  # the converter's caller
             )
 
     def handlers(self) -> dict:
