@@ -71,17 +71,18 @@ def build(name, args):
         ids = keras.Input((None,), dtype="int32", name="ids")
         x = keras.layers.Embedding(args.vocabulary, args.input_dim, mask_zero=True)(ids)
         x = keras.layers.Bidirectional(layers.GRU(args.units, return_sequences=True))(x)
-        return keras.Model(ids, layers.GRU(args.units)(x), name="encoder")
-    x = keras.Input((None, args.input_dim), name="x")
-    layer = {
-        "PeepholeLSTM": lambda: layers.PeepholeLSTM(args.units),
-        "CoupledGateLSTM": lambda: layers.CoupledGateLSTM(args.units),
-        "CoupledGateLSTM+peepholes": lambda: layers.CoupledGateLSTM(args.units,
-                                                                    use_peepholes=True),
-        "GRU": lambda: layers.GRU(args.units),
-    }[name]()
-    model = keras.Model(x, layer(x))
-    # Non-zero peepholes and biases: every input of the node is exercised.
+        model = keras.Model(ids, layers.GRU(args.units)(x), name="encoder")
+    else:
+        x = keras.Input((None, args.input_dim), name="x")
+        layer = {
+            "PeepholeLSTM": lambda: layers.PeepholeLSTM(args.units),
+            "CoupledGateLSTM": lambda: layers.CoupledGateLSTM(args.units),
+            "CoupledGateLSTM+peepholes": lambda: layers.CoupledGateLSTM(args.units,
+                                                                        use_peepholes=True),
+            "GRU": lambda: layers.GRU(args.units),
+        }[name]()
+        model = keras.Model(x, layer(x))
+    # Random weights, peepholes and biases included: every input of the nodes counts.
     rng = keras.random.SeedGenerator(1)
     for weight in model.weights:
         weight.assign(keras.random.normal(weight.shape, stddev=0.2, seed=rng))
@@ -101,64 +102,61 @@ def inputs(name, batch, args):
     return ids
 
 
-def convert(name, model, batch, args, folder):
-    """``{form: (runner, conversion seconds)}``; a runner takes the input array."""
-    import numpy as np
+def _timed(convert_once, conversions):
+    """The result of a conversion and the median of ``conversions`` timed runs of it."""
+    times, result = [], None
+    for _ in range(conversions):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convert_to_onnx's note on peepholes
+            result = convert_once()
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def onnx_form(model, native, args, folder):
+    """``(runner, conversion seconds)`` of the model in onnxruntime, one thread."""
     import onnxruntime
+
+    from keras_seq.export import convert_to_onnx
+
+    path = os.path.join(folder, f"{native}.onnx")
+    _, seconds = _timed(lambda: convert_to_onnx(model, path, native_recurrent=native),
+                        args.conversions)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+    return (lambda x: session.run(None, {input_name: x})[0]), seconds
+
+
+def litert_form(model, fuse, batch, args):
+    """``(runner, conversion seconds)`` of the model in LiteRT, one thread."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_seq.export import convert_to_onnx, convert_to_tflite
+    from keras_seq.export import convert_to_tflite
 
-    def timed(convert_once):
-        times, result = [], None
-        for _ in range(args.conversions):
-            start = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the peephole note of convert_to_onnx
-                result = convert_once()
-            times.append(time.perf_counter() - start)
-        return result, statistics.median(times)
+    flatbuffer, seconds = _timed(
+        lambda: convert_to_tflite(model, fuse_lstm=fuse, batch_size=batch if fuse else None),
+        args.conversions,
+    )
+    interpreter = Interpreter(model_content=flatbuffer, num_threads=1)
+    index = interpreter.get_input_details()[0]["index"]
+    output = interpreter.get_output_details()[0]["index"]
+    shape = None
 
-    def onnx_runner(native):
-        path = os.path.join(folder, f"{native}.onnx")
-        _, seconds = timed(lambda: convert_to_onnx(model, path, native_recurrent=native))
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        input_name = session.get_inputs()[0].name
-        return (lambda x: session.run(None, {input_name: x})[0]), seconds
+    def run(x):
+        nonlocal shape
+        if x.shape != shape:
+            interpreter.resize_tensor_input(index, x.shape, strict=False)
+            interpreter.allocate_tensors()
+            shape = x.shape
+        interpreter.set_tensor(index, x)
+        interpreter.invoke()
+        return interpreter.get_tensor(output)
 
-    def litert_runner(fuse):
-        flatbuffer, seconds = timed(
-            lambda: convert_to_tflite(model, fuse_lstm=fuse, batch_size=batch if fuse else None)
-        )
-        interpreter = Interpreter(model_content=flatbuffer, num_threads=1)
-        index = interpreter.get_input_details()[0]["index"]
-        output = interpreter.get_output_details()[0]["index"]
-        shape = None
-
-        def run(x):
-            nonlocal shape
-            if x.shape != shape:
-                interpreter.resize_tensor_input(index, x.shape, strict=False)
-                interpreter.allocate_tensors()
-                shape = x.shape
-            interpreter.set_tensor(index, x)
-            interpreter.invoke()
-            return interpreter.get_tensor(output)
-
-        return run, seconds
-
-    runners = {
-        "onnx native": onnx_runner(True),
-        "onnx Loop": onnx_runner(False),
-        "litert WHILE": litert_runner(False),
-    }
-    if name != "seq2seq encoder" and name != "GRU":  # fuse_lstm fuses LSTMs only, unmasked
-        runners["litert fused"] = litert_runner(True)
-    np.seterr(all="ignore")
-    return runners
+    return run, seconds
 
 
 def measure(runners, x, warmup, repeats):
@@ -182,19 +180,28 @@ def main():
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         model = build(name, args)
-        for batch in [int(b) for b in args.batches.split(",")]:
-            x = inputs(name, batch, args)
-            reference = np.asarray(model(x))
-            with tempfile.TemporaryDirectory() as folder:
-                runners = convert(name, model, batch, args, folder)
-                errors = {f: float(np.abs(run(x) - reference).max()) for f, (run, _) in runners.items()}
+        with tempfile.TemporaryDirectory() as folder:
+            # Dynamic batch and length: one conversion serves every batch.
+            shared = {
+                "onnx native": onnx_form(model, True, args, folder),
+                "onnx Loop": onnx_form(model, False, args, folder),
+                "litert WHILE": litert_form(model, False, None, args),
+            }
+            for batch in [int(b) for b in args.batches.split(",")]:
+                forms = dict(shared)
+                if name not in ("seq2seq encoder", "GRU"):  # fuse_lstm: unmasked LSTMs only
+                    forms["litert fused"] = litert_form(model, True, batch, args)
+                x = inputs(name, batch, args)
+                reference = np.asarray(model(x))
+                errors = {f: float(np.abs(run(x) - reference).max()) for f, (run, _) in forms.items()}
                 repeats = args.repeats if batch == 1 else args.repeats_large
-                medians = measure(runners, x, args.warmup, repeats)
-            ratio = medians["onnx native"] / medians["onnx Loop"]
-            rows.append((name, batch, medians, errors, {f: s for f, (_, s) in runners.items()},
-                         ratio))
-            print(f"{name} B{batch}: " + ", ".join(f"{f} {m:.3f} ms" for f, m in medians.items())
-                  + f"; native/Loop {ratio:.2f}", flush=True)
+                medians = measure(forms, x, args.warmup, repeats)
+                ratio = medians["onnx native"] / medians["onnx Loop"]
+                rows.append((name, batch, medians, errors, {f: s for f, (_, s) in forms.items()},
+                             ratio))
+                print(f"{name} B{batch}: "
+                      + ", ".join(f"{f} {m:.3f} ms" for f, m in medians.items())
+                      + f"; native/Loop {ratio:.2f}", flush=True)
 
     print()
     print(f"T={args.length}, input {args.input_dim}, {args.units} units, one thread; "

@@ -169,7 +169,10 @@ def _unknown_onnx_ops(graph) -> set[str]:
 
 
 def convert_seq2seq_to_onnx(
-    model, path: str | os.PathLike, opset: int = _DEFAULT_OPSET
+    model,
+    path: str | os.PathLike,
+    opset: int = _DEFAULT_OPSET,
+    native_recurrent: bool | str = True,
 ) -> str:
     """Converts a translation model's teacher-forced forward pass to ONNX.
 
@@ -181,13 +184,16 @@ def convert_seq2seq_to_onnx(
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
         path: the ``.onnx`` file to write.
         opset: ONNX opset. Default 17.
+        native_recurrent: as in `convert_to_onnx` (the encoder's recurrent
+            layer as one node). Default True.
 
     Returns:
         ``path`` as a string.
     """
     require_tensorflow("keras_seq.export.convert_seq2seq_to_onnx", EXPORT_THERE)
     check_seq2seq("convert_seq2seq_to_onnx", model)
-    return convert_to_onnx(seq2seq_forward(model), path, seq2seq_signature(), opset=opset)
+    return convert_to_onnx(seq2seq_forward(model), path, seq2seq_signature(), opset=opset,
+                           native_recurrent=native_recurrent)
 
 
 def convert_decoder_steps_to_onnx(
@@ -196,6 +202,7 @@ def convert_decoder_steps_to_onnx(
     decoder_step_path: str | os.PathLike,
     target_length: int,
     opset: int = _DEFAULT_OPSET,
+    native_recurrent: bool | str = True,
 ) -> tuple[str, str]:
     """Converts a translation model into an ONNX encoder and one-step decoder.
 
@@ -209,6 +216,8 @@ def convert_decoder_steps_to_onnx(
         decoder_step_path: the decoder step's ``.onnx`` file.
         target_length: the most decoding steps (sizes the Transformer's caches).
         opset: ONNX opset. Default 17.
+        native_recurrent: as in `convert_to_onnx` (the encoder's recurrent
+            layer as one node). Default True.
 
     Returns:
         ``(encoder_path, decoder_step_path)`` as strings.
@@ -219,6 +228,8 @@ def convert_decoder_steps_to_onnx(
         where, model, target_length
     )
     return (
-        convert_to_onnx(encode, encoder_path, encode_signature, opset=opset),
-        convert_to_onnx(step, decoder_step_path, step_signature, opset=opset),
+        convert_to_onnx(encode, encoder_path, encode_signature, opset=opset,
+                        native_recurrent=native_recurrent),
+        convert_to_onnx(step, decoder_step_path, step_signature, opset=opset,
+                        native_recurrent=native_recurrent),
     )

@@ -58,14 +58,16 @@ other recurrent layer stays a ``Loop``, with the same outputs.
 
 Execution providers (read from their source; the table and the details are in
 ``docs/contract.md``): the OpenVINO provider's ONNX importer drops ``P``, so
-an ``LSTM`` node with peepholes computes other numbers there: ``portable=True``
-keeps those layers' ``Loop`` instead, and otherwise a `UserWarning` names them.
+an ``LSTM`` node with peepholes computes other numbers there:
+``native_recurrent="portable"`` keeps those layers' ``Loop`` instead, and
+otherwise a `UserWarning` names them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import re
 import warnings
 
@@ -249,6 +251,7 @@ class NativeRecurrence:
         self._stash: dict[int, tuple] = {}
         self._forms: dict[int, NodeForm | None] = {}
         self._peephole_layers: list[str] = []
+        self._placeholder_ops: set[str] = set()
 
     @contextlib.contextmanager
     def routing(self):
@@ -267,11 +270,17 @@ class NativeRecurrence:
                     self._stash.pop(id(sub), None)
                     self._forms.pop(id(sub), None)
 
+        # TensorFlow knows no shapes for the placeholders (their shapes are
+        # set after them), and tf2onnx logs a warning for each: not the user's concern.
+        shape_log = logging.getLogger("tf2onnx.shape_inference")
+        quiet = _Without(lambda message: any(op in message for op in self._placeholder_ops))
         try:
             bidirectional.call = call
+            shape_log.addFilter(quiet)
             with routed_inner_loops(list(self._classes), self._route):
                 yield self
         finally:
+            shape_log.removeFilter(quiet)
             if own_call is None:
                 del bidirectional.call
             else:
@@ -417,6 +426,7 @@ class NativeRecurrence:
             name=f"{_op_name(name)}_{op}",
         )
         token = outputs[0].op.get_attr("token").decode()
+        self._placeholder_ops.add(outputs[0].op.name)
         self.nodes[token] = _Node(tuple(forms), direction, lengths is not None, has_initial)
         # The op has no shape function: the shapes must survive into the graph
         # tf2onnx imports (ops such as a concatenation on axis -1 need the rank).
@@ -474,6 +484,17 @@ class NativeRecurrence:
         ctx.set_shape(node.output[0], [-1, directions, -1, forms[0].hidden_size])
         for output in node.output[1:]:
             ctx.set_shape(output, [directions, -1, forms[0].hidden_size])
+
+
+class _Without(logging.Filter):
+    """Drops the log records whose message ``drop(message)`` selects."""
+
+    def __init__(self, drop):
+        super().__init__()
+        self.drop = drop
+
+    def filter(self, record) -> bool:
+        return not self.drop(record.getMessage())
 
 
 def _masked_outputs(layer, y, states, start, mask, lengths, length, reverse_half):
