@@ -200,19 +200,19 @@ def _simple_rnn(cell) -> NodeForm:
     )
 
 
-def _native_classes() -> dict[type, tuple[type, object]]:
-    """Layer class -> (its cell class, the cell's `NodeForm`). Exact classes only."""
+def _native_classes() -> dict[type, tuple[type, str, object]]:
+    """Layer class -> (its cell class, the ONNX op, the cell's `NodeForm`). Exact classes only."""
     from keras_seq import layers
 
     return {
-        layers.PeepholeLSTM: (layers.PeepholeLSTMCell, _peephole_lstm),
-        layers.CoupledGateLSTM: (layers.CoupledGateLSTMCell, _coupled_gate_lstm),
-        layers.GRU: (layers.GRUCell, _gru),
-        layers.ConvertibleLSTM: (keras.layers.LSTMCell, _lstm),
-        layers.ConvertibleSimpleRNN: (keras.layers.SimpleRNNCell, _simple_rnn),
-        keras.layers.LSTM: (keras.layers.LSTMCell, _lstm),
-        keras.layers.GRU: (keras.layers.GRUCell, _gru),
-        keras.layers.SimpleRNN: (keras.layers.SimpleRNNCell, _simple_rnn),
+        layers.PeepholeLSTM: (layers.PeepholeLSTMCell, "LSTM", _peephole_lstm),
+        layers.CoupledGateLSTM: (layers.CoupledGateLSTMCell, "LSTM", _coupled_gate_lstm),
+        layers.GRU: (layers.GRUCell, "GRU", _gru),
+        layers.ConvertibleLSTM: (keras.layers.LSTMCell, "LSTM", _lstm),
+        layers.ConvertibleSimpleRNN: (keras.layers.SimpleRNNCell, "RNN", _simple_rnn),
+        keras.layers.LSTM: (keras.layers.LSTMCell, "LSTM", _lstm),
+        keras.layers.GRU: (keras.layers.GRUCell, "GRU", _gru),
+        keras.layers.SimpleRNN: (keras.layers.SimpleRNNCell, "RNN", _simple_rnn),
     }
 
 
@@ -308,12 +308,13 @@ class NativeRecurrence:
         entry = self._classes.get(type(layer))
         if entry is None or type(layer.cell) is not entry[0]:
             return None
+        _, op, make_form = entry
         if owner is None:
             label = f"{type(layer).__name__} '{layer.name}'"
         else:
             label = f"Bidirectional '{owner.name}' ({type(layer).__name__})"
         reason = _why_not_native(layer, training)
-        form = None if reason else entry[1](layer.cell)
+        form = None if reason else make_form(layer.cell)
         if form is not None and form.P is not None:
             if self.portable:
                 reason = f"native_recurrent='portable' and {PEEPHOLE_WARNING}"
@@ -322,7 +323,7 @@ class NativeRecurrence:
                 self._peephole_layers.append(label)
         if reason:
             warnings.warn(
-                f"{self.where}: {label} keeps its Loop, not an ONNX {_op_of(layer)} node: "
+                f"{self.where}: {label} keeps its Loop, not an ONNX {op} node: "
                 f"{reason}.",
                 stacklevel=5,
             )
@@ -558,8 +559,3 @@ def _op_name(name: str) -> str:
     """``name`` as a TensorFlow op name (the ONNX node keeps it)."""
     name = re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
     return name if re.match(r"[A-Za-z0-9.]", name) else f"layer{name}"
-
-
-def _op_of(layer) -> str:
-    cell = type(layer.cell).__name__
-    return "GRU" if "GRU" in cell else "RNN" if "SimpleRNN" in cell else "LSTM"
