@@ -11,14 +11,16 @@ spotter must.
 The script trains a GRU + PeepholeLSTM classifier on whole sequences, makes
 its `keras_seq.export.streaming_model` (states as inputs and outputs),
 converts that to a builtin-only `.tflite` (float32, and with int8 weights:
-``quantize="dynamic"``), and runs the files with `ai_edge_litert` the way a
-device does: the stream fed a chunk at a time, the states carried between
-calls. It prints:
+``quantize="dynamic"``) and to ONNX (`convert_to_onnx`: one ``GRU`` and one
+``LSTM`` node, the states their ``initial_h``/``initial_c`` inputs and
+``Y_h``/``Y_c`` outputs), and runs the files with `ai_edge_litert` and
+onnxruntime (one thread each) the way a device or a server does: the stream
+fed a chunk at a time, the states carried between calls. It prints:
 
-- parity: the largest difference between the LiteRT outputs, chunk by chunk,
-  and the Keras model run on the whole sequences;
+- parity: the largest difference between the LiteRT and onnxruntime
+  outputs, chunk by chunk, and the Keras model run on the whole sequences;
 - latency: the median time of one call with a chunk of 1 step and of 10
-  steps (batch 1);
+  steps (batch 1), in each runtime;
 - the int8-weight model's per-step argmax agreement with the float Keras
   model (target: at least 99.5%), and both accuracies.
 """
@@ -26,13 +28,19 @@ calls. It prints:
 import argparse
 import os
 import statistics
+import tempfile
 import time
 
 import keras
 import numpy as np
 
 from keras_seq import layers
-from keras_seq.export import convert_to_tflite, initial_streaming_states, streaming_model
+from keras_seq.export import (
+    convert_to_onnx,
+    convert_to_tflite,
+    initial_streaming_states,
+    streaming_model,
+)
 
 CHANNELS = 3
 GESTURE = 6  # steps of a gesture
@@ -67,14 +75,14 @@ def build_model() -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(2, name="gesture")(h), name="gesture_spotter")
 
 
-class LiteRTStream:
-    """A `.tflite` streaming model run through its signature, states carried."""
+class Stream:
+    """A converted streaming model, fed a chunk at a time, its states carried.
 
-    def __init__(self, flatbuffer: bytes, stream: keras.Model):
-        from ai_edge_litert.interpreter import Interpreter
+    ``call(chunk, states) -> [outputs, *new_states]`` runs the file once.
+    """
 
-        self.runner = Interpreter(model_content=flatbuffer).get_signature_runner()
-        self.names = [t.name for t in stream.inputs]
+    def __init__(self, call, stream: keras.Model):
+        self.call = call
         self.stream = stream
 
     def run(self, x: np.ndarray, chunk: int) -> np.ndarray:
@@ -86,10 +94,6 @@ class LiteRTStream:
             pieces.append(outputs[0])
             states = outputs[1:]
         return np.concatenate(pieces, axis=1)
-
-    def call(self, chunk: np.ndarray, states: list) -> list:
-        named = self.runner(**dict(zip(self.names, [chunk, *states])))
-        return [named[f"output_{i}"] for i in range(len(named))]
 
     def latency_ms(self, chunk: int, runs: int = 200) -> float:
         """Median ms of one call with a ``(1, chunk, 3)`` chunk."""
@@ -104,13 +108,45 @@ class LiteRTStream:
         return 1000 * statistics.median(times)
 
 
+def litert_stream(flatbuffer: bytes, stream: keras.Model) -> Stream:
+    """A `.tflite` streaming model, run through its signature."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_content=flatbuffer, num_threads=1).get_signature_runner()
+    names = [t.name for t in stream.inputs]
+
+    def call(chunk, states):
+        named = runner(**dict(zip(names, [chunk, *states])))
+        return [named[f"output_{i}"] for i in range(len(named))]
+
+    return Stream(call, stream)
+
+
+def onnx_stream(model_bytes: bytes, stream: keras.Model) -> Stream:
+    """An ``.onnx`` streaming model in onnxruntime: the inputs carry the
+    streaming model's names (``sensor``, ``gru_state_0``, ``lstm_state_0``,
+    ``lstm_state_1``); the outputs are the logits, then the new states."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model_bytes, options,
+                                           providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def call(chunk, states):
+        return session.run(None, dict(zip(names, [chunk, *states])))
+
+    return Stream(call, stream)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", type=int, default=3000, help="training streams")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--length", type=int, default=100, help="steps per stream")
     parser.add_argument("--test", type=int, default=200, help="test streams")
-    parser.add_argument("--out", default=None, help="also write the .tflite files here")
+    parser.add_argument("--out", default=None, help="also write the .tflite and .onnx files here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -137,23 +173,38 @@ def main(argv=None) -> dict:
                                  ("stream_int8_weights.tflite", int8_file)):
             with open(os.path.join(args.out, name), "wb") as f:
                 f.write(flatbuffer)
-    float_stream = LiteRTStream(float_file, stream)
-    int8_stream = LiteRTStream(int8_file, stream)
+    with tempfile.TemporaryDirectory() as scratch:
+        # The PeepholeLSTM's node has peepholes (input P): convert_to_onnx
+        # warns that the OpenVINO provider would drop them; onnxruntime's CPU
+        # provider, used here, computes them.
+        onnx_path = convert_to_onnx(stream, os.path.join(args.out or scratch, "stream.onnx"))
+        with open(onnx_path, "rb") as f:
+            onnx_file = f.read()
+    float_stream = litert_stream(float_file, stream)
+    int8_stream = litert_stream(int8_file, stream)
+    onnx_runner = onnx_stream(onnx_file, stream)
     parity = {chunk: float(np.abs(float_stream.run(x_test, chunk) - keras_logits).max())
               for chunk in (1, 10)}
+    onnx_parity = {chunk: float(np.abs(onnx_runner.run(x_test, chunk) - keras_logits).max())
+                   for chunk in (1, 10)}
     int8_labels = int8_stream.run(x_test, 10).argmax(-1)
     result = {
         "parity_chunk_1": parity[1],
         "parity_chunk_10": parity[10],
+        "onnx_parity_chunk_1": onnx_parity[1],
+        "onnx_parity_chunk_10": onnx_parity[10],
         "latency_ms_chunk_1": float_stream.latency_ms(1),
         "latency_ms_chunk_10": float_stream.latency_ms(10),
         "int8_latency_ms_chunk_1": int8_stream.latency_ms(1),
         "int8_latency_ms_chunk_10": int8_stream.latency_ms(10),
+        "onnx_latency_ms_chunk_1": onnx_runner.latency_ms(1),
+        "onnx_latency_ms_chunk_10": onnx_runner.latency_ms(10),
         "keras_accuracy": float(np.mean(keras_labels == y_test)),
         "int8_accuracy": float(np.mean(int8_labels == y_test)),
         "int8_agreement": float(np.mean(int8_labels == keras_labels)),
         "float_kb": len(float_file) / 1024,
         "int8_kb": len(int8_file) / 1024,
+        "onnx_kb": len(onnx_file) / 1024,
     }
     steps = args.test * args.length
     print(f"test: {args.test} streams of {args.length} steps ({steps} per-step decisions)")
@@ -166,6 +217,12 @@ def main(argv=None) -> dict:
     print(f"latency per call, batch 1, int8 weights ({result['int8_kb']:.0f} kB): "
           f"{result['int8_latency_ms_chunk_1']:.3f} ms (1 step), "
           f"{result['int8_latency_ms_chunk_10']:.3f} ms (10 steps)")
+    print(f"parity, onnxruntime chunk by chunk vs Keras: max |logit diff| "
+          f"{result['onnx_parity_chunk_1']:.2e} (chunks of 1), "
+          f"{result['onnx_parity_chunk_10']:.2e} (chunks of 10)")
+    print(f"latency per call, batch 1, onnxruntime ({result['onnx_kb']:.0f} kB): "
+          f"{result['onnx_latency_ms_chunk_1']:.3f} ms (1 step), "
+          f"{result['onnx_latency_ms_chunk_10']:.3f} ms (10 steps)")
     print(f"accuracy: Keras {result['keras_accuracy']:.2%}, int8 weights "
           f"{result['int8_accuracy']:.2%}; int8 argmax agreement with Keras "
           f"{result['int8_agreement']:.2%} (target 99.5%)")

@@ -404,3 +404,25 @@ def test_the_lstm_family_is_the_registered_cells_of_two_states():
     # layer-normalised LSTM, whose norms it cannot express.
     assert {c for c in ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm")
             if registry.num_states(c) == 2} == {*run_config.LSTM_CELLS, "layernorm_lstm"}
+
+
+def test_export_prints_each_converter_warning_once_on_one_line(tmp_path, capsys, monkeypatch):
+    import warnings
+
+    import keras_seq.export
+
+    note = ("convert_to_onnx: PeepholeLSTM 'encoder': the OpenVINO execution provider "
+            "computes an LSTM node without its peepholes")
+
+    def export_run(run_dir, out, **kwargs):
+        # The same layer in two files (forward pass, encoder): one note.
+        warnings.warn(note, UserWarning, stacklevel=2)
+        warnings.warn(note, UserWarning, stacklevel=2)
+        return {"onnx": os.path.join(str(out), "onnx", "seq2seq.onnx")}
+
+    monkeypatch.setattr(keras_seq.export, "export_run", export_run)
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--formats", "onnx"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"keras-seq export: warning: {note}"]
+    assert captured.out.startswith("onnx: ")

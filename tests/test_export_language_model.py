@@ -54,8 +54,9 @@ def test_an_lm_run_records_its_held_out_text(lm_exports):
 def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_exports, kind):
     _, exports = lm_exports
     run_dir, out = exports[kind]
-    assert sorted(p.name for p in out.iterdir() if p.suffix == ".tflite") == (
-        ["lm_step.tflite", "lm_step_dynamic.tflite"] if kind == "rnn" else ["lm_step.tflite"]
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".tflite", ".onnx")) == (
+        ["lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"] if kind == "rnn"
+        else ["lm_step.tflite"]
     )
     reference = np.load(out / "reference.npz")
     held_out = (run_dir / "test.txt").read_text(encoding="utf-8")
@@ -76,6 +77,14 @@ def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_expo
     assert not [op for op in float_row["ops"] if op.startswith("CUSTOM")]
     if kind == "rnn":
         assert rows["lm_step_dynamic.tflite"]["token_agreement"] >= 0.995
+        # The streaming ONNX, fed one token per call, continues every prompt as Keras.
+        stream_row = rows["lm_stream.onnx"]
+        assert stream_row["provider"] == "CPUExecutionProvider"
+        assert stream_row["string_match"] == 1.0 and stream_row["token_agreement"] == 1.0
+        assert stream_row["max_abs_logit_error"] < 1e-4
+        assert {"LSTM", "GRU"} & set(stream_row["ops"]) and "Loop" not in stream_row["ops"]
+    else:
+        assert "lm_stream.onnx" not in rows
 
 
 @pytest.mark.slow
@@ -102,6 +111,38 @@ def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_expor
         outputs = runner(**inputs)
         states = [outputs[f"output_{i + 1}"] for i in range(len(states))]
         np.testing.assert_allclose(outputs["output_0"], full[:, t], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_stream_fed_in_chunks_gives_the_full_models_logits(lm_exports):
+    import onnxruntime
+
+    _, exports = lm_exports
+    run_dir, out = exports["rnn"]
+    model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
+    session = onnxruntime.InferenceSession(str(out / "lm_stream.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    assert names[0] == "token_ids"
+    assert {n.rsplit("_state_", 1)[0] for n in names[1:]} == {"recurrent_0", "recurrent_1"}
+    ids = np.random.default_rng(0).integers(4, model.outputs[0].shape[-1], (2, 12)).astype("int32")
+    ids[1, 9:] = 0  # padding at the end of the second row
+    full = np.asarray(model(ids))
+    states = [np.zeros((2, 16), "float32") for _ in names[1:]]
+    for start, stop in [(0, 5), (5, 6), (6, 12)]:
+        logits, *states = session.run(None, dict(zip(names, [ids[:, start:stop], *states])))
+        valid = ids[:, start:stop] != 0
+        np.testing.assert_allclose(logits[valid], full[:, start:stop][valid], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_transformer_run_has_no_streaming_onnx(lm_exports, capsys, tmp_path):
+    _, exports = lm_exports
+    run_dir, _ = exports["transformer"]
+    capsys.readouterr()
+    assert main(["export", str(run_dir), str(tmp_path / "t"), "--formats", "onnx"]) == 1
+    assert "a Transformer language model has no streaming form" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 @pytest.mark.slow
@@ -133,7 +174,8 @@ def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, ca
     assert "is not empty" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == before
     assert main(["export", str(run_dir), str(tmp_path / "a"), "--formats", "savedmodel"]) == 1
-    assert "exports one format, 'tflite'" in capsys.readouterr().err
+    assert "exports 'tflite' (lm_step.tflite) and, for a recurrent model, 'onnx'" in (
+        capsys.readouterr().err)
     assert main(["export", str(run_dir), str(tmp_path / "b"), "--beam", "3"]) == 1
     assert "`beam_width` is for translation runs" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -142,8 +184,8 @@ def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, ca
     (replaced / "old.txt").write_text("an earlier export")
     assert main(["export", str(run_dir), str(replaced), "--overwrite"]) == 0
     assert sorted(p.name for p in replaced.iterdir()) == [
-        "export.json", "lm_step.tflite", "manifest.json", "reference.npz", "tokenizer.json",
-        "vocab.txt",
+        "export.json", "lm_step.tflite", "lm_stream.onnx", "manifest.json", "reference.npz",
+        "tokenizer.json", "vocab.txt",
     ]
 
 

@@ -24,8 +24,8 @@ TEST_SIZE = 200
 _TRAIN = ["--train-size", "6000", "--validation-size", "32", "--test-size", str(TEST_SIZE),
           "--units", "32", "--batch-size", "32", "--epochs", "4", "--learning-rate", "1e-2",
           "--verbose", "0"]
-ROW_KEYS = {"artifact", "format", "quantize", "size_bytes", "ops", "max_abs_logit_error",
-            "string_match", "exact_match", "latency_ms_batch1"}
+ROW_KEYS = {"artifact", "format", "provider", "quantize", "size_bytes", "ops",
+            "max_abs_logit_error", "string_match", "exact_match", "latency_ms_batch1"}
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,13 @@ def test_verify_passes_and_writes_the_json_layout(exported, tmp_path, capsys):
         ops = by_name[name]["ops"]
         assert "WHILE" in ops and not [op for op in ops if op.startswith("CUSTOM")]
     assert "DEQUANTIZE" in by_name["tflite_float16"]["ops"]
-    assert by_name["onnx"]["ops"] is None
+    # The encoder's bidirectional GRU is one native node; the forward pass's
+    # attentive decoder keeps its Loop. One row per local provider: here, the CPU.
+    assert "GRU" in by_name["onnx"]["ops"]
+    assert [row["provider"] for row in rows["artifacts"] if row["format"] == "onnx"] == [
+        "CPUExecutionProvider"]
+    assert "onnx [CPU]" in table
+    assert all(row["provider"] is None for row in rows["artifacts"] if row["format"] != "onnx")
     # The sizes are the files a device ships: encoder and decoder step.
     float_size = sum(os.path.getsize(out / "tflite" / f"{n}.tflite")
                      for n in ("encoder", "decoder_step"))
@@ -195,7 +201,8 @@ def test_verify_fails_on_an_artifact_that_cannot_run(exported, tmp_path):
     result = verify(copy)
     assert not result["passed"]
     assert [row["string_match"] for row in result["artifacts"]] == [None]
-    assert any(failure.startswith("onnx: ") for failure in result["failures"])
+    assert any(failure.startswith("onnx on CPUExecutionProvider: ")
+               for failure in result["failures"])
 
 
 def test_verify_refuses_a_folder_that_is_not_an_export(tmp_path):

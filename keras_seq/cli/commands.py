@@ -173,16 +173,24 @@ def _translate(args) -> int:
             args.run_dir, texts, beam_width=args.beam,
             length_penalty=args.length_penalty or 0.0,
         )
-    for warning in caught:
-        if issubclass(warning.category, training.InputWarning):
-            print(f"keras-seq translate: warning: {warning.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(
-                warning.message, warning.category, warning.filename, warning.lineno
-            )
+    _print_warnings("translate", caught, training.InputWarning)
     for output in outputs:
         print(output)
     return 0
+
+
+def _print_warnings(command: str, caught, category) -> None:
+    """The caught warnings of ``category`` as ``keras-seq <command>: warning: ...``
+    lines (each message once), the others as Python shows them."""
+    printed = set()
+    for warning in caught:
+        if not issubclass(warning.category, category):
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+        elif str(warning.message) not in printed:
+            printed.add(str(warning.message))
+            print(f"keras-seq {command}: warning: {warning.message}", file=sys.stderr)
 
 
 def _generate(args) -> int:
@@ -208,10 +216,15 @@ def _export(args) -> int:
             language_model = False  # export_run says what is wrong, in its order
         # A translation run: every format; a language model: its lm_step.tflite.
         formats = None if language_model else ("savedmodel", "tflite", "onnx")
-    written = export_run(
-        args.run_dir, args.out, formats=formats, beam_width=args.beam,
-        quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        # The converters' notes (a layer that keeps its loop, a node that a
+        # runtime computes otherwise) are for the user, one line each.
+        warnings.simplefilter("always", UserWarning)
+        written = export_run(
+            args.run_dir, args.out, formats=formats, beam_width=args.beam,
+            quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
+        )
+    _print_warnings("export", caught, UserWarning)
     for kind, path in written.items():
         print(f"{kind}: {path}")
     return 0

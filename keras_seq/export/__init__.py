@@ -22,15 +22,20 @@ this package. This package adds, one module per job:
 - `lstm_fusion`: `convert_fused_lstm`, TFLite's fused LSTM kernel behind
   ``fuse_lstm=True``.
 - `onnx_export`: the same through tf2onnx (`convert_to_onnx`,
-  `convert_seq2seq_to_onnx`, `convert_decoder_steps_to_onnx`).
+  `convert_seq2seq_to_onnx`, `convert_decoder_steps_to_onnx`), each
+  recurrent layer that ONNX's operators express one ``LSTM``, ``GRU`` or
+  ``RNN`` node (`onnx_recurrent`).
 - `streaming`: `streaming_model` gives a recurrent model its states as inputs
   and outputs, to run chunk by chunk (in Keras, or converted by
-  `convert_to_tflite`), and `initial_streaming_states` its first states.
+  `convert_to_tflite` or `convert_to_onnx`), and `initial_streaming_states`
+  its first states.
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
   formats, with Keras' reference outputs on held-out examples; a language
-  model's run as ``lm_step.tflite`` (`language_model_export`).
+  model's run as ``lm_step.tflite`` and, if recurrent, ``lm_stream.onnx``
+  (`language_model_export`).
 - `verification`: `verify` runs every artifact of such a folder in a process that
-  cannot import keras_seq and compares it with Keras (``keras-seq verify``).
+  cannot import keras_seq (ONNX files on every onnxruntime execution provider
+  there) and compares it with Keras (``keras-seq verify``).
 """
 
 from keras_seq.export.onnx_export import (

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -197,3 +198,38 @@ def language_model_step_function(where: str, model, context: int):
         return [s.numpy() for s in tf.nest.flatten(state)]
 
     return step, signature, initial_state
+
+
+@contextlib.contextmanager
+def routed_inner_loops(classes: Sequence[type], route: Callable):
+    """Routes the ``inner_loop`` of recurrent layer ``classes`` through ``route`` (restored on exit).
+
+    ``route(original, layer, sequences, initial_state, mask, training)``
+    returns what ``inner_loop`` returns; ``original`` is the ``inner_loop``
+    the layer would have run. The patch is on the classes, so it reaches
+    layers inside functions and nested models; a layer's own loop that calls
+    a parent's ``inner_loop`` (``super()``) reaches the parent's original
+    form, not ``route`` again. Do not call these layers from other threads
+    while a conversion runs.
+    """
+    # (class, its own inner_loop or None, the inner_loop it runs), before any patch.
+    patches = [(cls, cls.__dict__.get("inner_loop"), cls.inner_loop) for cls in classes]
+
+    def routed(original):
+        def inner_loop(self, sequences, initial_state, mask, training=False):
+            if type(self).inner_loop is not inner_loop:  # a super() call from a subclass's loop
+                return original(self, sequences, initial_state, mask, training=training)
+            return route(original, self, sequences, initial_state, mask, training)
+
+        return inner_loop
+
+    try:
+        for cls, _, original in patches:
+            cls.inner_loop = routed(original)
+        yield
+    finally:
+        for cls, own, _ in patches:
+            if own is None:
+                del cls.inner_loop
+            else:
+                cls.inner_loop = own

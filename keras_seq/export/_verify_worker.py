@@ -8,12 +8,16 @@ detokenizing use the vocabulary files next to each host-side artifact.
 
 For each artifact it appends one JSON line to RESULTS: the decoded strings'
 agreement with Keras and with the targets, the largest logit error along
-Keras' greedy tokens, the operators of TFLite files, the size and the batch-1
-latency. A language model's generation step (``lm_step*.tflite``) is run in
-the generation loop of `keras_seq.decoding.sample` at temperature 0, in
-NumPy: the prompts' continuations are compared with Keras' whole, and the
-step's choices along Keras' tokens token by token. A ``{"running": ...}`` line comes first, so that a crash inside a
-runtime is attributed to its artifact.
+Keras' greedy tokens, the operators of the files (TFLite builtins, ONNX op
+types), the size and the batch-1 latency. An ONNX artifact gets one line per
+execution provider that onnxruntime has here (`onnx_providers`), each session
+created with that provider first and the CPU provider for the nodes it does
+not take. A language model's generation step (``lm_step*.tflite``) and its
+streaming ONNX (``lm_stream.onnx``, fed one token per call) are run in the
+generation loop of `keras_seq.decoding.sample` at temperature 0, in NumPy:
+the prompts' continuations are compared with Keras' whole, and the step's
+choices along Keras' tokens token by token. A ``{"running": ...}`` line
+comes first, so that a crash inside a runtime is attributed to its artifact.
 """
 
 import importlib.abc
@@ -124,16 +128,63 @@ class TFLiteModel:
         return [self.interpreter.get_tensor(d["index"]) for d in self.outputs]
 
 
+# Providers that run no kernel here (remote inference endpoints).
+_NOT_LOCAL_PROVIDERS = {"AzureExecutionProvider"}
+
+
+def onnx_providers():
+    """The execution providers onnxruntime offers in this process, CPU first."""
+    import onnxruntime
+
+    available = [p for p in onnxruntime.get_available_providers() if p not in _NOT_LOCAL_PROVIDERS]
+    return sorted(available, key=lambda p: p != "CPUExecutionProvider")
+
+
 class ONNXModel:
-    def __init__(self, path):
+    def __init__(self, path, provider="CPUExecutionProvider"):
         import onnxruntime
 
-        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        providers = [provider] + (["CPUExecutionProvider"] if provider != "CPUExecutionProvider"
+                                  else [])
+        self.session = onnxruntime.InferenceSession(path, providers=providers)
         self.names = [i.name for i in self.session.get_inputs()]
         self.num_outputs = len(self.session.get_outputs())
 
     def __call__(self, *inputs):
         return self.session.run(None, {n: np.asarray(x) for n, x in zip(self.names, inputs)})
+
+
+class ONNXStreamStep:
+    """A streaming language model in ONNX (``lm_stream.onnx``) as a one-token step.
+
+    Its inputs are ``token_ids (B, T)`` and the states, its outputs the logits
+    ``(B, T, V)`` and the new states; fed one token per call it is the step
+    that `lm_generate` runs.
+    """
+
+    def __init__(self, path, provider):
+        self.model = ONNXModel(path, provider)
+        self.state_widths = [i.shape[-1] for i in self.model.session.get_inputs()[1:]]
+
+    def initial_state(self, batch):
+        return [np.zeros((batch, width), np.float32) for width in self.state_widths]
+
+    def __call__(self, token, *state):
+        logits, *state = self.model(token[:, None].astype(np.int32), *state)
+        return [logits[:, -1], *state]
+
+
+def onnx_op_types(path):
+    import onnx
+
+    def walk(graph):
+        for node in graph.node:
+            yield node.op_type
+            for attribute in node.attribute:
+                for subgraph in [attribute.g, *attribute.graphs]:
+                    yield from walk(subgraph)
+
+    return set(walk(onnx.load(path).graph))
 
 
 def tflite_op_names(path):
@@ -247,10 +298,9 @@ def host_artifact(folder, runtime, suffix, reference, problems):
             (forward,) = runtime(forward_path)(reference["source_ids"][:n], decoder_inputs)
             errors.append(np.abs(forward[rows, steps] - keras_logits).max())
 
-    ops = None
-    if suffix == ".tflite":
-        files = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
-        ops = sorted(set().union(*(tflite_op_names(os.path.join(folder, f)) for f in files)))
+    files = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
+    op_names = tflite_op_names if suffix == ".tflite" else onnx_op_types
+    ops = sorted(set().union(*(op_names(os.path.join(folder, f)) for f in files)))
     one = source_ids[:1]
     return {
         # What a device ships to decode: the encoder and the decoder step.
@@ -305,7 +355,7 @@ def saved_model_artifact(path, reference, problems):
 # Language models: one generation step, the device's loop
 
 
-def lm_generate(step, prompt_ids, length, config, forced=None):
+def lm_generate(step, prompt_ids, length, config, forced=None, state=None):
     """Greedy generation with the step, as `keras_seq.decoding.sample` does it.
 
     The prompt is fed token by token, then each chosen token (or, with
@@ -319,7 +369,8 @@ def lm_generate(step, prompt_ids, length, config, forced=None):
     transformer = config["kind"] == "transformer"
     window = config["context"] if transformer else total
     keep = window // 2
-    state = [np.zeros([batch, *shape[1:]], np.float32) for shape in config["state_shapes"]]
+    if state is None:
+        state = [np.zeros([batch, *shape[1:]], np.float32) for shape in config["state_shapes"]]
     ids = np.concatenate([prompt_ids, np.zeros((batch, length), np.int32)], axis=1)
     chosen = np.zeros((batch, length), np.int32)
     all_logits = []
@@ -341,17 +392,29 @@ def lm_generate(step, prompt_ids, length, config, forced=None):
     return chosen, np.stack(all_logits, axis=1)
 
 
-def lm_artifact(out_dir, entry, reference):
+def lm_artifact(out_dir, entry, reference, provider=None):
     with open(os.path.join(out_dir, "export.json"), encoding="utf-8") as f:
         config = json.load(f)
     path = os.path.join(out_dir, entry["artifact"])
-    step = TFLiteModel(path)
     prompt_ids, keras_ids = reference["prompt_ids"], reference["keras_ids"]
     length = keras_ids.shape[1]
-    ids, _ = lm_generate(step, prompt_ids, length, config)
-    along, logits = lm_generate(step, prompt_ids, length, config, forced=keras_ids)
+    if entry["format"] == "onnx":
+        step = ONNXStreamStep(path, provider)
+        ops = sorted(onnx_op_types(path))
+
+        def generate(prompts, forced=None):
+            return lm_generate(step, prompts, length, config, forced,
+                               state=step.initial_state(len(prompts)))
+    else:
+        step = TFLiteModel(path)
+        ops = sorted(tflite_op_names(path))
+
+        def generate(prompts, forced=None):
+            return lm_generate(step, prompts, length, config, forced)
+    ids, _ = generate(prompt_ids)
+    along, logits = generate(prompt_ids, forced=keras_ids)
     one = prompt_ids[:1]
-    ms_per_token = median_ms(lambda: lm_generate(step, one, length, config)) / length
+    ms_per_token = median_ms(lambda: generate(one)) / length
     whole = [bool(np.array_equal(a, k)) for a, k in zip(ids, keras_ids)]
     mismatches = []
     for row in np.flatnonzero(~np.asarray(whole, bool))[:5]:
@@ -361,8 +424,9 @@ def lm_artifact(out_dir, entry, reference):
                            "artifact": f"differs from character {first} on"})
     return {
         **entry,
+        "provider": provider,
         "size_bytes": os.path.getsize(path),
-        "ops": sorted(tflite_op_names(path)),
+        "ops": ops,
         "max_abs_logit_error": float(np.abs(logits - reference["keras_logits"]).max()),
         "string_match": float(np.mean(whole)),
         "exact_match": None,
@@ -392,20 +456,25 @@ def main(argv):
 
     with open(results_path, "w", encoding="utf-8") as results:
         for entry in manifest["artifacts"]:
-            results.write(json.dumps({"running": entry["artifact"]}) + "\n")
-            results.flush()
-            try:
-                if language_model:
-                    record = lm_artifact(out_dir, entry, reference)
-                else:
-                    record = check(out_dir, entry, reference, targets)
-            except Exception as error:  # a broken artifact must not hide the others
-                record = {**entry, "problems": [f"{entry['artifact']}: {error!r}"]}
-            results.write(json.dumps(record, ensure_ascii=False) + "\n")
-            results.flush()
+            providers = onnx_providers() if entry["format"] == "onnx" else [None]
+            for provider in providers:
+                results.write(json.dumps({"running": entry["artifact"], "provider": provider})
+                              + "\n")
+                results.flush()
+                try:
+                    if language_model:
+                        record = lm_artifact(out_dir, entry, reference, provider)
+                    else:
+                        record = check(out_dir, entry, reference, targets, provider)
+                except Exception as error:  # a broken artifact must not hide the others
+                    on = f" on {provider}" if provider else ""
+                    record = {**entry, "provider": provider,
+                              "problems": [f"{entry['artifact']}{on}: {error!r}"]}
+                results.write(json.dumps(record, ensure_ascii=False) + "\n")
+                results.flush()
 
 
-def check(out_dir, entry, reference, targets):
+def check(out_dir, entry, reference, targets, provider=None):
     path = os.path.join(out_dir, entry["artifact"])
     problems = []
     if entry["format"] == "savedmodel":
@@ -413,9 +482,10 @@ def check(out_dir, entry, reference, targets):
         beam = entry.get("beam_width", 1) > 1
         expected = reference["keras_beam_outputs" if beam else "keras_outputs"]
     else:
-        runtime, suffix = (
-            (TFLiteModel, ".tflite") if entry["format"] == "tflite" else (ONNXModel, ".onnx")
-        )
+        if entry["format"] == "tflite":
+            runtime, suffix = TFLiteModel, ".tflite"
+        else:
+            runtime, suffix = (lambda p: ONNXModel(p, provider)), ".onnx"
         row = host_artifact(path, runtime, suffix, reference, problems)
         expected = reference["keras_outputs"]
     expected = [str(s) for s in expected]
@@ -429,8 +499,8 @@ def check(out_dir, entry, reference, targets):
         for s, k, d in zip(reference["sources"], expected, decoded)
         if k != d
     ]
-    return {**entry, **row, "problems": problems, "examples": len(targets),
-            "mismatches": mismatches[:5]}
+    return {**entry, **row, "provider": provider, "problems": problems,
+            "examples": len(targets), "mismatches": mismatches[:5]}
 
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@
 
 - ``lm_step.tflite`` (`convert_language_model_step_to_tflite`), and
   ``lm_step_<mode>.tflite`` for each quantization mode;
+- for a recurrent model, ``lm_stream.onnx``: its `streaming_model` through
+  `convert_to_onnx` (token ids ``(B, T)`` of any chunk length and each
+  recurrent layer's states in, the logits ``(B, T, V)`` and the new states
+  out; one native ONNX node per recurrent layer), the ONNX counterpart of the
+  step for hosts that run onnxruntime;
 - ``vocab.txt``, ``tokenizer.json`` and ``export.json`` (the kind of model,
   the context, the ids never generated, the inputs of the step): what a
   device needs to tokenize and run its generation loop;
@@ -23,11 +28,19 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq.export._tracing import language_model_step_function
+from keras_seq.export.onnx_export import convert_to_onnx
+from keras_seq.export.streaming import streaming_model
 from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
 
-__all__ = ["LM_STEP_FILE", "export_language_model", "lm_step_file", "write_lm_reference"]
+__all__ = [
+    "LM_FORMATS", "LM_STEP_FILE", "LM_STREAM_FILE", "export_language_model", "lm_step_file",
+    "write_lm_reference",
+]
 
 LM_STEP_FILE = "lm_step.tflite"
+LM_STREAM_FILE = "lm_stream.onnx"
+# The formats of a language-model run: its generation step, its stream.
+LM_FORMATS = ("tflite", "onnx")
 # The held-out prompts: this many, of this many characters, each continued
 # greedily for GENERATED characters.
 PROMPTS = 20
@@ -41,20 +54,25 @@ def lm_step_file(quantize: str | None) -> str:
     return LM_STEP_FILE if quantize is None else f"lm_step_{quantize}.tflite"
 
 
-def export_language_model(run, out: str, quantize, examples: int, write_json):
+def export_language_model(run, out: str, formats, quantize, examples: int, write_json):
     """Writes the step files, the host files and the reference of an LM run into ``out``.
 
     Args:
         run: the `keras_seq.training.run_folder.RunFolder` of the run.
         out: the folder to write into (exists, empty).
+        formats: any of `LM_FORMATS`; None: both for a recurrent model,
+            ``("tflite",)`` for a Transformer (it has no stream).
         quantize: the quantization modes, besides the float step.
         examples: at most this many prompts (and at most `PROMPTS`).
         write_json: ``write_json(path, value)``, the exporter's JSON writer.
 
     Returns:
         ``(written, manifest)``: the paths keyed ``"tflite"``,
-        ``"tflite_<mode>"``, ``"reference"`` (when the run's held-out text
-        gives prompts), and the manifest's content.
+        ``"tflite_<mode>"``, ``"onnx"``, ``"reference"`` (when the run's
+        held-out text gives prompts), and the manifest's content.
+
+    Raises:
+        ValueError: ``"onnx"`` for a Transformer language model.
     """
     from keras_seq.models.language_model import language_model_kind
     from keras_seq.reserved_tokens import RESERVED_TOKENS
@@ -63,14 +81,26 @@ def export_language_model(run, out: str, quantize, examples: int, write_json):
     tokenizer = run.load_tokenizer()
     context = int(run.config["context"])
     kind = language_model_kind(model)
+    if formats is None:
+        formats = LM_FORMATS if kind == "rnn" else ("tflite",)
+    if "onnx" in formats and kind != "rnn":
+        raise ValueError(
+            "export_run: a Transformer language model has no streaming form (each token "
+            "attends to the whole context); its export is lm_step.tflite ('tflite'), "
+            "received formats with 'onnx'."
+        )
     written, artifacts = {}, []
-    for mode in [None, *quantize]:
+    for mode in [None, *quantize] if "tflite" in formats else list(quantize):
         path = os.path.join(out, lm_step_file(mode))
         with open(path, "wb") as f:
             f.write(convert_language_model_step_to_tflite(model, context, quantize=mode))
         written["tflite" if mode is None else f"tflite_{mode}"] = path
         artifacts.append({"artifact": os.path.basename(path), "format": "tflite",
                           "quantize": mode, "task": "lm"})
+    if "onnx" in formats:
+        written["onnx"] = convert_to_onnx(streaming_model(model), os.path.join(out, LM_STREAM_FILE))
+        artifacts.append({"artifact": LM_STREAM_FILE, "format": "onnx", "quantize": None,
+                          "task": "lm"})
     tokenizer.save(out)
     suppress = list(range(1, len(RESERVED_TOKENS)))
     _, signature, initial_state = language_model_step_function("export_run", model, context)

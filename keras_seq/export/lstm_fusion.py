@@ -43,7 +43,6 @@ References:
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -64,7 +63,12 @@ from keras_seq.export._flatbuffer import (
     edit_fused_ops,
 )
 from keras_seq.export._tflite_converter import convert_with_signature
-from keras_seq.export._tracing import flat_outputs, signature_specs, traceable
+from keras_seq.export._tracing import (
+    flat_outputs,
+    routed_inner_loops,
+    signature_specs,
+    traceable,
+)
 
 _GATES = "ifco"  # Keras' order of the blocks of kernel, recurrent_kernel and bias
 
@@ -141,7 +145,9 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
     # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
     specs, names = signature_specs(specs)
     layers: dict[str, FusedLayer] = {}
-    with _FrozenVariables() as frozen, _routed_lstm_loops(layers, frozen):
+    with _FrozenVariables() as frozen, routed_inner_loops(
+        _lstm_classes(), _route_to_fused(layers, frozen)
+    ):
         concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
     # The SavedModel route keeps the "lstm_<id>" functions for the converter to
     # fuse. Its trackable object holds any variable not read through Keras.
@@ -215,36 +221,21 @@ def _lstm_classes() -> list[type]:
     return classes
 
 
-@contextlib.contextmanager
-def _routed_lstm_loops(layers: dict[str, FusedLayer], frozen: _FrozenVariables):
-    """Routes the LSTM layers' `inner_loop` to `_fused_inner_loop` (restored on exit)."""
+def _route_to_fused(layers: dict[str, FusedLayer], frozen: _FrozenVariables):
+    """The `routed_inner_loops` route: the fused kernel where it computes the layer."""
 
-    def routed(original):
-        def inner_loop(self, sequences, initial_state, mask, training=False):
-            reason = _why_not_fused(self, sequences, initial_state, mask, training)
-            if reason is None:
-                return _fused_inner_loop(self, sequences, layers, frozen)
-            warnings.warn(
-                f"convert_fused_lstm: {type(self).__name__} '{self.name}' keeps its "
-                f"loop (a WHILE op), not the fused LSTM kernel: {reason}.",
-                stacklevel=2,
-            )
-            return original(self, sequences, initial_state, mask, training=training)
+    def route(original, layer, sequences, initial_state, mask, training):
+        reason = _why_not_fused(layer, sequences, initial_state, mask, training)
+        if reason is None:
+            return _fused_inner_loop(layer, sequences, layers, frozen)
+        warnings.warn(
+            f"convert_fused_lstm: {type(layer).__name__} '{layer.name}' keeps its "
+            f"loop (a WHILE op), not the fused LSTM kernel: {reason}.",
+            stacklevel=4,
+        )
+        return original(layer, sequences, initial_state, mask, training=training)
 
-        return inner_loop
-
-    # (class, its own inner_loop or None, the inner_loop it runs), before any patch.
-    patches = [(cls, cls.__dict__.get("inner_loop"), cls.inner_loop) for cls in _lstm_classes()]
-    try:
-        for cls, _, original in patches:
-            cls.inner_loop = routed(original)
-        yield
-    finally:
-        for cls, own, _ in patches:
-            if own is None:
-                del cls.inner_loop
-            else:
-                cls.inner_loop = own
+    return route
 
 
 def _why_not_fused(layer, sequences, initial_state, mask, training) -> str | None:

@@ -1,14 +1,20 @@
-"""ONNX through tf2onnx: any model or function, and translation models."""
+"""ONNX through tf2onnx: any model or function, and translation models.
+
+Recurrent layers that ONNX's own operators express become one ``LSTM``,
+``GRU`` or ``RNN`` node each (`keras_seq.export.onnx_recurrent`); the rest of
+the graph, and every other recurrent layer's ``Loop``, is tf2onnx's.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
-from keras_seq._validation import check_positive_int
+from keras_seq._validation import check_positive_int, invalid_type, invalid_value
 from keras_seq.export._checks import check_seq2seq
 from keras_seq.export._tracing import (
     decoder_step_functions,
@@ -16,8 +22,11 @@ from keras_seq.export._tracing import (
     seq2seq_signature,
     traceable,
 )
+from keras_seq.export.onnx_recurrent import NativeRecurrence
 
 _DEFAULT_OPSET = 17
+# The values of `native_recurrent` (see `convert_to_onnx`).
+NATIVE_RECURRENT = (True, False, "portable")
 
 
 def convert_to_onnx(
@@ -25,12 +34,25 @@ def convert_to_onnx(
     path: str | os.PathLike,
     input_signature: Sequence[tf.TensorSpec] | None = None,
     opset: int = _DEFAULT_OPSET,
+    native_recurrent: bool | str = True,
 ) -> str:
     """Converts a Keras model (or any callable) to ONNX with tf2onnx.
 
-    The function is traced with ``training=False`` and its weights frozen;
-    recurrent inference loops become ONNX ``Loop``. ONNX input names are the
-    `tf.TensorSpec` names.
+    The function is traced with ``training=False`` and its weights frozen.
+    Every recurrent layer that ONNX's operators express becomes one node:
+    `PeepholeLSTM`, `CoupledGateLSTM` (``input_forget=1``) and Keras' ``LSTM``
+    / `ConvertibleLSTM` an ``LSTM``, `GRU` and Keras' ``GRU`` a ``GRU``
+    (``linear_before_reset`` = ``reset_after``), Keras' ``SimpleRNN`` /
+    `ConvertibleSimpleRNN` an ``RNN``; a ``keras.layers.Bidirectional`` of one
+    of them one node with ``direction="bidirectional"``. ``go_backwards``,
+    ``return_sequences``, ``return_state``, initial states (a
+    `streaming_model`'s state inputs: ``initial_h``, ``initial_c``, and
+    outputs: ``Y_h``, ``Y_c``) and masks (``sequence_lens``) map onto the
+    node. Other recurrent layers, and these with zoneout, other activations or
+    another compute dtype (a `UserWarning` names them), become ONNX ``Loop``s
+    with the same outputs. The weight mapping and what each execution provider
+    computes are in the project's contract (``docs/contract.md``, "Native
+    recurrent nodes in ONNX"). ONNX input names are the `tf.TensorSpec` names.
 
     Args:
         model: a `keras.Model`, or a callable when `input_signature` is given.
@@ -38,24 +60,42 @@ def convert_to_onnx(
         input_signature: `tf.TensorSpec`s of the inputs. Defaults to the model's
             inputs (in `model.inputs` order) with dynamic batch and time axes.
         opset: ONNX opset. Default 17.
+        native_recurrent: True (default): native nodes; an ``LSTM`` node with
+            peepholes (input ``P``) triggers a `UserWarning` naming its layer,
+            since the OpenVINO execution provider drops ``P``.
+            ``"portable"``: native nodes except those, whose layers keep their
+            ``Loop``, so the file computes the same numbers on every provider.
+            False: every recurrent layer is a ``Loop``.
 
     Returns:
         ``path`` as a string.
 
+    Raises:
+        ValueError: a bad ``opset`` or ``native_recurrent``, or a TensorFlow
+            op that tf2onnx cannot convert.
+
     Examples:
-        >>> import keras, os, tempfile
+        >>> import keras, onnx, os, tempfile
         >>> from keras_seq import layers
         >>> inputs = keras.Input((None, 3), name="x")
         >>> model = keras.Model(inputs, layers.GRU(4)(inputs))
         >>> path = convert_to_onnx(model, os.path.join(tempfile.mkdtemp(), "gru.onnx"))
-        >>> os.path.basename(path), os.path.isfile(path)
-        ('gru.onnx', True)
+        >>> [node.op_type for node in onnx.load(path).graph.node if node.op_type in ("GRU", "Loop")]
+        ['GRU']
     """
+    where = "convert_to_onnx"
     require_tensorflow("keras_seq.export.convert_to_onnx", EXPORT_THERE)
-    opset = check_positive_int("convert_to_onnx", "opset", opset)
+    opset = check_positive_int(where, "opset", opset)
+    native_recurrent = check_native_recurrent(where, native_recurrent)
     call, specs = traceable(model, input_signature)
     path = os.fspath(path)
-    model_proto = _from_function(tf.function(call), specs, int(opset))
+    function = tf.function(call)
+    if native_recurrent is False:
+        model_proto = _from_function(function, specs, int(opset))
+    else:
+        native = NativeRecurrence(where, portable=native_recurrent == "portable")
+        with native.routing():
+            model_proto = _from_function(function, specs, int(opset), native.handlers())
     # tf2onnx only logs TensorFlow ops it cannot map and leaves them in the
     # graph, giving a file no runtime loads: fail here instead.
     unsupported = sorted(_unknown_onnx_ops(model_proto.graph))
@@ -73,7 +113,18 @@ def convert_to_onnx(
 _CATCH_ERRORS_VARIABLE = "TF2ONNX_CATCH_ERRORS"
 
 
-def _from_function(function, specs, opset: int):
+def check_native_recurrent(where: str, value) -> bool | str:
+    """``native_recurrent``: True, False or ``"portable"``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if not isinstance(value, str):
+        raise invalid_type(where, "native_recurrent", "True, False or 'portable'", value)
+    if value != "portable":
+        raise invalid_value(where, "native_recurrent", "True, False or 'portable'", value)
+    return value
+
+
+def _from_function(function, specs, opset: int, handlers=None):
     """``tf2onnx.convert.from_function``'s model, its optimisers run in place.
 
     By default tf2onnx deep-copies the whole graph before each of its graph
@@ -87,7 +138,9 @@ def _from_function(function, specs, opset: int):
     import tf2onnx
 
     def convert():
-        return tf2onnx.convert.from_function(function, input_signature=specs, opset=opset)[0]
+        return tf2onnx.convert.from_function(
+            function, input_signature=specs, opset=opset, custom_op_handlers=handlers
+        )[0]
 
     if _CATCH_ERRORS_VARIABLE in os.environ:
         return convert()
@@ -116,7 +169,10 @@ def _unknown_onnx_ops(graph) -> set[str]:
 
 
 def convert_seq2seq_to_onnx(
-    model, path: str | os.PathLike, opset: int = _DEFAULT_OPSET
+    model,
+    path: str | os.PathLike,
+    opset: int = _DEFAULT_OPSET,
+    native_recurrent: bool | str = True,
 ) -> str:
     """Converts a translation model's teacher-forced forward pass to ONNX.
 
@@ -128,13 +184,16 @@ def convert_seq2seq_to_onnx(
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
         path: the ``.onnx`` file to write.
         opset: ONNX opset. Default 17.
+        native_recurrent: as in `convert_to_onnx` (the encoder's recurrent
+            layer as one node). Default True.
 
     Returns:
         ``path`` as a string.
     """
     require_tensorflow("keras_seq.export.convert_seq2seq_to_onnx", EXPORT_THERE)
     check_seq2seq("convert_seq2seq_to_onnx", model)
-    return convert_to_onnx(seq2seq_forward(model), path, seq2seq_signature(), opset=opset)
+    return convert_to_onnx(seq2seq_forward(model), path, seq2seq_signature(), opset=opset,
+                           native_recurrent=native_recurrent)
 
 
 def convert_decoder_steps_to_onnx(
@@ -143,6 +202,7 @@ def convert_decoder_steps_to_onnx(
     decoder_step_path: str | os.PathLike,
     target_length: int,
     opset: int = _DEFAULT_OPSET,
+    native_recurrent: bool | str = True,
 ) -> tuple[str, str]:
     """Converts a translation model into an ONNX encoder and one-step decoder.
 
@@ -156,6 +216,8 @@ def convert_decoder_steps_to_onnx(
         decoder_step_path: the decoder step's ``.onnx`` file.
         target_length: the most decoding steps (sizes the Transformer's caches).
         opset: ONNX opset. Default 17.
+        native_recurrent: as in `convert_to_onnx` (the encoder's recurrent
+            layer as one node). Default True.
 
     Returns:
         ``(encoder_path, decoder_step_path)`` as strings.
@@ -166,6 +228,8 @@ def convert_decoder_steps_to_onnx(
         where, model, target_length
     )
     return (
-        convert_to_onnx(encode, encoder_path, encode_signature, opset=opset),
-        convert_to_onnx(step, decoder_step_path, step_signature, opset=opset),
+        convert_to_onnx(encode, encoder_path, encode_signature, opset=opset,
+                        native_recurrent=native_recurrent),
+        convert_to_onnx(step, decoder_step_path, step_signature, opset=opset,
+                        native_recurrent=native_recurrent),
     )

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
-from keras_seq.export.language_model_export import export_language_model
+from keras_seq.export.language_model_export import LM_FORMATS, export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
 from keras_seq.export.tflite_export import (
@@ -56,7 +56,8 @@ def export_run(
       ``tflite/encoder.tflite`` and ``tflite/decoder_step.tflite``
       (`convert_decoder_steps_to_tflite`);
     - ``"onnx"``: ``onnx/seq2seq.onnx``, ``onnx/encoder.onnx`` and
-      ``onnx/decoder_step.onnx``, the same three models in ONNX;
+      ``onnx/decoder_step.onnx``, the same three models in ONNX, each
+      recurrent layer one native node (`convert_to_onnx`);
     - each ``quantize`` mode: ``tflite_<mode>/encoder.tflite`` and
       ``decoder_step.tflite``, quantized;
     - ``reference.npz``: Keras' outputs on held-out examples (see below), and
@@ -77,10 +78,13 @@ def export_run(
     ``lm_step.tflite`` (`convert_language_model_step_to_tflite`: one token
     and the recurrent state or the Transformer's key/value caches of the
     run's ``context`` positions in, the next token's logits and the new
-    state out), ``lm_step_<mode>.tflite`` for each ``quantize`` mode, the
-    tokenizer files and ``export.json``, and in ``reference.npz`` Keras'
-    greedy continuation (200 characters) of up to 20 prompts spread over the
-    run's held-out text (``test.txt``), with Keras' milliseconds per token.
+    state out), ``lm_step_<mode>.tflite`` for each ``quantize`` mode, for a
+    recurrent model ``lm_stream.onnx`` (``"onnx"``: its `streaming_model` in
+    ONNX, chunks of tokens of any length and the states in, the logits and the
+    new states out, one native node per recurrent layer), the tokenizer files
+    and ``export.json``, and in ``reference.npz`` Keras' greedy continuation
+    (200 characters) of up to 20 prompts spread over the run's held-out text
+    (``test.txt``), with Keras' milliseconds per token.
 
     The held-out examples are the first ``examples`` pairs of the run's test
     split as the run recorded it (``test.tsv``,
@@ -96,8 +100,9 @@ def export_run(
         run_dir: the run folder.
         out: the output folder: new or empty, or any folder with ``overwrite``.
         formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``; `None`:
-            ``("savedmodel",)`` for a translation run, ``("tflite",)`` (the
-            only one it has) for a language-model run.
+            ``("savedmodel",)`` for a translation run; for a language-model
+            run ``("tflite", "onnx")`` (recurrent) or ``("tflite",)``
+            (Transformer), the formats it has.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
         examples: held-out examples in the reference outputs (at most).
@@ -110,7 +115,7 @@ def export_run(
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
         ``"reference"`` (when there are examples) and ``"manifest"``; for a
         language model ``"tflite"`` (``lm_step.tflite``), ``"tflite_<mode>"``,
-        ``"reference"`` and ``"manifest"``.
+        ``"onnx"`` (``lm_stream.onnx``), ``"reference"`` and ``"manifest"``.
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder.
@@ -151,7 +156,7 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
     try:
         if run is None:
             written, manifest = export_language_model(
-                folder, staging, quantize, examples, _write_json
+                folder, staging, formats, quantize, examples, _write_json
             )
             written["manifest"] = os.path.join(staging, MANIFEST_FILE)
             _write_json(written["manifest"], manifest)
@@ -167,11 +172,11 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
 
 
 def _check_language_model_options(where, formats, beam_width):
-    """A language-model run has one format (its ``lm_step.tflite``) and no beam."""
-    if formats is not None and tuple(formats) != ("tflite",):
+    """A language-model run has a generation step and, if recurrent, a stream; no beam."""
+    if formats is not None and not set(formats) <= set(LM_FORMATS):
         raise ValueError(
-            f"{where}: a language-model run exports one format, 'tflite' (lm_step.tflite); "
-            f"received formats={list(formats)}."
+            f"{where}: a language-model run exports 'tflite' (lm_step.tflite) and, for a "
+            f"recurrent model, 'onnx' (lm_stream.onnx); received formats={list(formats)}."
         )
     if beam_width != 1:
         raise ValueError(

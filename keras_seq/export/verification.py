@@ -16,6 +16,7 @@ QUANTIZED_MIN_STRING_MATCH = 0.995
 _ROW_KEYS = (
     "artifact",
     "format",
+    "provider",
     "quantize",
     "size_bytes",
     "ops",
@@ -45,16 +46,21 @@ def verify(
     SavedModel has no logits output: its logit error is `None`. Sizes are the
     SavedModel folder, or the encoder and decoder step of a host-side folder;
     latencies are the median of 7 runs on one example (the signature call, or
-    the encoder plus the greedy loop).
+    the encoder plus the greedy loop). An ONNX artifact is run on every
+    execution provider onnxruntime offers in that process (its CPU provider
+    first; each session takes the CPU provider for the nodes another one does
+    not), one row per provider, each checked alone.
 
     An artifact fails if it is float and decodes any example differently from
     Keras (greedy, or the beam search the SavedModel was exported with), if it
     is quantized and agrees on fewer than 99.5% of the examples, or if its host
     tokenizer gives other ids than Keras'.
 
-    A language model's export (``lm_step*.tflite``) is run in the generation
-    loop of `keras_seq.decoding.sample` at temperature 0 (the prompt fed token
-    by token, the Transformer's cache restarted as there), in NumPy:
+    A language model's export (``lm_step*.tflite``, and a recurrent one's
+    streaming ONNX ``lm_stream.onnx``, fed one token per call) is run in the
+    generation loop of `keras_seq.decoding.sample` at temperature 0 (the
+    prompt fed token by token, the Transformer's cache restarted as there), in
+    NumPy:
     ``string_match`` is the fraction of prompts whose whole continuation (200
     characters) equals Keras' greedy one; ``token_agreement`` the fraction of
     positions where the step, fed Keras' tokens, chooses Keras' next token;
@@ -68,10 +74,13 @@ def verify(
     Args:
         out_dir: a folder written by `export_run` (``keras-seq export``).
         json_path: where to write ``{"artifacts": [...]}`` (rows with the keys
-            ``artifact, format, quantize, size_bytes, ops, max_abs_logit_error,
-            string_match, exact_match, latency_ms_batch1``, and for a language
-            model ``task, token_agreement, ms_per_token, keras_ms_per_token``),
-            or `None`.
+            ``artifact, format, provider, quantize, size_bytes, ops,
+            max_abs_logit_error, string_match, exact_match,
+            latency_ms_batch1``, and for a language model ``task,
+            token_agreement, ms_per_token, keras_ms_per_token``; ``provider``
+            is the onnxruntime execution provider of an ONNX row, None for
+            the others; ``ops`` the TFLite operators or ONNX op types), or
+            `None`.
         timeout: seconds the worker process may take.
 
     Returns:
@@ -99,10 +108,13 @@ def verify(
         failures.extend(record.get("problems", []))
         if record.get("string_match") is None:
             continue
+        name = record["artifact"]
+        if record.get("provider"):
+            name += f" on {record['provider']}"
         if record.get("task") == "lm" and record["quantize"] is not None:
             if record["token_agreement"] < QUANTIZED_MIN_STRING_MATCH:
                 failures.append(
-                    f"{record['artifact']}: chooses Keras' next character at "
+                    f"{name}: chooses Keras' next character at "
                     f"{record['token_agreement']:.2%} of the positions (needs "
                     f"{QUANTIZED_MIN_STRING_MATCH:.1%})"
                 )
@@ -114,7 +126,7 @@ def verify(
                 for m in record["mismatches"]
             )
             failures.append(
-                f"{record['artifact']}: decodes {record['string_match']:.2%} of "
+                f"{name}: decodes {record['string_match']:.2%} of "
                 f"{record['examples']} examples as Keras does (needs {minimum:.1%}); "
                 f"e.g. {shown}"
             )
@@ -168,7 +180,7 @@ def verification_table(result: dict) -> str:
     lines = [header]
     for row in result["artifacts"]:
         lines.append((
-            row["artifact"],
+            _label(row),
             row["format"],
             row["quantize"] or "-",
             _size(row["size_bytes"]),
@@ -196,7 +208,7 @@ def _language_model_table(result: dict) -> str:
     lines = [header]
     for row in result["artifacts"]:
         lines.append((
-            row["artifact"],
+            _label(row),
             row["quantize"] or "-",
             _size(row["size_bytes"]),
             "-" if row["max_abs_logit_error"] is None else f"{row['max_abs_logit_error']:.2e}",
@@ -211,6 +223,14 @@ def _language_model_table(result: dict) -> str:
         "  ".join([*(v.ljust(w) for v, w in zip(line, widths)), line[-1]]).rstrip()
         for line in lines
     )
+
+
+def _label(row) -> str:
+    """The artifact, and the execution provider of an ONNX row (``onnx [CPU]``)."""
+    provider = row.get("provider")
+    if not provider:
+        return row["artifact"]
+    return f"{row['artifact']} [{provider.removesuffix('ExecutionProvider')}]"
 
 
 def _size(size):
