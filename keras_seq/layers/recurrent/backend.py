@@ -17,8 +17,8 @@ or the loop calls ``backend.split(...)`` with no backend branch of its own:
   carry them;
 - ``convertible_inference(training)``: whether this call is inference in
   the loop the exporters convert (TensorFlow);
-- ``bptt_available(training)`` and ``run_bptt(...)``: training with a cell's
-  hand-written gradient (TensorFlow only);
+- ``bptt_available(training)``: whether a cell's hand-written gradient may
+  train this call (TensorFlow only);
 - ``scan(body, sequences, carry, templates, collect, training,
   steps_per_iteration)``: the loop over time.
 
@@ -52,10 +52,9 @@ hoists_projection = Ops.hoists_projection
 fresh_states = Ops.fresh_states
 convertible_inference = Ops.convertible_inference
 bptt_available = Ops.bptt_available
-run_bptt = Ops.run_bptt
 scan = Ops.scan
 
 __all__ = [
     "BACKEND", "bptt_available", "compiled_by_xla", "convertible_inference", "fresh_states", "hoists_projection",
-    "matmul", "project", "recurrent_matmul", "run_bptt", "scan", "split",
+    "matmul", "project", "recurrent_matmul", "scan", "split",
 ]

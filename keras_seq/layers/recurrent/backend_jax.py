@@ -91,10 +91,6 @@ class JaxOps:
         return False
 
     @staticmethod
-    def run_bptt(*args, **kwargs):
-        raise ValueError("Hand-written gradients run on the TensorFlow backend only.")
-
-    @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
              steps_per_iteration: int | None = None):
         """Runs ``body`` over the time-major ``sequences`` with ``jax.lax.scan``

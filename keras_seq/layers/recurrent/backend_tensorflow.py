@@ -9,7 +9,7 @@ chosen by `TensorFlowOps.scan` for one call:
   another. Its autodiff gradient is the cheapest: slicing ``x[t]`` in the
   loop instead makes the backward pass materialise a full ``(T, B, P)``
   tensor at every step. A cell with a TensorFlow gradient companion trains
-  through `keras_seq.layers.recurrent.bptt_tensorflow` instead (`run_bptt`).
+  through `keras_seq.layers.recurrent.bptt_tensorflow` instead.
 - inference (the convertible form): ``tf.while_loop`` reading with
   ``tf.gather`` and writing blocks of outputs with
   ``tf.tensor_scatter_nd_update`` into a preallocated tensor. TensorArray ops
@@ -145,19 +145,6 @@ class TensorFlowOps:
     def bptt_available(training) -> bool:
         """Whether a cell's TensorFlow gradient companion may train this call."""
         return training is True
-
-    @staticmethod
-    def run_bptt(companion, sequence, initial_states, mask, recurrent_mask, go_backwards,
-                 return_sequences, zero_output_for_mask):
-        """Training with a cell's hand-written gradient
-        (`keras_seq.layers.recurrent.bptt_tensorflow.run_bptt_recurrence`)."""
-        from keras_seq.layers.recurrent.bptt_tensorflow import run_bptt_recurrence
-
-        return run_bptt_recurrence(
-            companion, sequence, initial_states, mask=mask, recurrent_mask=recurrent_mask,
-            go_backwards=go_backwards, return_sequences=return_sequences,
-            zero_output_for_mask=zero_output_for_mask,
-        )
 
     @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,

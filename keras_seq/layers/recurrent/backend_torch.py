@@ -77,10 +77,6 @@ class TorchOps:
         return False
 
     @staticmethod
-    def run_bptt(*args, **kwargs):
-        raise ValueError("Hand-written gradients run on the TensorFlow backend only.")
-
-    @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
              steps_per_iteration: int | None = None):
         """Runs ``body`` over the time-major ``sequences`` in a Python loop

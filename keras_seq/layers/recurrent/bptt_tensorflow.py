@@ -112,6 +112,10 @@ class ManualGradient:
     def supported(self) -> bool:
         return False
 
+    def run(self, xs, initial_states, **options):
+        """The cell's training loop over ``xs`` (`run_bptt_recurrence`)."""
+        return run_bptt_recurrence(self, xs, initial_states, **options)
+
     def read(self, variable):
         """A weight in the cell's compute dtype."""
         return tf.cast(variable, self.cell.compute_dtype)

@@ -360,9 +360,11 @@ class RNN(keras.layers.RNN):
             if training and cell.recurrent_dropout > 0.0:
                 recurrent_mask = cell.get_recurrent_dropout_mask(states[0])
             # (T, B, in): transposing x is cheaper than transposing x W.
-            return backend.run_bptt(
-                companion, ops.transpose(sequences, (1, 0, 2)), states, mask, recurrent_mask,
-                self.go_backwards, self.return_sequences, self.zero_output_for_mask,
+            return companion.run(
+                ops.transpose(sequences, (1, 0, 2)), states, mask=mask,
+                recurrent_mask=recurrent_mask, go_backwards=self.go_backwards,
+                return_sequences=self.return_sequences,
+                zero_output_for_mask=self.zero_output_for_mask,
             )
         if hints.pointwise_projection:
             xs = ops.transpose(sequences, (1, 0, 2))  # (T, B, in), cheaper than (T, B, k)
