@@ -31,6 +31,15 @@ def _family_default(training, key: str, lm: bool = True) -> str:
     return listed(families) + (f"; --task lm: {listed(lm_families)}" if lm else "")
 
 
+def _registered_cell(name: str) -> str:
+    """A ``--cell`` value: a name of the cell registry, read only when a name is
+    given (it imports the layers, and so Keras: ``--help`` does not)."""
+    if name not in run_config.CELLS:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {name!r} (choose from {', '.join(run_config.CELLS)})")
+    return name
+
+
 def _lm_default(training, key: str) -> str:
     values = {model: training.default_for(key, model, task="lm") for model in ("transformer", "rnn")}
     if len(set(values.values())) == 1:
@@ -69,8 +78,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--cell",
-        choices=training.CELLS, metavar="CELL",
-        help="recurrent cell of --model rnn: %(choices)s (default: gru; lstm with --task lm)",
+        type=_registered_cell, metavar="CELL",
+        help="recurrent cell of --model rnn: a name of the cell registry "
+        "(keras_seq.models.register_cell; docs/cli.md lists the built-in ones) "
+        "(default: gru; lstm with --task lm)",
     )
     train.add_argument(
         "--attention",
@@ -298,8 +309,8 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument(
         "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
     )
-    tune.add_argument("--cells", nargs="+", choices=training.CELLS, metavar="CELL",
-                      help="cell types to search: %(choices)s (default: all)")
+    tune.add_argument("--cells", nargs="+", type=_registered_cell, metavar="CELL",
+                      help="cell types to search, names of the cell registry (default: all)")
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_UNITS))})")

@@ -47,7 +47,7 @@ def folder_lock(folder: str | os.PathLike, where: str) -> Iterator[None]:
 
     Args:
         folder: the run or export folder (it need not exist; its parent is
-            created).
+            created, and removed again if it was created and is left empty).
         where: what holds it, shown to a process that finds it held, e.g.
             ``"keras-seq train"``.
 
@@ -64,7 +64,9 @@ def folder_lock(folder: str | os.PathLike, where: str) -> Iterator[None]:
     """
     folder = os.fspath(folder)
     path = _lock_path(folder)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    parent = os.path.dirname(path)
+    created = not os.path.isdir(parent)
+    os.makedirs(parent, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -93,3 +95,6 @@ def folder_lock(folder: str | os.PathLike, where: str) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(fd)
+        if created:  # a command that wrote nothing leaves nothing behind
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)

@@ -217,18 +217,6 @@ def test_key_and_value_of_different_lengths_raise_value_error_before_computing(r
         layer(_x(rng, 2, 6), _x(rng, 2, 4, 5), processed_key=_x(rng, 2, 7, 4))
 
 
-def test_keras_file_round_trip(rng, tmp_path):
-    query_in, value_in = keras.Input((None, 6)), keras.Input((None, 5))
-    context = layers.BahdanauAttention(4, normalize=True, dropout=0.1)(query_in, value_in)
-    model = keras.Model([query_in, value_in], context)
-    query, value = _x(rng, 2, 3, 6), _x(rng, 2, 4, 5)
-    model.save(tmp_path / "bahdanau.keras")
-    restored = keras.models.load_model(tmp_path / "bahdanau.keras", safe_mode=True)
-    np.testing.assert_allclose(restored([query, value]), model([query, value]), atol=1e-6)
-    config = model.layers[-1].get_config()
-    assert layers.BahdanauAttention.from_config(config).get_config() == config
-
-
 @pytest.mark.slow
 @pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_matches_keras(rng):

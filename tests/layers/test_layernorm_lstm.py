@@ -305,22 +305,6 @@ def test_config_round_trip_keeps_norm_arguments():
     assert cell.get_config() == restored.cell.get_config()
 
 
-def test_keras_file_reloads_in_safe_mode_with_same_outputs(tmp_path, rng):
-    inputs = keras.Input((None, IN))
-    sequence, h, c = LayerNormLSTM(U, norm_epsilon=1e-2, return_sequences=True,
-                                   return_state=True)(inputs)
-    model = keras.Model(inputs, [sequence, h, c])
-    for weight, value in zip(model.weights, _random_weights(rng)):
-        weight.assign(value)
-    x = rng.normal(size=(2, T, IN)).astype("float32")
-    path = tmp_path / "layernorm_lstm.keras"
-    model.save(path)
-    reloaded = keras.saving.load_model(path, safe_mode=True)
-    assert reloaded.layers[1].norm_epsilon == 1e-2
-    for got, want in zip(reloaded(x), model(x)):
-        np.testing.assert_allclose(got, want, atol=1e-6)
-
-
 # --- arguments -------------------------------------------------------------------------
 
 

@@ -231,16 +231,3 @@ def test_bad_input_widths_raise_clear_errors(rng):
         LuongAttention(name="fresh").precompute_keys(_x(rng, 2, 4, 5))
 
 
-def test_keras_file_round_trip(rng, tmp_path):
-    query_in, value_in = keras.Input((None, 6)), keras.Input((None, 5))
-    context = LuongAttention(units=6, use_scale=True, dropout=0.1)(query_in, value_in)
-    model = keras.Model([query_in, value_in], context)
-    layer = model.layers[-1]
-    layer.set_weights([_x(rng, 5, 6), np.float32(0.6)])
-    query, value = _x(rng, 2, 3, 6), _x(rng, 2, 4, 5)
-    model.save(tmp_path / "luong.keras")
-    restored = keras.models.load_model(tmp_path / "luong.keras", safe_mode=True)
-    np.testing.assert_allclose(restored([query, value]), model([query, value]), atol=1e-6)
-    config = layer.get_config()
-    assert config["units"] == 6 and config["use_scale"] is True
-    assert LuongAttention.from_config(config).get_config() == config

@@ -331,21 +331,6 @@ def test_bad_call_arguments_raise(rng):
         uneven(_x(rng, 2, 1, 8), _x(rng, 2, 1, 8), cache=np.zeros((2, 2, 5, 2, 4), "float32"))
 
 
-def test_keras_file_round_trip_in_functional_model(rng, tmp_path):
-    q_in, v_in = keras.Input((None, 8)), keras.Input((None, 6))
-    y = layers.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3, dropout=0.1)(
-        q_in, v_in, use_causal_mask=True
-    )
-    model = keras.Model([q_in, v_in], y)
-    q, v = _x(rng, 2, 5, 8), _x(rng, 2, 5, 6)
-    path = tmp_path / "mha.keras"
-    model.save(path)
-    restored = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(restored([q, v]), model([q, v]), atol=1e-6)
-    config = model.layers[-1].get_config()
-    assert layers.MultiHeadAttention.from_config(config).get_config() == config
-
-
 @pytest.mark.slow
 @pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_matches_keras_full_and_cached_step(rng):

@@ -253,16 +253,6 @@ def test_bad_input_shape_raises():
         layers.SinusoidalPositionalEncoding(name="pe")(np.zeros((2, 5), "float32"))
 
 
-def test_keras_file_round_trip(rng, tmp_path):
-    inputs = keras.Input((None, 6))
-    model = keras.Model(inputs, layers.SinusoidalPositionalEncoding(max_wavelength=100.0)(inputs))
-    model.save(tmp_path / "pe.keras")
-    restored = keras.models.load_model(tmp_path / "pe.keras", safe_mode=True)
-    x = rng.normal(size=(2, 5, 6)).astype("float32")
-    np.testing.assert_allclose(restored(x), model(x), atol=1e-6)
-    assert restored.layers[-1].get_config() == model.layers[-1].get_config()
-
-
 @pytest.mark.slow
 @pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_matches_keras_with_tensor_start_index(rng):

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from recurrent_family import RECURRENT_CASES, make_recurrent
+from recurrent_family import make_recurrent
 
 from keras_seq import layers
 
@@ -84,20 +84,6 @@ def test_get_config_from_config_round_trip(case, rng):
     clone.build((None, None, IN))
     clone.set_weights(layer.get_weights())
     np.testing.assert_allclose(clone(x), expected, atol=1e-6)
-
-
-@pytest.mark.parametrize("case", list(LAYERS))
-def test_keras_file_round_trip_with_safe_mode(case, tmp_path, rng):
-    inputs = keras.Input((None, IN))
-    outputs = _layer(case, return_sequences=True)(inputs)
-    cell_class = type(_layer(case).cell)  # the cell alone inside keras.layers.RNN
-    outputs = keras.layers.RNN(cell_class(U, **RECURRENT_CASES[case][2]))(outputs)
-    model = keras.Model(inputs, outputs)
-    x = _x(rng)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.models.load_model(path, safe_mode=True)
-    np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
 
 
 # --- arguments --------------------------------------------------------------------
@@ -218,3 +204,45 @@ def test_mixed_precision_computes_low_precision_close_to_float32(policy, atol, c
         g = ops.convert_to_numpy(ops.cast(g, "float32"))
         assert np.all(np.isfinite(g))
         np.testing.assert_allclose(g, e, atol=atol)
+
+
+# --- masks with any Keras ----------------------------------------------------------
+
+
+class _MaskProbe(keras.layers.Layer):
+    """Records the Keras mask it is called with."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+        self.seen = []
+
+    def call(self, inputs, mask=None):
+        self.seen.append(mask)
+        return inputs
+
+
+@pytest.mark.parametrize("keras_rnn_masks", [True, False])
+@pytest.mark.parametrize("make", [
+    lambda: layers.PeepholeLSTM(U, return_sequences=True),
+    lambda: layers.GRU(U, return_sequences=True),
+    lambda: layers.RNN(layers.LayerNormLSTMCell(U), return_sequences=True),
+], ids=["PeepholeLSTM", "GRU", "RNN"])
+def test_mask_flows_past_the_layer_whatever_keras_rnn_says(make, keras_rnn_masks, monkeypatch):
+    """Keras 3.16 sets ``supports_masking = False`` in ``keras.layers.RNN``;
+    emulated here, the Embedding's mask must still reach the next layer."""
+    if not keras_rnn_masks:
+        original = keras.layers.RNN.__init__
+
+        def without_masking(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            self.supports_masking = False
+
+        monkeypatch.setattr(keras.layers.RNN, "__init__", without_masking)
+    ids = np.array([[3, 1, 4, 0, 0], [5, 9, 2, 6, 5]], "int32")
+    probe = _MaskProbe()
+    inputs = keras.Input((None,), dtype="int32")
+    outputs = probe(make()(keras.layers.Embedding(10, 3, mask_zero=True)(inputs)))
+    model = keras.Model(inputs, outputs)
+    model(ids)
+    np.testing.assert_array_equal(ops.convert_to_numpy(probe.seen[-1]), ids != 0)

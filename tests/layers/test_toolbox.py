@@ -169,17 +169,6 @@ def test_padded_batch_equals_each_sequence_alone(rng):
         np.testing.assert_array_equal(mask[b : b + 1], alone_mask)
 
 
-def test_layers_round_trip_through_keras_file_in_safe_mode(tmp_path, rng):
-    model = _toolbox_model()
-    ids = rng.integers(0, 13, size=(2, 8)).astype("int32")
-    model.save(tmp_path / "m.keras")
-    loaded = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
-    for got, expected in zip(loaded(ids), model(ids)):
-        np.testing.assert_array_equal(got, expected)
-    highway = next(layer for layer in loaded.layers if isinstance(layer, layers.Highway))
-    assert highway.get_config()["transform_gate_bias"] == -1.0
-
-
 @pytest.mark.parametrize("make, error, message", [
     (lambda: layers.KMaxPooling(0), ValueError, "argument `k`: expected a positive integer"),
     (lambda: layers.KMaxPooling(True), TypeError, "argument `k`"),

@@ -580,22 +580,6 @@ def test_integer_inputs_in_a_functional_model_and_under_mixed_precision(rng):
 # ---------------------------------------------------------------- saving, export, size
 
 
-def test_keras_file_round_trip_of_encoder_decoder_model(rng, tmp_path):
-    source, target = keras.Input((None, 8)), keras.Input((None, 6))
-    encoded = layers.TransformerEncoder(12, 2, activation="gelu", normalize_first=True)(source)
-    decoded = layers.TransformerDecoder(10, 3, dropout=0.1, layer_norm_epsilon=1e-6)(
-        target, encoded
-    )
-    model = keras.Model([source, target], decoded)
-    model.save(tmp_path / "blocks.keras")
-    restored = keras.models.load_model(tmp_path / "blocks.keras", safe_mode=True)
-    inputs = [_x(rng, 2, 5, 8), _x(rng, 2, 4, 6)]
-    np.testing.assert_allclose(restored(inputs), model(inputs), atol=1e-5)
-    for layer in model.layers[2:]:
-        config = layer.get_config()
-        assert type(layer).from_config(config).get_config() == config
-
-
 @pytest.mark.slow
 @pytest.mark.tensorflow_only  # TFLite export
 def test_tflite_encoder_and_cached_decoder_step_match_keras(rng):

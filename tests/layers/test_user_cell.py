@@ -1,6 +1,6 @@
 """A user's cell, written with public names only, gets everything a package cell gets.
 
-The cell is the Minimal Gated Unit of docs/write_your_own_cell.md (Zhou et
+The cell is the Minimal Gated Unit of docs/guides/write_your_own_cell.md (Zhou et
 al. 2016), taken from that page's first code block, so the page cannot
 drift from what runs. It is checked against NumPy written from the paper's
 equations (masks, ``go_backwards``, initial states, ``Bidirectional``),
@@ -18,7 +18,7 @@ import pytest
 
 from keras_seq import layers, models
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "write_your_own_cell.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "write_your_own_cell.md"
 B, T, IN, U = 3, 6, 4, 5
 
 

@@ -97,7 +97,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     after ``step`` (`keras_seq.layers.recurrent.zoneout`); ``loop_hints``
     (`LoopHints`).
 
-    Example:
+    Examples:
         >>> import keras, numpy as np
         >>> from keras import ops
         >>> from keras_seq.layers import RNN, RecurrentCell
@@ -201,7 +201,7 @@ class RNN(keras.layers.RNN):
     keep; a masked step carries the states and repeats the last output),
     ``training``, ``initial_state`` (one tensor per state).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from keras_seq.layers import RNN, GRUCell
         >>> layer = RNN(GRUCell(8), return_sequences=True, return_state=True)
