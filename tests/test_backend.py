@@ -79,3 +79,25 @@ def test_command_line_on_torch_stops_with_one_line_and_no_traceback():
         "keras-seq train needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is running "
         "on 'torch'. To use it, run it with KERAS_BACKEND=tensorflow."
     )
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_layers_and_builders_import_no_tensorflow_on_other_backends(backend):
+    """On JAX and PyTorch, importing the package, its layers and builders (and
+    running recurrent layers) leaves TensorFlow unimported: it is slow to
+    import and logs its own start-up lines. (Keras' own `Bidirectional` does
+    import it, to serialize its layer.)"""
+    script = textwrap.dedent(
+        """
+        import sys
+        import keras_seq
+        from keras_seq import layers, models
+
+        models.language_model(9, kind="rnn", num_layers=1, units=4, cell="peephole")
+        layers.LayerNormLSTM(3)(keras_seq.layers.RNN(layers.GRUCell(2),
+                                return_sequences=True)(__import__("numpy").ones((1, 2, 3))))
+        print("TENSORFLOW", "tensorflow" in sys.modules)
+        """
+    )
+    result = _run(backend, "-c", script)
+    assert "TENSORFLOW False" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]

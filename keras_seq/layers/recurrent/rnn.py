@@ -26,7 +26,6 @@ from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
-    state_sizes,
     zoneout_masks,
     zoneout_rates,
 )
@@ -147,7 +146,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         output, new_states = self.step(x, states, training=training)
         new_states = list(new_states)
         rates = zoneout_rates_of(self)
-        if has_zoneout(rates):
+        if rates:
             keep = None
             if training:
                 keep = zoneout_masks(rates, self.state_size, (ops.shape(x)[0],),
@@ -161,15 +160,17 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     def get_initial_state(self, batch_size=None):
         return [ops.zeros((batch_size, size), dtype=self.compute_dtype)
-                for size in state_sizes(self.state_size)]
+                for size in tree.flatten(self.state_size)]
 
 
 def zoneout_rates_of(cell) -> list[float]:
-    """The cell's zoneout rate of each state (none for a cell without ``zoneout``)."""
+    """The cell's zoneout rate of each state; empty when no state zones out
+    (a cell without ``zoneout``, or all rates 0)."""
     zoneout = getattr(cell, "zoneout", 0.0)
     if not zoneout:
         return []
-    return zoneout_rates(zoneout, cell.state_size, cell)
+    rates = zoneout_rates(zoneout, cell.state_size, cell)
+    return rates if has_zoneout(rates) else []
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -351,7 +352,7 @@ class RNN(keras.layers.RNN):
             # One input dropout mask per sequence, shared by all steps (as in Keras).
             sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
         rates = zoneout_rates_of(cell)
-        zoneout_training = bool(training) and has_zoneout(rates)
+        zoneout_training = bool(training) and bool(rates)
         companion = None
         if hints.manual_gradient and backend.bptt_available(training) and not zoneout_training:
             companion = manual_gradient(cell)
@@ -382,7 +383,7 @@ class RNN(keras.layers.RNN):
             keep = zoneout_masks(rates, cell.state_size, tuple(ops.shape(xs)[:2]),
                                  cell.seed_generator, cell.compute_dtype)
             inputs += [m for m in keep if m is not None]
-        zoned = has_zoneout(rates)
+        zoned = bool(rates)
 
         def step(xs_t, states):
             x_t = xs_t[0] if hoisted else cell.project(xs_t[0])
