@@ -1,8 +1,10 @@
 """Every code block of the README and of the docs' getting-started page and
 guides runs, as written, so that no snippet drifts from the code.
 
-Each page runs in a fresh folder, its ```python and ```bash blocks in order,
-each block in a process of its own (as a reader pastes it). Two comments
+Each page runs in a fresh folder, its ```python and ```bash blocks in order:
+each bash block in a process of its own, and each run of consecutive python
+blocks in one Python process (as a reader pastes a guide's steps into one
+session: a later block may use what an earlier one defined). Two comments
 in the Markdown, on the line before a block, change what runs; both are
 explained in tests/README.md:
 
@@ -26,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two files share the pages (this one and test_doc_snippets_guides.py), so
 # that the suite's two TensorFlow workers share the minutes they take.
 PAGES = ["README.md", "docs/index.md", "docs/guides/streaming.md"]
-GUIDES = ["docs/guides/translator.md", "docs/guides/phone.md", "docs/guides/backends.md"]
+GUIDES = ["docs/guides/translator.md", "docs/guides/phone.md", "docs/guides/backends.md",
+          "docs/guides/write_your_own_cell.md"]
 RUN = {"python", "bash"}
 SHOWN = {"text"}
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -91,12 +94,17 @@ def run_page(page, folder):
         "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
         "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
     }
-    ran = 0
+    runs = []  # (language, code): consecutive python blocks joined
     for language, code, marker in blocks(page):
         if language not in RUN or (marker and marker[0] == "skip"):
             continue
         if marker:
             code = _with_args(code, marker[1])
+        if language == "python" and runs and runs[-1][0] == "python":
+            runs[-1] = ("python", runs[-1][1] + "\n" + code)
+        else:
+            runs.append((language, code))
+    for language, code in runs:
         command = [sys.executable, "-c", code] if language == "python" else [
             "bash", "-e", "-o", "pipefail", "-c", code]
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
@@ -105,8 +113,7 @@ def run_page(page, folder):
             f"{page}: this block failed:\n{code}\n--- stdout\n{done.stdout[-2000:]}"
             f"\n--- stderr\n{done.stderr[-4000:]}"
         )
-        ran += 1
-    assert ran, f"{page} has no block to run"
+    assert runs, f"{page} has no block to run"
 
 
 def test_args_marker_appends_to_matching_lines_only():
