@@ -113,9 +113,17 @@ from keras_seq.run_config import (
     default_for,
 )
 from keras_seq.training.backup import HISTORY_FILE
-from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save, text_loss
+from keras_seq.training.evaluation import (
+    class_probabilities,
+    classification_scores,
+    evaluate_and_save,
+    evaluate_classifier_and_save,
+    evaluate_text_and_save,
+    text_loss,
+)
 from keras_seq.training.inference import (
     InputWarning,
+    classify_texts,
     generate_text,
     make_decoder,
     translate_strings,
@@ -127,11 +135,14 @@ from keras_seq.training.model import build_optimizer
 from keras_seq.training.pipeline import TrainingResult, train
 from keras_seq.training.prepare import (
     PreparedData,
+    PreparedLabels,
     PreparedText,
     length_buckets,
     load_data,
+    load_labelled,
     load_pairs,
     prepare_data,
+    with_language_model,
 )
 
 __all__ = [
@@ -148,6 +159,7 @@ __all__ = [
     "NOT_IN_BACKUP",
     "PRECISIONS",
     "PreparedData",
+    "PreparedLabels",
     "PreparedText",
     "SEARCH_EMBEDDING_DIMS",
     "SEARCH_UNITS",
@@ -158,13 +170,18 @@ __all__ = [
     "TrainingConfig",
     "TrainingResult",
     "build_optimizer",
+    "class_probabilities",
+    "classification_scores",
+    "classify_texts",
     "default_for",
     "evaluate_and_save",
+    "evaluate_classifier_and_save",
     "evaluate_text_and_save",
     "folder_lock",
     "generate_text",
     "length_buckets",
     "load_data",
+    "load_labelled",
     "load_pairs",
     "make_decoder",
     "prepare_data",
@@ -173,4 +190,5 @@ __all__ = [
     "translate_strings",
     "translate_texts",
     "warn_about_inputs",
+    "with_language_model",
 ]
