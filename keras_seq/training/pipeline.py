@@ -155,6 +155,7 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
     tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
     classify = config.task == "classify"
     if classify:
+        prepared.validation_data = prepared.validation_batches(replicas)
         for line in class_report(prepared, config):
             _say(config, line)
     t_data = time.perf_counter()

@@ -377,15 +377,33 @@ class PreparedLabels:
             counts[i] += 1
         return counts
 
-    def dataset(self, examples, **options):
+    def dataset(self, examples, batch_size: int | None = None, **options):
         """`keras_seq.data.make_classification_dataset` of ``examples`` with
-        this run's tokenizer, lengths and targets."""
+        this run's tokenizer, lengths, targets and (by default) batch size."""
         from keras_seq import data
 
         return data.make_classification_dataset(
-            [t for _, t in examples], self.class_ids(examples), self.tokenizer, self.batch_size,
-            self.source_length, next_token_targets=self.next_token_targets, **options,
+            [t for _, t in examples], self.class_ids(examples), self.tokenizer,
+            batch_size or self.batch_size, self.source_length,
+            next_token_targets=self.next_token_targets, **options,
         ).with_options(data_sharding())
+
+    def validation_batches(self, replicas: int = 1):
+        """The validation batches, the first one a multiple of ``replicas`` texts.
+
+        Keras 3.15's ``evaluate`` under a distribution strategy averages its
+        first batch over the replicas (to build the model), which fails when
+        they hold different numbers of rows; later batches may be uneven.
+        """
+        count = len(self.validation_examples)
+        if count >= self.batch_size or count % replicas == 0:
+            return self.dataset(self.validation_examples)
+        if count < replicas:
+            raise ValueError(
+                f"train: the validation split has {count} text(s), fewer than the {replicas} "
+                "replicas of the strategy; give more labelled texts or fewer replicas."
+            )
+        return self.dataset(self.validation_examples, batch_size=count - count % replicas)
 
     def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
@@ -481,7 +499,7 @@ def _prepare_labelled(config: TrainingConfig, loaded: tuple | None) -> PreparedL
         {part: int(np.sum(n > source_length)) for part, n in lengths.items()},
         unknown, config.batch_size, config.seed,
     )
-    prepared.validation_data = prepared.dataset(validation)
+    prepared.validation_data = prepared.validation_batches()
     return prepared
 
 
