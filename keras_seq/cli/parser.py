@@ -226,8 +226,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "classify",
         help="print a trained classifier's label and its probability for each text",
         description="Classify each TEXT (or each line of --input FILE) with the classifier in "
-        "RUN_DIR (keras-seq train --task classify) and print one line per input, in order: "
-        "the label, a tab, and its probability.",
+        "RUN_DIR (a classification run of keras-seq train) and print one line per input, in "
+        "order: the label, a tab, and its probability.",
     )
     classify.add_argument("run_dir", metavar="RUN_DIR")
     classify.add_argument("texts", metavar="TEXT", nargs="*",

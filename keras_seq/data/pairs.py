@@ -90,9 +90,9 @@ def load_labelled_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
     Examples:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "reviews.tsv")
-        >>> _ = open(path, "w").write("pos\tA fine film.\nneg \tDull.\tToo long.\n")
+        >>> _ = open(path, "w").write("pos\\tA fine film.\\nneg \\tDull.\\tToo long.\\n")
         >>> load_labelled_tsv(path)
-        [('pos', 'A fine film.'), ('neg', 'Dull.\tToo long.')]
+        [('pos', 'A fine film.'), ('neg', 'Dull.\\tToo long.')]
     """
     path = os.fspath(path)
     examples: list[tuple[str, str]] = []

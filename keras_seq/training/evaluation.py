@@ -312,7 +312,8 @@ def classification_scores(true_ids, predicted_ids, num_classes: int) -> dict:
     never predicted has precision 0, one never true recall 0.
 
     Args:
-        true_ids, predicted_ids: class ids, one per example.
+        true_ids: the true class ids, one per example.
+        predicted_ids: the predicted class ids, in the same order.
         num_classes: the number of classes.
 
     Returns:
@@ -323,7 +324,7 @@ def classification_scores(true_ids, predicted_ids, num_classes: int) -> dict:
     Examples:
         >>> scores = classification_scores([0, 0, 1, 2], [0, 1, 1, 1], 3)
         >>> scores["accuracy"], round(scores["macro_f1"], 4), scores["confusion_matrix"]
-        (0.5, 0.4444, [[1, 1, 0], [0, 1, 0], [0, 1, 0]])
+        (0.5, 0.3889, [[1, 1, 0], [0, 1, 0], [0, 1, 0]])
     """
     import numpy as np
 
