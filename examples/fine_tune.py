@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import tempfile
 import time
@@ -109,6 +110,9 @@ def main() -> None:
                         "more epochs (at least 10)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    # Each of the 16 runs traces its own training function; TensorFlow counts
+    # those traces together and warns about "retracing", which is expected here.
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
     path = args.data or data.tiny_shakespeare()
     work = args.work or tempfile.mkdtemp(prefix="fine_tune-")

@@ -19,7 +19,6 @@ import tensorflow as tf
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import data, text, training
 from keras_seq.cli import main
-from keras_seq.training import backup
 from keras_seq.training.model import build_model, compile_model
 
 LABELS = {"apple": "a", "banana": "b", "cherry": "c"}
@@ -268,19 +267,12 @@ def test_a_mismatched_language_model_is_a_one_line_error_naming_both_runs(runs, 
 
 
 @pytest.mark.slow
-def test_a_crashed_fine_tuning_run_resumes_to_the_uninterrupted_weights(runs, monkeypatch):
+def test_a_crashed_fine_tuning_run_resumes_to_the_uninterrupted_weights(runs, interrupted_run):
     reference = keras.saving.load_model(runs / "fine_tuned" / "model.keras", safe_mode=True)
     options = dict(task="classify", data=str(runs / "labelled.tsv"), init_from=str(runs / "lm"),
                    epochs=2, batch_size=16, class_weight="balanced", lm_weight=0.5, verbose=0,
                    out=str(runs), name="crash")
-
-    def crash(self, epoch, logs=None):  # after the first epoch's backup
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(backup.History, "on_epoch_end", crash)
-        with pytest.raises(KeyboardInterrupt):
-            training.train(**options)
+    interrupted_run(**options)
     result = training.train(**options)
     assert result.metrics["resumed_from_epoch"] == 2
     saved = keras.saving.load_model(runs / "crash" / "model.keras", safe_mode=True)

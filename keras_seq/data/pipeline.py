@@ -89,13 +89,7 @@ def make_dataset(
     source_length = check_int(where, "source_length", source_length, minimum=1)
     # [START] or [END] and at least one token.
     target_length = check_int(where, "target_length", target_length, minimum=2)
-    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
-    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
-    first_epoch = check_int(
-        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
-    )
-    if epochs is not None and shuffle_seed is None:
-        raise ValueError("make_dataset: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+    shuffle_seed, epochs, first_epoch = _check_epochs(where, shuffle_seed, epochs, first_epoch)
     pairs = list(pairs)
     if not pairs:
         raise ValueError("make_dataset: `pairs` is empty.")
@@ -188,6 +182,18 @@ def make_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def _check_epochs(where, shuffle_seed, epochs, first_epoch):
+    """``(shuffle_seed, epochs, first_epoch)`` checked: ``epochs`` needs a seed."""
+    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
+    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
+    first_epoch = check_int(
+        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
+    )
+    if epochs is not None and shuffle_seed is None:
+        raise ValueError(f"{where}: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+    return shuffle_seed, epochs, first_epoch
+
+
 def _epoch_orders(count: int, seed: int, first_epoch: int, epochs: int) -> np.ndarray:
     """``(epochs - first_epoch, count)`` int32: one permutation per epoch, drawn
     from ``(seed, epoch)`` alone, so that a resumed run sees the same orders."""
@@ -276,13 +282,7 @@ def make_classification_dataset(
     where = "make_classification_dataset"
     batch_size = check_int(where, "batch_size", batch_size, minimum=1)
     max_length = check_int(where, "max_length", max_length, minimum=1)
-    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
-    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
-    first_epoch = check_int(
-        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
-    )
-    if epochs is not None and shuffle_seed is None:
-        raise invalid_value(where, "shuffle_seed", "an int when `epochs` is given", None)
+    shuffle_seed, epochs, first_epoch = _check_epochs(where, shuffle_seed, epochs, first_epoch)
     texts, labels = list(texts), np.asarray(labels)
     if not texts or len(texts) != len(labels):
         raise invalid_value(where, "labels", f"one class id per text ({len(texts)} texts)",

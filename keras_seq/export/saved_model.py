@@ -12,7 +12,25 @@ from keras_seq._validation import check_float, check_positive_int
 from keras_seq.export._checks import check_seq2seq, check_tokenizer
 
 
-class _Translator(tf.Module):
+class _ModelModule(tf.Module):
+    """A module that runs a Keras model and saves only the model's variables:
+    tracking the model would also save its optimizer state (three times the
+    weights with Adam)."""
+
+    def __init__(self, model, name):
+        super().__init__(name=name)
+        object.__setattr__(self, "model", model)
+        self.model_variables = list(model.variables)
+
+    def write(self, function, directory) -> str:
+        """Writes the module with ``function`` as its ``serving_default`` signature."""
+        directory = os.fspath(directory)
+        signature = function.get_concrete_function()
+        tf.saved_model.save(self, directory, signatures={"serving_default": signature})
+        return directory
+
+
+class _Translator(_ModelModule):
     """Tokenizers + model + decoding as one module with a string signature."""
 
     def __init__(
@@ -25,11 +43,7 @@ class _Translator(tf.Module):
         beam_width,
         length_penalty,
     ):
-        super().__init__(name="translator")
-        # Only the model's variables are saved, not the model: tracking it
-        # would also save its optimizer state (three times the weights with Adam).
-        object.__setattr__(self, "model", model)
-        self.model_variables = list(model.variables)
+        super().__init__(model, name="translator")
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self._source_length = source_length
@@ -133,20 +147,14 @@ def export_saved_model(
         int(beam_width),
         float(length_penalty),
     )
-    directory = os.fspath(directory)
-    signature = translator.translate.get_concrete_function()
-    tf.saved_model.save(translator, directory, signatures={"serving_default": signature})
-    return directory
+    return translator.write(translator.translate, directory)
 
 
-class _Classifier(tf.Module):
+class _Classifier(_ModelModule):
     """Tokenizer + classifier + softmax as one module with a string signature."""
 
     def __init__(self, model, tokenizer, labels, source_length):
-        super().__init__(name="classifier")
-        # The model's variables only, not its optimizer (see `_Translator`).
-        object.__setattr__(self, "model", model)
-        self.model_variables = list(model.variables)
+        super().__init__(model, name="classifier")
         self.tokenizer = tokenizer
         self.labels = tf.constant(labels, tf.string)
         self._source_length = source_length
@@ -217,10 +225,7 @@ def export_classifier_saved_model(
             f"({len(labels)}); its outputs are {[tuple(o.shape) for o in outputs]}."
         )
     module = _Classifier(model, tokenizer, labels, int(source_length))
-    directory = os.fspath(directory)
-    signature = module.classify.get_concrete_function()
-    tf.saved_model.save(module, directory, signatures={"serving_default": signature})
-    return directory
+    return module.write(module.classify, directory)
 
 
 def saved_model_op_names(directory: str | os.PathLike) -> set[str]:

@@ -195,12 +195,15 @@ def verification_table(result: dict) -> str:
     tasks = {row.get("task") for row in result["artifacts"]}
     if "lm" in tasks:
         return _language_model_table(result)
-    if "classify" in tasks:
-        return _classifier_table(result)
+    # A classifier's rows: its labels and probabilities against Keras'.
+    classify = "classify" in tasks
     header = (
-        "artifact", "format", "quantize", "size", "max|logit err|",
-        "vs Keras", "vs targets", "batch-1 ms", "ops",
+        "artifact", "format", "quantize", "size",
+        "max|prob err|" if classify else "max|logit err|",
+        "same label as Keras" if classify else "vs Keras",
+        "accuracy" if classify else "vs targets", "batch-1 ms", "ops",
     )
+    error = "max_abs_probability_error" if classify else "max_abs_logit_error"
     lines = [header]
     for row in result["artifacts"]:
         lines.append((
@@ -208,7 +211,7 @@ def verification_table(result: dict) -> str:
             row["format"],
             row["quantize"] or "-",
             _size(row["size_bytes"]),
-            _error(row["max_abs_logit_error"]),
+            _error(row.get(error)),
             _percent(row["string_match"]),
             _percent(row["exact_match"]),
             _milliseconds(row["latency_ms_batch1"]),
@@ -234,26 +237,6 @@ def _language_model_table(result: dict) -> str:
             _percent(row.get("token_agreement")),
             "-" if row.get("ms_per_token") is None else f"{row['ms_per_token']:.3f}",
             "-" if row.get("keras_ms_per_token") is None else f"{row['keras_ms_per_token']:.3f}",
-            _ops(row),
-        ))
-    return _aligned(lines)
-
-
-def _classifier_table(result: dict) -> str:
-    """The rows of a classifier's export: labels and probabilities against Keras'."""
-    header = ("artifact", "format", "quantize", "size", "max|prob err|", "same label as Keras",
-              "accuracy", "batch-1 ms", "ops")
-    lines = [header]
-    for row in result["artifacts"]:
-        lines.append((
-            _label(row),
-            row["format"],
-            row["quantize"] or "-",
-            _size(row["size_bytes"]),
-            _error(row.get("max_abs_probability_error")),
-            _percent(row["string_match"]),
-            _percent(row["exact_match"]),
-            _milliseconds(row["latency_ms_batch1"]),
             _ops(row),
         ))
     return _aligned(lines)

@@ -25,6 +25,23 @@ __all__ = [
 _EVALUATE_BATCH = 256
 
 
+def _timings(seconds: dict, evaluate: float, total: float) -> dict:
+    """``metrics["seconds"]``: the run's timings so far, then ``evaluate`` and ``total``."""
+    return {**{k: round(v, 2) for k, v in seconds.items()}, "evaluate": round(evaluate, 2),
+            "total": round(total, 2)}
+
+
+def _write_metrics(run_dir: str, metrics: dict) -> None:
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def _recorded_config(config: dict, **added) -> dict:
+    """``metrics["config"]``: the run's options (``verbose`` left out) and ``added``."""
+    return {**{k: v for k, v in config.items() if k != "verbose"}, **added}
+
+
 def evaluate_and_save(
     model,
     prepared: PreparedData,
@@ -83,25 +100,16 @@ def evaluate_and_save(
         "test_correct": correct,
         "train_examples": len(prepared.train_pairs),
         "decoding": "greedy",
-        "seconds": {
-            **{k: round(v, 2) for k, v in seconds.items()},
-            "evaluate": round(t_eval - t_decode, 2),
-            "total": round(t_end - started, 2),
-        },
+        "seconds": _timings(seconds, t_eval - t_decode, t_end - started),
         "examples": rows[:5],
         "errors": [row for row in rows if row["output"] != row["target"]][:50],
-        "config": {
-            **{k: v for k, v in config.items() if k != "verbose"},
-            "source_length": source_length,
-            "target_length": target_length,
-            "vocabulary_size": tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
+        "config": _recorded_config(
+            config, source_length=source_length, target_length=target_length,
+            vocabulary_size=tokenizer.vocabulary_size, parameters=model.count_params(),
+        ),
         **(extra or {}),
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    _write_metrics(run_dir, metrics)
     return metrics
 
 
@@ -286,21 +294,12 @@ def evaluate_text_and_save(
         "steps": int(config["epochs"]) * prepared.steps_per_epoch,
         "replicas": replicas,
         "data": prepared.source,
-        "seconds": {
-            **{k: round(v, 2) for k, v in seconds.items()},
-            "evaluate": round(t_eval - t_evaluate, 2),
-            "total": round(t_end - started, 2),
-        },
-        "config": {
-            **{k: v for k, v in config.items() if k != "verbose"},
-            "vocabulary_size": tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
+        "seconds": _timings(seconds, t_eval - t_evaluate, t_end - started),
+        "config": _recorded_config(config, vocabulary_size=tokenizer.vocabulary_size,
+                                   parameters=model.count_params()),
         **(extra or {}),
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    _write_metrics(run_dir, metrics)
     return metrics
 
 
@@ -442,24 +441,16 @@ def evaluate_classifier_and_save(
         "truncated_texts": prepared.truncated,
         "unknown_tokens": prepared.unknown_tokens,
         "replicas": replicas,
-        "seconds": {
-            **{k: round(v, 2) for k, v in seconds.items()},
-            "evaluate": round(t_eval - t_evaluate, 2),
-            "total": round(t_end - started, 2),
-        },
+        "seconds": _timings(seconds, t_eval - t_evaluate, t_end - started),
         "examples": rows[:5],
         "errors": [row for row in rows if row["predicted"] != row["label"]][:50],
-        "config": {
-            **{k: v for k, v in config.items() if k != "verbose"},
-            "source_length": prepared.source_length,
-            "vocabulary_size": prepared.tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
+        "config": _recorded_config(
+            config, source_length=prepared.source_length,
+            vocabulary_size=prepared.tokenizer.vocabulary_size, parameters=model.count_params(),
+        ),
         **(extra or {}),
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    _write_metrics(run_dir, metrics)
     return metrics
 
 
