@@ -29,6 +29,7 @@ __all__ = [
     "CLASSIFY_MAX_LENGTH",
     "CLASS_WEIGHTS",
     "FINE_TUNE_DEFAULTS",
+    "LINEAR_PROBE_LEARNING_RATE",
     "GREEDY_ZERO_DEPRECATED",
     "BACKUP_DIR",
     "CELLS",
@@ -122,6 +123,10 @@ CLASSIFY_DEFAULTS = {
 # depth are the language model's.
 FINE_TUNE_DEFAULTS = {"epochs": 10, "batch_size": 32, "learning_rate": 5e-4}
 """The defaults of ``task="classify"`` with ``init_from`` (a language model's run)."""
+# A linear probe trains a new head alone, from random weights: the larger
+# rate of a model trained from scratch, not a fine-tuning one.
+LINEAR_PROBE_LEARNING_RATE = 5e-3
+"""The default learning rate of ``task="classify"`` with ``freeze_body``."""
 AUXILIARY_LM_WEIGHT = 0.5
 """λ of the auxiliary objective L = L_task + λ·L_LM when fine-tuning (Radford et al.'s 0.5)."""
 CLASS_WEIGHTS = ("none", "balanced")
@@ -260,7 +265,8 @@ class TrainingConfig:
             ``init_from`` (None: `AUXILIARY_LM_WEIGHT`, or 0 with
             ``freeze_body``); 0 fine-tunes on the task alone.
         freeze_body: with ``init_from``: train the linear head only (a
-            linear probe of the language model).
+            linear probe of the language model; the default learning rate
+            is then `LINEAR_PROBE_LEARNING_RATE`).
         tokenizer: ``"char"`` (`keras_seq.text.CharTokenizer`, every
             character of the text) or, for ``task="bilm"`` and
             ``task="classify"`` only, ``"wordpiece"``
@@ -421,6 +427,8 @@ class TrainingConfig:
             keys = tuple(k for k in keys if k != "validation_size")
         if fine_tune:
             defaults = {**FINE_TUNE_DEFAULTS, "units": None, "layers": None}
+            if self.freeze_body:
+                defaults["learning_rate"] = LINEAR_PROBE_LEARNING_RATE
         else:
             defaults = {key: default_for(key, model, cell, task) for key in keys}
         values = {key: defaults[key] if getattr(self, key) is None else getattr(self, key)

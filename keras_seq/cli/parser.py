@@ -134,7 +134,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--freeze-body", action="store_true",
         help="with --init-from: train the linear head only (a linear probe of the language "
-        "model)",
+        f"model; learning rate {training.LINEAR_PROBE_LEARNING_RATE} by default)",
     )
     train.add_argument(
         "--tokenizer", choices=training.TOKENIZERS, default=config.tokenizer,
