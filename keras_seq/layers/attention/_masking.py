@@ -21,8 +21,8 @@ from keras import backend, ops
 
 # Keras 3 keeps implicit masks on tensors; these two accessors are not exported
 # publicly, and every attention layer reads masks through this module only.
-from keras.src.backend import get_keras_mask as keras_mask  # noqa: F401
-from keras.src.backend import set_keras_mask  # noqa: F401
+from keras.src.backend.common.masking import get_keras_mask as keras_mask  # noqa: F401
+from keras.src.backend.common.masking import set_keras_mask  # noqa: F401
 
 from keras_seq import _validation
 

@@ -10,6 +10,7 @@ or the loop calls ``backend.split(...)`` with no backend branch of its own:
 - ``recurrent_matmul(h, kernel, bias)``: a step's ``h @ kernel + bias``;
 - ``matmul(a, b, transpose_a=False, transpose_b=False)``: a batched matmul;
 - ``split(x, sizes, axis=-1)``: static splits;
+- ``layer_norm(v, gamma, beta, epsilon)``: layer normalisation over the last axis;
 - ``compiled_by_xla()``: whether the code traced now is compiled by XLA;
 - ``hoists_projection(training, projects_in_step_under_xla)``: whether the
   layer projects all steps before the loop;
@@ -47,6 +48,7 @@ project = Ops.project
 recurrent_matmul = Ops.recurrent_matmul
 matmul = Ops.matmul
 split = Ops.split
+layer_norm = Ops.layer_norm
 compiled_by_xla = Ops.compiled_by_xla
 hoists_projection = Ops.hoists_projection
 fresh_states = Ops.fresh_states
@@ -56,5 +58,5 @@ scan = Ops.scan
 
 __all__ = [
     "BACKEND", "bptt_available", "compiled_by_xla", "convertible_inference", "fresh_states", "hoists_projection",
-    "matmul", "project", "recurrent_matmul", "scan", "split",
+    "layer_norm", "matmul", "project", "recurrent_matmul", "scan", "split",
 ]

@@ -60,6 +60,15 @@ class JaxOps:
         return ops.split(x, indices, axis=axis)
 
     @staticmethod
+    def layer_norm(v, gamma, beta, epsilon: float):
+        """``γ ⊙ (v − mean v) / sqrt(var v + ε) [+ β]`` over the last axis."""
+        mean = ops.mean(v, axis=-1, keepdims=True)
+        centred = v - mean
+        variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
+        normed = centred * ops.rsqrt(variance + epsilon) * gamma
+        return normed if beta is None else normed + beta
+
+    @staticmethod
     def compiled_by_xla() -> bool:
         """Always: JAX compiles what it traces with XLA."""
         return True

@@ -108,6 +108,21 @@ class TensorFlowOps:
         return tf.split(x, sizes, axis=axis)
 
     @staticmethod
+    def layer_norm(v, gamma, beta, epsilon: float):
+        """``γ ⊙ (v − mean v) / sqrt(var v + ε) [+ β]`` over the last axis.
+
+        A whole sequence (rank 3) outside XLA goes through one XLA-compiled
+        kernel (`_fused_layer_norm`): run op by op, its eight passes over a
+        ``(T, B, n)`` tensor cost more than the fused one. A step's norm
+        stays plain ops: the call of a compiled kernel at every step of the
+        loop costs more than it saves (and under XLA the caller's
+        compilation fuses the ops anyway).
+        """
+        if len(v.shape) < 3 or TensorFlowOps.compiled_by_xla():
+            return _layer_norm_ops(v, gamma, beta, epsilon)
+        return _fused_layer_norm(v, gamma, beta, epsilon)
+
+    @staticmethod
     def compiled_by_xla() -> bool:
         """Whether the code being traced now will be compiled by XLA: inside a
         ``tf.function(jit_compile=True)``, which is what Keras' ``jit_compile``
@@ -171,6 +186,22 @@ class TensorFlowOps:
         if training is True:
             return _scan_tensor_array(body, sequences, carry, templates, collect, k)
         return _scan_convertible(body, sequences, carry, templates, collect, k)
+
+
+def _layer_norm_ops(v, gamma, beta, epsilon):
+    centred = v - tf.reduce_mean(v, axis=-1, keepdims=True)
+    # γ ⊙ (v − μ) beside the variance: the chain of ops each waiting for the
+    # last, which TensorFlow's executor pays per op, is one shorter.
+    scaled = centred * gamma
+    variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+    normed = scaled * tf.math.rsqrt(variance + epsilon)
+    return normed if beta is None else normed + beta
+
+
+# One compiled kernel per shape and dtype (TensorFlow traces it like any
+# function; it holds no state of the package).
+_fused_layer_norm = tf.function(_layer_norm_ops, jit_compile=True, reduce_retracing=True,
+                                autograph=False)
 
 
 # --- the loops ---

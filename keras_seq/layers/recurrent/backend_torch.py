@@ -50,6 +50,14 @@ class TorchOps:
         return list(torch.split(x, [int(s) for s in sizes], dim=axis))
 
     @staticmethod
+    def layer_norm(v, gamma, beta, epsilon: float):
+        """``γ ⊙ (v − mean v) / sqrt(var v + ε) [+ β]`` over the last axis: torch's
+        own kernel (the same biased variance)."""
+        v, gamma = ops.convert_to_tensor(v), ops.convert_to_tensor(gamma)
+        beta = None if beta is None else ops.convert_to_tensor(beta)
+        return torch.nn.functional.layer_norm(v, v.shape[-1:], gamma, beta, epsilon)
+
+    @staticmethod
     def compiled_by_xla() -> bool:
         """Never: PyTorch runs op by op."""
         return False

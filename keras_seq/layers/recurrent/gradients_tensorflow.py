@@ -202,8 +202,9 @@ class LayerNormLSTMGradient(ManualGradient):
         beta = self.read(cell.kernel_norm_beta)
         if cell.use_bias:
             beta = beta + self.read(cell.bias)
-        normed, _ = _normalise(TensorFlowOps.project(xs, self.read(cell.kernel)), cell.norm_epsilon)
-        return normed * self.read(cell.kernel_norm_gamma) + beta
+        return TensorFlowOps.layer_norm(TensorFlowOps.project(xs, self.read(cell.kernel)),
+                                        self.read(cell.kernel_norm_gamma), beta,
+                                        cell.norm_epsilon)
 
     def weights(self):
         cell = self.cell

@@ -22,24 +22,17 @@ def _check_norm_epsilon(owner: str, norm_epsilon) -> float:
 
 def _layer_norm(v, gamma, beta, epsilon: float):
     """``γ ⊙ (v − mean(v)) / sqrt(var(v) + ε) + β`` over the last axis
-    (``beta=None``: without ``+ β``).
+    (``beta=None``: without ``+ β``), in the backend's best form
+    (`backend.layer_norm`).
 
     float16 and bfloat16 inputs are normalised in float32 and cast back, as
     `keras.layers.LayerNormalization` does: their variance loses too much.
     """
     dtype = keras.backend.standardize_dtype(v.dtype)
-    if dtype in ("float16", "bfloat16"):
-        v = ops.cast(v, "float32")
-        gamma = ops.cast(gamma, "float32")
-        beta = None if beta is None else ops.cast(beta, "float32")
-    # Sums, not ops.mean: Keras' PyTorch mean of float64 is computed in float32.
-    inverse_width = 1.0 / v.shape[-1]
-    centred = v - ops.sum(v, axis=-1, keepdims=True) * inverse_width
-    variance = ops.sum(ops.square(centred), axis=-1, keepdims=True) * inverse_width
-    normed = centred * ops.rsqrt(variance + epsilon) * gamma
-    if beta is not None:
-        normed = normed + beta
-    return ops.cast(normed, dtype)
+    compute = "float32" if dtype in ("float16", "bfloat16") else dtype
+    v, gamma = ops.cast(v, compute), ops.cast(gamma, compute)
+    beta = None if beta is None else ops.cast(beta, compute)
+    return ops.cast(backend.layer_norm(v, gamma, beta, epsilon), dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
