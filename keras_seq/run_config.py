@@ -24,6 +24,12 @@ from keras_seq.reserved_tokens import RESERVED_TOKENS
 
 __all__ = [
     "ATTENTIONS",
+    "AUXILIARY_LM_WEIGHT",
+    "CLASSIFY_DEFAULTS",
+    "CLASSIFY_MAX_LENGTH",
+    "CLASS_WEIGHTS",
+    "FINE_TUNE_DEFAULTS",
+    "LINEAR_PROBE_LEARNING_RATE",
     "GREEDY_ZERO_DEPRECATED",
     "BACKUP_DIR",
     "CELLS",
@@ -100,11 +106,40 @@ TOKENIZERS = ("char", "wordpiece")
 # the recurrent stacks, as befits a text this short.
 WORDPIECE_VOCAB_SIZE = 1000
 """The default `TrainingConfig.vocab_size` of ``tokenizer="wordpiece"``."""
+# Text classification (task="classify", models.sequence_classifier): a
+# bidirectional GRU of 64 units or 2 Transformer encoder blocks of width 96
+# (as the translation models), 10 passes over the training texts, which are
+# usually far fewer than a translation task's pairs.
+CLASSIFY_DEFAULTS = {
+    "rnn": {"epochs": 10, "batch_size": 32, "learning_rate": 2e-3, "units": 64, "layers": 1},
+    "transformer": {"epochs": 10, "batch_size": 32, "learning_rate": 1e-3, "units": 96,
+                    "layers": 2},
+}
+"""Per model family: the defaults of ``task="classify"`` trained from scratch."""
+# Fine-tuning a language model (task="classify", init_from=...): a smaller
+# peak learning rate than from scratch, so that the pre-trained body is
+# adjusted rather than overwritten (Radford et al. fine-tune at a fortieth of
+# their pre-training rate; a fourth here, over far fewer steps). The width and
+# depth are the language model's.
+FINE_TUNE_DEFAULTS = {"epochs": 10, "batch_size": 32, "learning_rate": 5e-4}
+"""The defaults of ``task="classify"`` with ``init_from`` (a language model's run)."""
+# A linear probe trains a new head alone, from random weights: the larger
+# rate of a model trained from scratch, not a fine-tuning one.
+LINEAR_PROBE_LEARNING_RATE = 5e-3
+"""The default learning rate of ``task="classify"`` with ``freeze_body``."""
+AUXILIARY_LM_WEIGHT = 0.5
+"""λ of the auxiliary objective L = L_task + λ·L_LM when fine-tuning (Radford et al.'s 0.5)."""
+CLASS_WEIGHTS = ("none", "balanced")
+"""`TrainingConfig.class_weight` choices: every text weighs 1, or each class
+``n / (classes · n_class)`` (scikit-learn's and Keras' guides' "balanced")."""
+CLASSIFY_MAX_LENGTH = 256
+"""The default `TrainingConfig.max_source_length` of ``task="classify"``: tokens read of a text."""
+_TRANSLATE_MAX_LENGTH = 64
 _SEQ2SEQ_DEFAULTS = {"layers": 2, "validation_size": 2_000}
 _FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers", "validation_size")
 _LM_KEYS = ("steps_per_epoch", "context")
 
-TASKS = ("dates", "translate", "lm", "bilm")
+TASKS = ("dates", "translate", "lm", "bilm", "classify")
 """`TrainingConfig.task` choices."""
 TEXT_TASKS = ("lm", "bilm")
 """The tasks that train on a text (``data=`` a text file, by default tiny
@@ -159,14 +194,19 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
     """The default of a per-family option of `TrainingConfig`.
 
     ``epochs``, ``batch_size``, ``learning_rate``, ``units``, ``layers`` and
-    ``validation_size`` for every task; ``steps_per_epoch`` and ``context``
-    for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no part.
+    (all but ``task="classify"``) ``validation_size``; ``steps_per_epoch``
+    and ``context`` for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no
+    part. ``task="classify"``: `CLASSIFY_DEFAULTS`, a classifier trained from
+    scratch (a fine-tuned one takes `FINE_TUNE_DEFAULTS` and its language
+    model's sizes).
 
     Examples:
         >>> default_for("epochs"), default_for("epochs", cell="lstm"), default_for("units", "transformer")
         (2, 4, 96)
         >>> default_for("layers", "transformer", task="lm"), default_for("context", "transformer", task="lm")
         (4, 64)
+        >>> default_for("epochs", task="classify")
+        10
     """
     if task == "lm":
         return LM_DEFAULTS[model][key]
@@ -174,6 +214,11 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
         return BILM_DEFAULTS[key]
     if key in _LM_KEYS:
         raise invalid_value("default_for", "key", f"a key of task 'lm' only ({task=!r})", key)
+    if task == "classify":
+        if key == "validation_size":
+            raise invalid_value("default_for", "key", "not 'validation_size' for task "
+                                "'classify' (its split is 80/10/10 by label)", key)
+        return CLASSIFY_DEFAULTS[model][key]
     defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
     if model == "rnn" and cell in (*LSTM_CELLS, "layernorm_lstm"):
         defaults.update(_LSTM_FAMILY_DEFAULTS)
@@ -202,13 +247,32 @@ class TrainingConfig:
             translation).
         zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
             translation models (0: none), any ``cell``.
-        data: a ``source<TAB>target`` file (``task="translate"``) or a UTF-8
-            text (``task="lm"``).
+        data: a ``source<TAB>target`` file (``task="translate"``), a UTF-8
+            text (``task="lm"``) or a ``label<TAB>text`` file
+            (``task="classify"``, `keras_seq.data.load_labelled_tsv`), split
+            80/10/10 by label (`keras_seq.data.split_labelled`).
+        test_data: ``task="classify"``: a ``label<TAB>text`` file of test
+            texts; ``data`` is then split 90/10 into training and validation.
+            None: the test texts are 10% of ``data``.
+        class_weight: ``task="classify"``: ``"none"`` or ``"balanced"`` (each
+            training text of class c weighs n / (classes · n_c), the loss's
+            sample weights).
+        init_from: ``task="classify"``: the run folder of a ``task="lm"``
+            run whose embedding and blocks the classifier starts from, with
+            its tokenizer; ``model``, ``cell``, ``units``, ``layers`` and
+            ``tokenizer`` must be None or the language model's.
+        lm_weight: λ of the auxiliary objective L = L_task + λ·L_LM with
+            ``init_from`` (None: `AUXILIARY_LM_WEIGHT`, or 0 with
+            ``freeze_body``); 0 fine-tunes on the task alone.
+        freeze_body: with ``init_from``: train the linear head only (a
+            linear probe of the language model; the default learning rate
+            is then `LINEAR_PROBE_LEARNING_RATE`).
         tokenizer: ``"char"`` (`keras_seq.text.CharTokenizer`, every
-            character of the text) or, for ``task="bilm"`` only,
-            ``"wordpiece"`` (`keras_seq.text.WordPieceTokenizer` learned from
-            the training text, newlines kept as tokens); the other tasks'
-            ``translate``, ``generate`` and ``export`` read characters.
+            character of the text) or, for ``task="bilm"`` and
+            ``task="classify"`` only, ``"wordpiece"``
+            (`keras_seq.text.WordPieceTokenizer` learned from the training
+            text, newlines kept as tokens); the other tasks' ``translate``,
+            ``generate`` and ``export`` read characters.
         vocab_size: ``tokenizer="wordpiece"``: the largest vocabulary to
             learn, reserved tokens and the newline included (None:
             `WORDPIECE_VOCAB_SIZE`); must be None for ``"char"``.
@@ -228,7 +292,9 @@ class TrainingConfig:
             is scored with (None: the family default; other tasks: must be None).
         steps_per_epoch: ``task="lm"``: batches per epoch (None: the family
             default; other tasks: must be None, an epoch is a pass over the pairs).
-        max_source_length, max_target_length: caps on the padded lengths.
+        max_source_length, max_target_length: caps on the padded lengths
+            (None: 64, or for ``task="classify"`` `CLASSIFY_MAX_LENGTH`
+            tokens of a text, which is cut there, and says so).
         length_buckets: translation tasks: training batches hold sources of
             similar length and are padded only as far as their bucket
             (`length_buckets`; ``make_dataset``'s ``bucket_lengths``), so short
@@ -266,8 +332,8 @@ class TrainingConfig:
     units: int | None = None
     layers: int | None = None
     learning_rate: float | None = None
-    max_source_length: int = 64
-    max_target_length: int = 64
+    max_source_length: int | None = None
+    max_target_length: int = _TRANSLATE_MAX_LENGTH
     length_buckets: bool = True
     distribute: str = "auto"
     precision: str = "float32"
@@ -290,6 +356,11 @@ class TrainingConfig:
     zoneout: float = 0.0
     tokenizer: str = "char"
     vocab_size: int | None = None
+    test_data: str | None = None
+    class_weight: str = "none"
+    init_from: str | None = None
+    lm_weight: float | None = None
+    freeze_body: bool = False
 
     def resolved(self) -> TrainingConfig:
         """A checked copy with the task and the family defaults filled in."""
@@ -305,28 +376,33 @@ class TrainingConfig:
             )
         if task == "translate" and self.data is None:
             raise invalid_value(where, "data", "a TSV file for task 'translate'", None)
-        model = self.model if self.model is not None else (
+        fine_tune = self._check_classify_options(where, task)
+        # Fine-tuning: the model's kind, cell and sizes are the language
+        # model's, filled in from its run folder (`keras_seq.training.load_data`).
+        model = self.model if self.model is not None or fine_tune else (
             "transformer" if task == "lm" else "rnn"
         )
-        check_choice(where, "model", model, MODELS)
+        if model is not None:
+            check_choice(where, "model", model, MODELS)
         if task == "bilm" and model != "rnn":
             raise invalid_value(where, "model", "'rnn' for task 'bilm' (ELMo's biLM is "
                                 "recurrent)", model)
         default_cell = {"lm": "lstm", "bilm": "coupled"}.get(task, "gru")
-        cell = self.cell if self.cell is not None else default_cell
+        cell = self.cell if self.cell is not None or fine_tune else default_cell
         if self.cell is not None:  # the defaults are built in
             check_choice(where, "cell", cell, CELLS)
         check_choice(where, "attention", self.attention, ATTENTIONS)
         zoneout = check_float(where, "zoneout", self.zoneout, low=0.0, high=1.0,
                               high_inclusive=False)
-        if zoneout and (model != "rnn" or task in TEXT_TASKS):
+        if zoneout and (model != "rnn" or task in (*TEXT_TASKS, "classify")):
             raise invalid_value(where, "zoneout",
                                 "0 except for model 'rnn' translation models", zoneout)
         check_choice(where, "tokenizer", self.tokenizer, TOKENIZERS)
-        if self.tokenizer == "wordpiece" and task != "bilm":
+        if self.tokenizer == "wordpiece" and task not in ("bilm", "classify"):
             raise invalid_value(
-                where, "tokenizer", f"'char' for task {task!r} ('wordpiece' is for task "
-                "'bilm' only: translate, generate and export read characters)", self.tokenizer,
+                where, "tokenizer", f"'char' for task {task!r} ('wordpiece' is for tasks "
+                "'bilm' and 'classify' only: translate, generate and export read characters)",
+                self.tokenizer,
             )
         vocab_size = self.vocab_size
         if self.tokenizer == "wordpiece":
@@ -344,11 +420,19 @@ class TrainingConfig:
         check_choice(where, "precision", self.precision, PRECISIONS)
         check_bool(where, "fresh", self.fresh)
         keys = _FAMILY_KEYS + (_LM_KEYS if task in TEXT_TASKS else ())
-        values = {
-            key: default_for(key, model, cell, task) if getattr(self, key) is None
-            else getattr(self, key)
-            for key in keys
-        }
+        if task == "classify":
+            if self.validation_size is not None:
+                raise invalid_value(where, "validation_size", "None for task 'classify' (its "
+                                    "split is 80/10/10 by label)", self.validation_size)
+            keys = tuple(k for k in keys if k != "validation_size")
+        if fine_tune:
+            defaults = {**FINE_TUNE_DEFAULTS, "units": None, "layers": None}
+            if self.freeze_body:
+                defaults["learning_rate"] = LINEAR_PROBE_LEARNING_RATE
+        else:
+            defaults = {key: default_for(key, model, cell, task) for key in keys}
+        values = {key: defaults[key] if getattr(self, key) is None else getattr(self, key)
+                  for key in keys}
         if task not in TEXT_TASKS:
             for key in _LM_KEYS:
                 if getattr(self, key) is not None:
@@ -356,16 +440,55 @@ class TrainingConfig:
                                         "'bilm')", getattr(self, key))
         for key in ("epochs", "batch_size", "units", "layers", "validation_size", *_LM_KEYS):
             if key in values:
-                values[key] = check_positive_int(where, key, values[key])
+                values[key] = check_positive_int(where, key, values[key],
+                                                 allow_none=fine_tune)
         values["learning_rate"] = check_float(
             where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
         )
         values.update(task=task, model=model, cell=cell, zoneout=float(zoneout),
                       vocab_size=vocab_size)
-        for key in ("train_size", "test_size", "max_source_length", "max_target_length"):
+        max_source_length = self.max_source_length
+        if max_source_length is None:
+            max_source_length = CLASSIFY_MAX_LENGTH if task == "classify" else (
+                _TRANSLATE_MAX_LENGTH)
+        values["max_source_length"] = check_positive_int(where, "max_source_length",
+                                                         max_source_length)
+        for key in ("train_size", "test_size", "max_target_length"):
             values[key] = check_positive_int(where, key, getattr(self, key))
         values["seed"] = check_int(where, "seed", self.seed)
         values["backup_every_steps"] = check_positive_int(
             where, "backup_every_steps", self.backup_every_steps, allow_none=True
         )
+        lm_weight = self.lm_weight
+        if fine_tune and lm_weight is None:
+            lm_weight = 0.0 if self.freeze_body else AUXILIARY_LM_WEIGHT
+        values["lm_weight"] = None if lm_weight is None else float(lm_weight)
         return dataclasses.replace(self, **values)
+
+    def _check_classify_options(self, where: str, task: str) -> bool:
+        """The options of ``task="classify"`` checked; whether it fine-tunes a
+        language model (``init_from``)."""
+        classify_only = {"test_data": None, "init_from": None, "class_weight": "none"}
+        for key, unset in classify_only.items():
+            if task != "classify" and getattr(self, key) != unset:
+                raise invalid_value(where, key, f"{unset!r} unless task='classify'",
+                                    getattr(self, key))
+        check_choice(where, "class_weight", self.class_weight, CLASS_WEIGHTS)
+        if task == "classify" and self.data is None:
+            raise invalid_value(where, "data", "a label<TAB>text file for task 'classify'", None)
+        fine_tune = self.init_from is not None
+        check_bool(where, "freeze_body", self.freeze_body)
+        if not fine_tune:
+            for key, unset in (("lm_weight", None), ("freeze_body", False)):
+                if getattr(self, key) != unset:
+                    raise invalid_value(
+                        where, key, f"{unset!r} without init_from (it is an option of "
+                        "fine-tuning a language model)", getattr(self, key))
+            return False
+        if self.lm_weight is not None:
+            check_float(where, "lm_weight", self.lm_weight, low=0.0)
+            if self.freeze_body and self.lm_weight > 0:
+                raise invalid_value(
+                    where, "lm_weight", "0 or None with freeze_body (a frozen body and its "
+                    "language-model head learn nothing from the auxiliary loss)", self.lm_weight)
+        return True

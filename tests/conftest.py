@@ -155,6 +155,26 @@ def _as_arguments(options):
     return [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
+@pytest.fixture
+def interrupted_run(monkeypatch):
+    """``interrupted_run(**options)``: `keras_seq.training.train` stopped right
+    after its first epoch's backup (a ``KeyboardInterrupt`` where the history
+    row would be written), as a kill would stop it."""
+    from keras_seq import training
+    from keras_seq.training import backup
+
+    def crash(self, epoch, logs=None):
+        raise KeyboardInterrupt
+
+    def run(**options):
+        with monkeypatch.context() as patch:
+            patch.setattr(backup.History, "on_epoch_end", crash)
+            with pytest.raises(KeyboardInterrupt):
+                training.train(**options)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def tiny_run_options():
     """The options of the tiny date run, for `keras_seq.training.TrainingConfig`."""

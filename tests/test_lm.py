@@ -17,7 +17,6 @@ import tensorflow as tf
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import data, decoding, models, text, training
 from keras_seq.cli import main
-from keras_seq.training import backup
 
 _TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -248,20 +247,13 @@ def test_generate_prints_the_prompt_and_a_seeded_sample(lm_run, capsys):
 
 
 @pytest.mark.slow
-def test_a_crashed_lm_run_resumes_to_the_uninterrupted_weights(lm_run, monkeypatch):
+def test_a_crashed_lm_run_resumes_to_the_uninterrupted_weights(lm_run, interrupted_run):
     root, text_file, run_dir = lm_run
     reference = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     options = dict(task="lm", model="rnn", units=16, layers=1, context=8, batch_size=4,
                    steps_per_epoch=3, epochs=2, validation_size=4, verbose=0, data=str(text_file),
                    out=str(root), name="crash")
-
-    def crash(self, epoch, logs=None):  # after the first epoch's backup
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(backup.History, "on_epoch_end", crash)
-        with pytest.raises(KeyboardInterrupt):
-            training.train(**options)
+    interrupted_run(**options)
     assert os.path.isfile(root / "crash" / training.BACKUP_DIR / "state.json")
     result = training.train(**options)
     assert result.metrics["resumed_from_epoch"] == 2

@@ -1,16 +1,20 @@
-"""The `keras-seq` command line: `train`, `tune`, `translate`, `generate`, `export`, `verify`.
+"""The `keras-seq` command line: `train`, `tune`, `translate`, `classify`, `generate`,
+`export`, `verify`.
 
 Each command parses its arguments, calls a library function and prints:
 
 - ``keras-seq train`` runs `keras_seq.training.train` (with no arguments: the
   default model, a bidirectional GRU encoder and a GRU decoder with Bahdanau
   attention, on the embedded date-normalisation task; ``--task lm``: a
-  character language model) and writes ``runs/<name>/`` (see
-  `keras_seq.training`);
+  character language model; ``--task classify``: a text classifier, from
+  scratch or fine-tuned from a language model) and writes ``runs/<name>/``
+  (see `keras_seq.training`);
 - ``keras-seq tune --trials N`` runs `keras_seq.tuning.search`, prints
   KerasTuner's results table and writes the best model as a run folder;
 - ``keras-seq translate RUN_DIR "text" ...`` prints one output per input
   (`keras_seq.training.translate_texts`);
+- ``keras-seq classify RUN_DIR "text" ...`` prints each text's label and its
+  probability (`keras_seq.training.classify_texts`);
 - ``keras-seq generate RUN_DIR --prompt TEXT`` prints the prompt and a
   sampled continuation (`keras_seq.training.generate_text`);
 - ``keras-seq export RUN_DIR OUT`` writes the deployment artifacts
@@ -119,8 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, subparsers = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
-        if args.command == "translate" and not any(e.startswith("-") and e != "-"
-                                                   for e in extras):
+        if args.command in ("translate", "classify") and not any(
+            e.startswith("-") and e != "-" for e in extras
+        ):
             # argparse gives TEXT... nothing when an option precedes them
             # (`translate RUN_DIR --beam 4 TEXT...`) and leaves them over.
             args.texts += extras

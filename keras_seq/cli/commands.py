@@ -42,18 +42,20 @@ def _check_train(args) -> None:
         config = TrainingConfig(**_config_options(args)).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
-    if config.model == "transformer" or config.task in ("lm", "bilm"):
-        if args.cell is not None and config.model == "transformer":
-            raise UsageError(
-                "--cell chooses the recurrent cell of --model rnn; a transformer has none "
-                "(leave --cell out, or add --model rnn)"
-            )
-        if args.attention is not None:
-            what = "language models" if config.task in ("lm", "bilm") else "--model transformer"
-            raise UsageError(
-                f"--attention chooses the attention of --model rnn translation models; "
-                f"{what} have their own (leave --attention out)"
-            )
+    if args.cell is not None and config.model == "transformer":
+        raise UsageError(
+            "--cell chooses the recurrent cell of --model rnn; a transformer has none "
+            "(leave --cell out, or add --model rnn)"
+        )
+    if args.attention is not None and (
+        config.model == "transformer" or config.task in ("lm", "bilm", "classify")
+    ):
+        what = {"lm": "language models", "bilm": "language models",
+                "classify": "classifiers"}.get(config.task, "--model transformer")
+        raise UsageError(
+            f"--attention chooses the attention of --model rnn translation models; "
+            f"{what} have their own (leave --attention out)"
+        )
 
 
 def _check_tune(args) -> None:
@@ -65,6 +67,14 @@ def _check_tune(args) -> None:
         TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
+
+
+def _check_inputs(args, verb: str) -> None:
+    if bool(args.texts) == (args.input is not None):
+        raise UsageError("give the inputs either as TEXT arguments or as --input FILE (- for "
+                         "standard input), not both" if args.texts else
+                         f"nothing to {verb}: give TEXT arguments or --input FILE (- for "
+                         "standard input)")
 
 
 def _check_translate(args) -> None:
@@ -83,11 +93,11 @@ def _check_translate(args) -> None:
             raise UsageError(
                 "--length-penalty applies to beam search only; add --beam N (N > 1)"
             )
-    if bool(args.texts) == (args.input is not None):
-        raise UsageError("give the inputs either as TEXT arguments or as --input FILE (- for "
-                         "standard input), not both" if args.texts else
-                         "nothing to translate: give TEXT arguments or --input FILE (- for "
-                         "standard input)")
+    _check_inputs(args, "translate")
+
+
+def _check_classify(args) -> None:
+    _check_inputs(args, "classify")
 
 
 def _read_inputs(path: str) -> list[str]:
@@ -148,6 +158,13 @@ def _train(args) -> int:
             f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
         )
         return 0
+    if metrics.get("task") == "classify":
+        print(
+            f"Held-out accuracy: {metrics['test_accuracy']:.2%} ({metrics['test_correct']}/"
+            f"{metrics['test_examples']}), macro-F1 {metrics['test_macro_f1']:.4f}, total "
+            f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
+        )
+        return 0
     if metrics.get("task") == "lm":
         print(
             f"Held-out loss: {metrics['val_loss']:.4f} nats/character (perplexity "
@@ -176,6 +193,19 @@ def _translate(args) -> int:
     _print_warnings("translate", caught, training.InputWarning)
     for output in outputs:
         print(output)
+    return 0
+
+
+def _classify(args) -> int:
+    from keras_seq import training
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", training.InputWarning)
+        texts = args.texts if args.input is None else _read_inputs(args.input)
+        results = training.classify_texts(args.run_dir, texts)
+    _print_warnings("classify", caught, training.InputWarning)
+    for label, probability in results:
+        print(f"{label}\t{probability:.4f}")
     return 0
 
 
@@ -211,11 +241,15 @@ def _export(args) -> int:
     formats = args.formats
     if formats is None:
         try:
-            language_model = read_run(args.run_dir, "export_run").is_language_model
+            run = read_run(args.run_dir, "export_run")
+            language_model, classifier = run.is_language_model, run.is_classifier
         except (OSError, ValueError):
-            language_model = False  # export_run says what is wrong, in its order
-        # A translation run: every format; a language model: its lm_step.tflite.
-        formats = None if language_model else ("savedmodel", "tflite", "onnx")
+            # export_run says what is wrong, in its order
+            language_model = classifier = False
+        # A translation run: every format; a classifier: its SavedModel and
+        # TFLite; a language model: its lm_step.tflite.
+        formats = (None if language_model else ("savedmodel", "tflite") if classifier
+                   else ("savedmodel", "tflite", "onnx"))
     with warnings.catch_warnings(record=True) as caught:
         # The converters' notes (a layer that keeps its loop, a node that a
         # runtime computes otherwise) are for the user, one line each.
@@ -245,6 +279,7 @@ COMMANDS = {
     "train": (_check_train, _train),
     "tune": (_check_tune, _tune),
     "translate": (_check_translate, _translate),
+    "classify": (_check_classify, _classify),
     "generate": (_check_generate, _generate),
     "export": (_check_export, _export),
     "verify": (None, _verify),

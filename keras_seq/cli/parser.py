@@ -28,7 +28,13 @@ def _family_default(training, key: str, lm: bool = True) -> str:
     lm_families = {}
     for model in ("transformer", "rnn"):
         lm_families.setdefault(training.default_for(key, model, task="lm"), []).append(model)
-    return listed(families) + (f"; --task lm: {listed(lm_families)}" if lm else "")
+    classify = {model: training.default_for(key, model, task="classify")
+                for model in ("rnn", "transformer")}
+    classify = (str(classify["rnn"]) if len(set(classify.values())) == 1 else
+                ", ".join(f"{v} ({m})" for m, v in classify.items()))
+    fine_tune = training.FINE_TUNE_DEFAULTS.get(key, "the language model's")
+    return listed(families) + (f"; --task lm: {listed(lm_families)}" if lm else "") + (
+        f"; --task classify: {classify}, with --init-from: {fine_tune}")
 
 
 def _registered_cell(name: str) -> str:
@@ -60,9 +66,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train = commands.add_parser(
         "train",
         help="train a model (default: the date task) and write runs/<name>/",
-        description="Train a seq2seq model (or, with --task lm, a character language model) "
-        "and write model.keras, vocab.txt, TensorBoard logs, history.csv, metrics.json and "
-        "(seq2seq models with attention) attention.png to OUT/NAME.",
+        description="Train a seq2seq model (or, with --task lm, a character language model; "
+        "with --task classify, a text classifier) and write model.keras, vocab.txt, "
+        "TensorBoard logs, history.csv, metrics.json and (seq2seq models with attention) "
+        "attention.png, (classifiers) confusion.png to OUT/NAME.",
     )
     train.add_argument(
         "--task",
@@ -70,11 +77,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="dates: the embedded date task; translate: a parallel corpus (--data FILE.tsv); "
         "lm: a character language model of --data FILE.txt, by default tiny Shakespeare; "
         "bilm: ELMo's bidirectional language model of the same text, in characters or "
-        "WordPiece tokens (--tokenizer) (default: dates, or translate when --data is given)",
+        "WordPiece tokens (--tokenizer); classify: a text classifier of --data FILE.tsv "
+        "(label<TAB>text), from scratch or fine-tuned from a --task lm run (--init-from) "
+        "(default: dates, or translate when --data is given)",
     )
     train.add_argument(
         "--model", choices=training.MODELS,
-        help="default: rnn; transformer with --task lm",
+        help="default: rnn; transformer with --task lm; the language model's with --init-from",
     )
     train.add_argument(
         "--cell",
@@ -97,13 +106,41 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
-        "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once)",
+        "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once); --task classify: "
+        "labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
+    )
+    train.add_argument(
+        "--test-data", metavar="FILE.tsv",
+        help="--task classify: the test texts (label<TAB>text); --data is then split 90/10 "
+        "into training and validation (default: 10%% of --data)",
+    )
+    train.add_argument(
+        "--class-weight", choices=training.CLASS_WEIGHTS, default=config.class_weight,
+        help="--task classify: balanced weighs each training text of class c by "
+        "n / (classes x n_c) (default: %(default)s)",
+    )
+    train.add_argument(
+        "--init-from", metavar="LM_RUN_DIR",
+        help="--task classify: start the classifier's embedding and blocks from this --task "
+        "lm run (same tokenizer, kind and sizes) and fine-tune them with a linear head on the "
+        "last token's hidden state (GPT)",
+    )
+    train.add_argument(
+        "--lm-weight", type=float, metavar="LAMBDA",
+        help="with --init-from: weight of the auxiliary language-model loss, L = L_task + "
+        f"LAMBDA * L_LM on the same texts; 0 fine-tunes on the task alone (default: "
+        f"{training.AUXILIARY_LM_WEIGHT})",
+    )
+    train.add_argument(
+        "--freeze-body", action="store_true",
+        help="with --init-from: train the linear head only (a linear probe of the language "
+        f"model; learning rate {training.LINEAR_PROBE_LEARNING_RATE} by default)",
     )
     train.add_argument(
         "--tokenizer", choices=training.TOKENIZERS, default=config.tokenizer,
-        help="tokens of --task bilm: char (every character of the text) or wordpiece "
-        "(learned from the training text, newlines kept); other tasks read characters "
-        "(default: %(default)s)",
+        help="tokens of --task bilm and --task classify: char (every character of the "
+        "text) or wordpiece (learned from the training text, newlines kept); other tasks read "
+        "characters (default: %(default)s)",
     )
     train.add_argument(
         "--vocab-size", type=int, metavar="N",
@@ -150,9 +187,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"{_family_default(training, 'layers')}",
     )
     train.add_argument("--learning-rate", type=float, help=hidden)
-    train.add_argument(
-        "--max-source-length", type=int, default=config.max_source_length, help=hidden
-    )
+    train.add_argument("--max-source-length", type=int, help=hidden)
     train.add_argument(
         "--max-target-length", type=int, default=config.max_target_length, help=hidden
     )
@@ -186,6 +221,21 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument("--verbose", type=int, default=config.verbose, help=hidden)
 
     _add_tune_parser(commands, training, config)
+
+    classify = commands.add_parser(
+        "classify",
+        help="print a trained classifier's label and its probability for each text",
+        description="Classify each TEXT (or each line of --input FILE) with the classifier in "
+        "RUN_DIR (a classification run of keras-seq train) and print one line per input, in "
+        "order: the label, a tab, and its probability.",
+    )
+    classify.add_argument("run_dir", metavar="RUN_DIR")
+    classify.add_argument("texts", metavar="TEXT", nargs="*",
+                          help="texts to classify (or give --input)")
+    classify.add_argument(
+        "--input", metavar="FILE",
+        help="read the texts from FILE, one per line (UTF-8); - reads standard input",
+    )
 
     translate = commands.add_parser(
         "translate",
@@ -242,8 +292,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         nargs="+",
         choices=("savedmodel", "tflite", "onnx"),
         default=None,
-        help="default: savedmodel tflite onnx for a translation run; a language-model run "
-        "has one, tflite: OUT/lm_step.tflite, one generation step",
+        help="default: savedmodel tflite onnx for a translation run, savedmodel tflite for a "
+        "classifier; a language-model run has one, tflite: OUT/lm_step.tflite, one "
+        "generation step",
     )
     export.add_argument(
         "--quantize",

@@ -6,10 +6,12 @@ One module per kind of data; every public name is importable from
 
 - `keras_seq.data.dates`: the date-normalisation task (`date_task`), which
   ships with the package and needs no download.
-- `keras_seq.data.pairs`: parallel corpora of your own, read from TSV files
-  (`load_tsv`) and split into train, validation and test (`split_pairs`).
+- `keras_seq.data.pairs`: data of your own in TSV files: parallel corpora
+  (`load_tsv`, split into train, validation and test by `split_pairs`) and
+  labelled texts (`load_labelled_tsv`, split by label by `split_labelled`).
 - `keras_seq.data.pipeline`: the teacher-forcing `tf.data` pipeline of
-  sequence-to-sequence pairs (`make_dataset`), with length bucketing.
+  sequence-to-sequence pairs (`make_dataset`), with length bucketing, and the
+  pipeline of labelled texts (`make_classification_dataset`).
 - `keras_seq.data.text`: text for character language models
   (`tiny_shakespeare`, `load_text`, `split_text`, `text_windows`,
   `make_text_dataset`).
@@ -26,8 +28,8 @@ from keras_seq.data.algorithmic import (
     repeat_copy_task,
 )
 from keras_seq.data.dates import DATE_FORMATS, FIRST_DATE, LAST_DATE, date_task
-from keras_seq.data.pairs import load_tsv, split_pairs
-from keras_seq.data.pipeline import make_dataset
+from keras_seq.data.pairs import load_labelled_tsv, load_tsv, split_labelled, split_pairs
+from keras_seq.data.pipeline import classification_ids, make_classification_dataset, make_dataset
 from keras_seq.data.text import (
     HELD_OUT_FRACTION,
     TINY_SHAKESPEARE_SHA256,
@@ -40,6 +42,7 @@ from keras_seq.data.text import (
 )
 
 __all__ = [
+    "classification_ids",
     "FIRST_DATE",
     "LAST_DATE",
     "DATE_FORMATS",
@@ -47,10 +50,13 @@ __all__ = [
     "TINY_SHAKESPEARE_SHA256",
     "TINY_SHAKESPEARE_URL",
     "date_task",
+    "load_labelled_tsv",
     "load_text",
     "load_tsv",
+    "make_classification_dataset",
     "make_dataset",
     "make_text_dataset",
+    "split_labelled",
     "split_pairs",
     "split_text",
     "text_windows",

@@ -1,5 +1,6 @@
-"""The teacher-forcing `tf.data` pipeline of sequence-to-sequence pairs
-(`make_dataset`), with optional length bucketing.
+"""The `tf.data` pipelines of labelled data: teacher forcing for
+sequence-to-sequence pairs (`make_dataset`, with optional length bucketing)
+and labelled texts for classifiers (`make_classification_dataset`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from keras_seq._validation import check_int, invalid_value
 if TYPE_CHECKING:
     from keras_seq.text import CharTokenizer, WordPieceTokenizer
 
-__all__ = ["make_dataset"]
+__all__ = ["classification_ids", "make_classification_dataset", "make_dataset"]
 
 def make_dataset(
     pairs: Sequence[tuple[str, str]],
@@ -88,13 +89,7 @@ def make_dataset(
     source_length = check_int(where, "source_length", source_length, minimum=1)
     # [START] or [END] and at least one token.
     target_length = check_int(where, "target_length", target_length, minimum=2)
-    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
-    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
-    first_epoch = check_int(
-        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
-    )
-    if epochs is not None and shuffle_seed is None:
-        raise ValueError("make_dataset: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+    shuffle_seed, epochs, first_epoch = _check_epochs(where, shuffle_seed, epochs, first_epoch)
     pairs = list(pairs)
     if not pairs:
         raise ValueError("make_dataset: `pairs` is empty.")
@@ -156,10 +151,7 @@ def make_dataset(
         count = batches
     else:
         # One explicit permutation per epoch, drawn from (seed, epoch) alone.
-        orders = np.stack([
-            np.random.default_rng([shuffle_seed, epoch]).permutation(len(pairs))
-            for epoch in range(first_epoch, epochs)
-        ]).astype("int32")
+        orders = _epoch_orders(len(pairs), shuffle_seed, first_epoch, epochs)
 
         @tf.autograph.experimental.do_not_convert
         def gather(i):
@@ -186,6 +178,156 @@ def make_dataset(
             dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(one_epoch)
         count = batches * (epochs - first_epoch)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_epochs(where, shuffle_seed, epochs, first_epoch):
+    """``(shuffle_seed, epochs, first_epoch)`` checked: ``epochs`` needs a seed."""
+    shuffle_seed = check_int(where, "shuffle_seed", shuffle_seed, allow_none=True)
+    epochs = check_int(where, "epochs", epochs, minimum=1, allow_none=True)
+    first_epoch = check_int(
+        where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
+    )
+    if epochs is not None and shuffle_seed is None:
+        raise ValueError(f"{where}: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+    return shuffle_seed, epochs, first_epoch
+
+
+def _epoch_orders(count: int, seed: int, first_epoch: int, epochs: int) -> np.ndarray:
+    """``(epochs - first_epoch, count)`` int32: one permutation per epoch, drawn
+    from ``(seed, epoch)`` alone, so that a resumed run sees the same orders."""
+    return np.stack([
+        np.random.default_rng([seed, epoch]).permutation(count)
+        for epoch in range(first_epoch, epochs)
+    ]).astype("int32")
+
+
+def classification_ids(tokenizer, texts, max_length: int) -> tf.Tensor:
+    """A classifier's input: each text's first ``max_length`` token ids, padded
+    with 0 to the longest (at least one position, so that an empty text is a
+    row of padding). Made of TensorFlow ops only: the same in a dataset, in
+    eager code and in a SavedModel.
+
+    Args:
+        tokenizer: a `keras_seq.text` tokenizer.
+        texts: a ``(B,)`` string tensor or a list of str.
+        max_length: int, the most tokens kept of a text.
+
+    Returns:
+        int32 ``(B, T)``, T ≤ ``max_length``.
+
+    Examples:
+        >>> from keras_seq import text
+        >>> tokenizer = text.CharTokenizer.from_corpus(["abc"])
+        >>> classification_ids(tokenizer, ["abcab", "", "b"], 4).numpy().tolist()
+        [[4, 5, 6, 4], [0, 0, 0, 0], [5, 0, 0, 0]]
+    """
+    ids = tokenizer.tokenize(texts)[:, :max_length]
+    width = tf.maximum(tf.cast(ids.bounding_shape(axis=1), tf.int32), 1)
+    return ids.to_tensor(shape=tf.stack([tf.cast(ids.nrows(), tf.int32), width]))
+
+
+def make_classification_dataset(
+    texts: Sequence[str],
+    labels: Sequence[int],
+    tokenizer: CharTokenizer | WordPieceTokenizer,
+    batch_size: int,
+    max_length: int,
+    shuffle_seed: int | None = None,
+    epochs: int | None = None,
+    first_epoch: int = 0,
+    class_weights: Sequence[float] | None = None,
+    next_token_targets: bool = False,
+) -> tf.data.Dataset:
+    """Batches of tokenized texts and their class ids; tokenization runs in the graph.
+
+    Each batch's ids are its texts' first ``max_length`` tokens, padded with 0
+    to the longest of the batch (`classification_ids`; not to ``max_length``:
+    short texts cost less).
+
+    Args:
+        texts: the texts.
+        labels: one class id per text, in ``[0, number of classes)``.
+        tokenizer: a `keras_seq.text` tokenizer.
+        batch_size: texts per batch (the last batch may be smaller).
+        max_length: the most tokens kept of a text (its beginning).
+        shuffle_seed: None keeps the order of ``texts``; an int shuffles them.
+        epochs: with ``shuffle_seed``, the dataset holds epochs ``first_epoch ..
+            epochs - 1`` back to back, each in an order that depends only on
+            ``(shuffle_seed, epoch)`` (as `make_dataset`'s ``epochs``).
+        first_epoch: the first epoch the dataset holds (with ``epochs``).
+        class_weights: one weight per class id: each batch also carries the
+            sample weights ``class_weights[label]`` (Keras' ``class_weight``,
+            as sample weights, which multi-output models take too).
+        next_token_targets: the targets are ``{"classes": labels,
+            "next_tokens": ids}`` where ``next_tokens[:, t]`` is the id at
+            t + 1 (0 after the last token): the targets of a language model's
+            head on the same text (`models.classifier_from_language_model`
+            with ``lm_logits=True``).
+
+    Returns:
+        A dataset of ``(ids int32 (B, T), targets)`` or, with
+        ``class_weights``, ``(ids, targets, sample_weights)`` (a dict like the
+        targets with ``next_token_targets``, the next-token weights all ones).
+
+    Examples:
+        >>> from keras_seq import text
+        >>> tokenizer = text.CharTokenizer.from_corpus(["abc", "a"])
+        >>> ids, labels = next(iter(make_classification_dataset(
+        ...     ["abc", "a"], [1, 0], tokenizer, batch_size=2, max_length=8)))
+        >>> ids.numpy().tolist(), labels.numpy().tolist()
+        ([[4, 5, 6], [4, 0, 0]], [1, 0])
+    """
+    where = "make_classification_dataset"
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
+    max_length = check_int(where, "max_length", max_length, minimum=1)
+    shuffle_seed, epochs, first_epoch = _check_epochs(where, shuffle_seed, epochs, first_epoch)
+    texts, labels = list(texts), np.asarray(labels)
+    if not texts or len(texts) != len(labels):
+        raise invalid_value(where, "labels", f"one class id per text ({len(texts)} texts)",
+                            f"{len(labels)} labels")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+        raise invalid_value(where, "labels", "non-negative integer class ids", labels[:5])
+    columns = [tf.constant(texts, tf.string), tf.constant(labels, tf.int32)]
+    if class_weights is not None:
+        class_weights = np.asarray(class_weights, np.float32)
+        if class_weights.ndim != 1 or len(class_weights) <= labels.max():
+            raise invalid_value(where, "class_weights", f"one weight per class id "
+                                f"(at least {labels.max() + 1})", class_weights)
+        columns.append(tf.constant(class_weights[labels]))
+
+    @tf.autograph.experimental.do_not_convert
+    def encode(*batch):
+        ids = classification_ids(tokenizer, batch[0], max_length)
+        targets = batch[1]
+        if next_token_targets:
+            following = tf.pad(ids[:, 1:], [[0, 0], [0, 1]])
+            targets = {"classes": targets, "next_tokens": following}
+        if class_weights is None:
+            return ids, targets
+        weights = batch[2]
+        if next_token_targets:
+            weights = {"classes": weights, "next_tokens": tf.ones(tf.shape(ids), tf.float32)}
+        return ids, targets, weights
+
+    @tf.autograph.experimental.do_not_convert
+    def gather(order):
+        return tuple(tf.gather(column, order) for column in columns)
+
+    batches = -(-len(texts) // batch_size)
+    if epochs is None:
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(columns))
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(len(texts), seed=shuffle_seed, reshuffle_each_iteration=True)
+        dataset = dataset.batch(batch_size)
+    else:
+        orders = _epoch_orders(len(texts), shuffle_seed, first_epoch, epochs)
+        dataset = tf.data.Dataset.from_tensor_slices(orders).flat_map(
+            lambda order: tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(gather)
+        )
+        batches *= epochs - first_epoch
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -1,4 +1,4 @@
-"""Export: what Keras' own exporters lack, for deploying translation models.
+"""Export: what Keras' own exporters lack, for deploying translation models and classifiers.
 
 Keras' own paths (`model.export(..., format="litert" | "onnx" | "tf_saved_model")`,
 `tf.lite.TFLiteConverter.from_keras_model`) work for every layer and model of
@@ -17,8 +17,9 @@ this package. This package adds, one module per job:
   decoder step with explicit state, for a decoding loop on the device
   (`tflite_greedy_decode` is that loop, in NumPy);
   `convert_language_model_step_to_tflite` converts one generation step of a
-  language model with its state or key/value cache explicit. Files run with
-  ai_edge_litert.
+  language model with its state or key/value cache explicit;
+  `convert_classifier_to_tflite` a classifier with its softmax
+  (`classifier_probabilities`). Files run with ai_edge_litert.
 - `lstm_fusion`: `convert_fused_lstm`, TFLite's fused LSTM kernel behind
   ``fuse_lstm=True``.
 - `onnx_export`: the same through tf2onnx (`convert_to_onnx`,
@@ -32,7 +33,8 @@ this package. This package adds, one module per job:
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
   formats, with Keras' reference outputs on held-out examples; a language
   model's run as ``lm_step.tflite`` and, if recurrent, ``lm_stream.onnx``
-  (`language_model_export`).
+  (`language_model_export`), a classifier's as ``classifier/1/`` and
+  ``tflite/classifier.tflite`` (`classifier_export`).
 - `verification`: `verify` runs every artifact of such a folder in a process that
   cannot import keras_seq (ONNX files on every onnxruntime execution provider
   there) and compares it with Keras (``keras-seq verify``).
@@ -44,9 +46,15 @@ from keras_seq.export.onnx_export import (
     convert_to_onnx,
 )
 from keras_seq.export.run import export_run
-from keras_seq.export.saved_model import export_saved_model, saved_model_op_names
+from keras_seq.export.saved_model import (
+    export_classifier_saved_model,
+    export_saved_model,
+    saved_model_op_names,
+)
 from keras_seq.export.streaming import initial_streaming_states, streaming_model
 from keras_seq.export.tflite_export import (
+    classifier_probabilities,
+    convert_classifier_to_tflite,
     convert_decoder_steps_to_tflite,
     convert_language_model_step_to_tflite,
     convert_seq2seq_to_tflite,
@@ -58,6 +66,8 @@ from keras_seq.export.tflite_export import (
 from keras_seq.export.verification import verification_table, verify
 
 __all__ = [
+    "classifier_probabilities",
+    "convert_classifier_to_tflite",
     "convert_decoder_steps_to_onnx",
     "convert_decoder_steps_to_tflite",
     "convert_language_model_step_to_tflite",
@@ -65,6 +75,7 @@ __all__ = [
     "convert_seq2seq_to_tflite",
     "convert_to_onnx",
     "convert_to_tflite",
+    "export_classifier_saved_model",
     "export_run",
     "export_saved_model",
     "initial_streaming_states",

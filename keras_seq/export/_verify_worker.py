@@ -18,6 +18,9 @@ generation loop of `keras_seq.decoding.sample` at temperature 0, in NumPy:
 the prompts' continuations are compared with Keras' whole, and the step's
 choices along Keras' tokens token by token. A ``{"running": ...}`` line
 comes first, so that a crash inside a runtime is attributed to its artifact.
+A classifier's artifacts (``classifier/1``, ``tflite*/classifier.tflite``,
+``onnx/classifier.onnx``) label the held-out texts: their labels and
+probabilities are compared with Keras'.
 """
 
 import importlib.abc
@@ -64,12 +67,19 @@ class HostTokenizer:
         self.vocabulary = [_ESCAPE.sub(_unescape, line) for line in lines]
         self.ids = {token: i for i, token in enumerate(self.vocabulary) if i >= 4}
 
-    def encode(self, sources, reference_ids):
-        """Character tokenizers are re-implemented here; WordPiece keeps Keras' ids."""
+    def encode(self, sources, reference_ids, pad_to_longest=False):
+        """Character tokenizers are re-implemented here; WordPiece keeps Keras' ids.
+
+        Each source's first ``source_length`` characters, padded to
+        ``source_length`` or (``pad_to_longest``, a classifier's input) to the
+        longest of ``sources`` (at least 1)."""
         if self.kind != "char":
             return np.asarray(reference_ids, np.int32)
         length, unk = self.config["source_length"], self.config["unk_id"]
-        ids = np.full((len(sources), length), self.config["pad_id"], np.int32)
+        width = length
+        if pad_to_longest:
+            width = max(1, min(length, max((len(s) for s in sources), default=0)))
+        ids = np.full((len(sources), width), self.config["pad_id"], np.int32)
         for row, source in enumerate(sources):
             tokens = [self.ids.get(ch, unk) for ch in source[:length]]
             ids[row, : len(tokens)] = tokens
@@ -317,7 +327,9 @@ def host_artifact(folder, runtime, suffix, reference, problems):
     }
 
 
-def saved_model_artifact(path, reference, problems):
+def load_saved_model(path):
+    """The ``serving_default`` signature of a SavedModel and its size on disk,
+    tensorflow-text's ops registered first when the graph has any."""
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -332,15 +344,21 @@ def saved_model_artifact(path, reference, problems):
     }
     if ops & _TEXT_OPS:
         import tensorflow_text  # noqa: F401  (registers the WordPiece ops, as TF Serving does)
-    signature = tf.saved_model.load(path).signatures["serving_default"]
+    size = sum(
+        os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(path) for f in names
+    )
+    return tf.saved_model.load(path).signatures["serving_default"], size
+
+
+def saved_model_artifact(path, reference, problems):
+    import tensorflow as tf
+
+    signature, size = load_saved_model(path)
     sources = [str(s) for s in reference["sources"]]
     decoded = []
     for i in range(0, len(sources), _BATCH):
         outputs = signature(inputs=tf.constant(sources[i : i + _BATCH], tf.string))["outputs"]
         decoded.extend(s.decode("utf-8", errors="replace") for s in outputs.numpy())
-    size = sum(
-        os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(path) for f in names
-    )
     one = tf.constant(sources[:1], tf.string)
     return {
         "size_bytes": size,
@@ -348,6 +366,73 @@ def saved_model_artifact(path, reference, problems):
         "max_abs_logit_error": None,
         "decoded": decoded,
         "latency_ms_batch1": median_ms(lambda: signature(inputs=one)) if sources else None,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Classifiers: strings in, labels out (SavedModel); ids in, probabilities out
+
+
+def classifier_artifact(out_dir, entry, reference, provider=None):
+    """Labels and probabilities of the reference texts by one artifact, against Keras'."""
+    import tensorflow as tf
+
+    path = os.path.join(out_dir, entry["artifact"])
+    texts = [str(t) for t in reference["texts"]]
+    problems = []
+    if entry["format"] == "savedmodel":
+        signature, size = load_saved_model(path)
+        ops = None
+
+        def run(batch, ids):
+            outputs = signature(inputs=tf.constant(batch, tf.string))
+            labels = [s.decode("utf-8", errors="replace") for s in outputs["labels"].numpy()]
+            return labels, outputs["probabilities"].numpy()
+    else:
+        tokenizer = HostTokenizer(path)
+        suffix = "." + entry["format"]
+        file = os.path.join(path, "classifier" + suffix)
+        model = TFLiteModel(file) if suffix == ".tflite" else ONNXModel(file, provider)
+        size = os.path.getsize(file)
+        ops = sorted((tflite_op_names if suffix == ".tflite" else onnx_op_types)(file))
+        labels_of = tokenizer.config["labels"]
+
+        def run(batch, ids):
+            host_ids = tokenizer.encode(batch, ids, pad_to_longest=True)
+            if not np.array_equal(host_ids, ids):
+                problems.append(f"{entry['artifact']}: the host tokenizer's ids differ from "
+                                "Keras' token ids")
+            (probabilities,) = model(host_ids)
+            return [labels_of[i] for i in probabilities.argmax(-1)], probabilities
+
+    labels, probabilities = [], []
+    for i in range(0, len(texts), _BATCH):
+        batch = texts[i : i + _BATCH]
+        ids = reference["token_ids"][i : i + _BATCH]
+        # The batch's ids padded to its own longest text, as Keras' are for the whole set.
+        ids = ids[:, : max(1, int((ids != 0).sum(axis=1).max()))]
+        batch_labels, batch_probabilities = run(batch, ids)
+        labels += batch_labels
+        probabilities.append(batch_probabilities)
+    probabilities = np.concatenate(probabilities)
+    expected = [str(s) for s in reference["keras_labels"]]
+    one_ids = reference["token_ids"][:1]
+    one_ids = one_ids[:, : max(1, int((one_ids != 0).sum()))]
+    return {
+        **entry,
+        "provider": provider,
+        "size_bytes": size,
+        "ops": ops,
+        "max_abs_logit_error": None,
+        "max_abs_probability_error": float(
+            np.abs(probabilities - reference["keras_probabilities"]).max()),
+        "string_match": fraction_equal(labels, expected),
+        "exact_match": fraction_equal(labels, [str(s) for s in reference["targets"]]),
+        "latency_ms_batch1": median_ms(lambda: run(texts[:1], one_ids)),
+        "problems": problems[:1],
+        "examples": len(texts),
+        "mismatches": [{"source": t, "keras": k, "artifact": a}
+                       for t, k, a in zip(texts, expected, labels) if k != a][:5],
     }
 
 
@@ -451,8 +536,8 @@ def main(argv):
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     reference = dict(np.load(os.path.join(out_dir, manifest["reference"])))
-    language_model = manifest.get("task") == "lm"
-    targets = None if language_model else [str(s) for s in reference["targets"]]
+    task = manifest.get("task")
+    targets = None if task else [str(s) for s in reference["targets"]]
 
     with open(results_path, "w", encoding="utf-8") as results:
         for entry in manifest["artifacts"]:
@@ -462,8 +547,10 @@ def main(argv):
                               + "\n")
                 results.flush()
                 try:
-                    if language_model:
+                    if task == "lm":
                         record = lm_artifact(out_dir, entry, reference, provider)
+                    elif task == "classify":
+                        record = classifier_artifact(out_dir, entry, reference, provider)
                     else:
                         record = check(out_dir, entry, reference, targets, provider)
                 except Exception as error:  # a broken artifact must not hide the others

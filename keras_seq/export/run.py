@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
+from keras_seq.export.classifier_export import export_classifier
 from keras_seq.export.language_model_export import LM_FORMATS, export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
@@ -86,6 +87,17 @@ def export_run(
     (200 characters) of up to 20 prompts spread over the run's held-out text
     (``test.txt``), with Keras' milliseconds per token.
 
+    A classifier run (``keras-seq train --task classify``) exports
+    (`keras_seq.export.classifier_export`) ``classifier/1/`` (``"savedmodel"``,
+    `export_classifier_saved_model`: strings in, ``labels`` and
+    ``probabilities`` out), ``tflite/classifier.tflite`` (``"tflite"``,
+    `convert_classifier_to_tflite`: token ids in, probabilities out),
+    ``onnx/classifier.onnx`` (``"onnx"``), ``tflite_<mode>/classifier.tflite``
+    for each ``quantize`` mode, each host-side folder with the tokenizer files
+    and ``export.json`` (with the labels), and in ``reference.npz`` the first
+    ``examples`` texts of its ``test.tsv`` with Keras' ``token_ids``,
+    ``keras_probabilities`` and ``keras_labels``, and the ``targets``.
+
     The held-out examples are the first ``examples`` pairs of the run's test
     split as the run recorded it (``test.tsv``,
     `keras_seq.training.run_folder.RunFolder.held_out_pairs`); for a run
@@ -100,7 +112,8 @@ def export_run(
         run_dir: the run folder.
         out: the output folder: new or empty, or any folder with ``overwrite``.
         formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``; `None`:
-            ``("savedmodel",)`` for a translation run; for a language-model
+            ``("savedmodel",)`` for a translation run, ``("savedmodel",
+            "tflite")`` for a classifier; for a language-model
             run ``("tflite", "onnx")`` (recurrent) or ``("tflite",)``
             (Transformer), the formats it has.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
@@ -115,7 +128,9 @@ def export_run(
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
         ``"reference"`` (when there are examples) and ``"manifest"``; for a
         language model ``"tflite"`` (``lm_step.tflite``), ``"tflite_<mode>"``,
-        ``"onnx"`` (``lm_stream.onnx``), ``"reference"`` and ``"manifest"``.
+        ``"onnx"`` (``lm_stream.onnx``), ``"reference"`` and ``"manifest"``;
+        for a classifier ``"savedmodel"``, ``"tflite"``, ``"tflite_<mode>"``,
+        ``"onnx"`` (the model files), ``"reference"`` and ``"manifest"``.
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder.
@@ -149,15 +164,25 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
     folder = read_run(os.fspath(run_dir), where)
     if folder.is_language_model:
         _check_language_model_options(where, formats, beam_width)
-    run = None if folder.is_language_model else _load_run(where, os.fspath(run_dir))
+    if folder.is_classifier and beam_width != 1:
+        raise ValueError(
+            f"{where}: `beam_width` is for translation runs (the SavedModel's decoding); a "
+            f"classifier decodes nothing. Received beam_width={beam_width}."
+        )
+    translation = not (folder.is_language_model or folder.is_classifier)
+    run = _load_run(where, os.fspath(run_dir)) if translation else None
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
     try:
         if run is None:
-            written, manifest = export_language_model(
-                folder, staging, formats, quantize, examples, _write_json
-            )
+            if folder.is_classifier:
+                written, manifest = export_classifier(
+                    folder, staging, formats, quantize, examples, _host_folder)
+            else:
+                written, manifest = export_language_model(
+                    folder, staging, formats, quantize, examples, _write_json
+                )
             written["manifest"] = os.path.join(staging, MANIFEST_FILE)
             _write_json(written["manifest"], manifest)
         else:
@@ -250,7 +275,7 @@ def _export_saved_model(run, out, beam_width):
 def _export_tflite(run, out, mode):
     """``tflite/`` (mode None: forward pass, encoder, decoder step) or ``tflite_<mode>/``."""
     name = "tflite" if mode is None else f"tflite_{mode}"
-    folder = _host_folder(out, name, run, mode)
+    folder = _host_folder(out, name, run["tokenizer"], _host_config(run, mode))
     encoder, decoder_step = convert_decoder_steps_to_tflite(
         run["model"], run["target_length"], quantize=mode
     )
@@ -268,7 +293,7 @@ def _export_tflite(run, out, mode):
 
 def _export_onnx(run, out):
     """``onnx/``: forward pass, encoder and decoder step."""
-    folder = _host_folder(out, "onnx", run, None)
+    folder = _host_folder(out, "onnx", run["tokenizer"], _host_config(run, None))
     paths = {"onnx": convert_seq2seq_to_onnx(run["model"], os.path.join(folder, "seq2seq.onnx"))}
     paths["onnx_encoder"], paths["onnx_decoder_step"] = convert_decoder_steps_to_onnx(
         run["model"],
@@ -334,12 +359,13 @@ def _host_config(run, quantize):
     }
 
 
-def _host_folder(directory, name, run, quantize):
-    """A folder for a host-side artifact, with what the host needs to tokenize."""
+def _host_folder(directory, name, tokenizer, host_config):
+    """A folder for a host-side artifact, with what the host needs to tokenize:
+    the tokenizer files and ``export.json`` (``host_config``)."""
     folder = os.path.join(directory, name)
     os.makedirs(folder, exist_ok=True)
-    run["tokenizer"].save(folder)
-    _write_json(os.path.join(folder, HOST_FILE), _host_config(run, quantize))
+    tokenizer.save(folder)
+    _write_json(os.path.join(folder, HOST_FILE), host_config)
     return folder
 
 

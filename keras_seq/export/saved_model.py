@@ -1,4 +1,5 @@
-"""SavedModel: strings in, strings out, for TF Serving or plain TensorFlow."""
+"""SavedModel: strings in, strings out, for TF Serving or plain TensorFlow
+(translators: `export_saved_model`; classifiers: `export_classifier_saved_model`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,25 @@ from keras_seq._validation import check_float, check_positive_int
 from keras_seq.export._checks import check_seq2seq, check_tokenizer
 
 
-class _Translator(tf.Module):
+class _ModelModule(tf.Module):
+    """A module that runs a Keras model and saves only the model's variables:
+    tracking the model would also save its optimizer state (three times the
+    weights with Adam)."""
+
+    def __init__(self, model, name):
+        super().__init__(name=name)
+        object.__setattr__(self, "model", model)
+        self.model_variables = list(model.variables)
+
+    def write(self, function, directory) -> str:
+        """Writes the module with ``function`` as its ``serving_default`` signature."""
+        directory = os.fspath(directory)
+        signature = function.get_concrete_function()
+        tf.saved_model.save(self, directory, signatures={"serving_default": signature})
+        return directory
+
+
+class _Translator(_ModelModule):
     """Tokenizers + model + decoding as one module with a string signature."""
 
     def __init__(
@@ -24,11 +43,7 @@ class _Translator(tf.Module):
         beam_width,
         length_penalty,
     ):
-        super().__init__(name="translator")
-        # Only the model's variables are saved, not the model: tracking it
-        # would also save its optimizer state (three times the weights with Adam).
-        object.__setattr__(self, "model", model)
-        self.model_variables = list(model.variables)
+        super().__init__(model, name="translator")
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self._source_length = source_length
@@ -132,10 +147,85 @@ def export_saved_model(
         int(beam_width),
         float(length_penalty),
     )
-    directory = os.fspath(directory)
-    signature = translator.translate.get_concrete_function()
-    tf.saved_model.save(translator, directory, signatures={"serving_default": signature})
-    return directory
+    return translator.write(translator.translate, directory)
+
+
+class _Classifier(_ModelModule):
+    """Tokenizer + classifier + softmax as one module with a string signature."""
+
+    def __init__(self, model, tokenizer, labels, source_length):
+        super().__init__(model, name="classifier")
+        self.tokenizer = tokenizer
+        self.labels = tf.constant(labels, tf.string)
+        self._source_length = source_length
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def classify(self, inputs):
+        from keras_seq.data import classification_ids
+
+        inputs = tf.ensure_shape(inputs, [None], name="inputs_must_be_a_rank_1_batch")
+        ids = classification_ids(self.tokenizer, inputs, self._source_length)
+        probabilities = tf.nn.softmax(tf.cast(self.model(ids, training=False), tf.float32))
+        return {
+            "labels": tf.gather(self.labels, tf.argmax(probabilities, axis=-1)),
+            "probabilities": probabilities,
+        }
+
+
+def export_classifier_saved_model(
+    model,
+    tokenizer,
+    labels,
+    directory: str | os.PathLike,
+    source_length: int,
+) -> str:
+    """Writes a SavedModel that classifies raw strings, for TF Serving.
+
+    The ``serving_default`` signature takes ``inputs``, a ``(B,)`` tf.string
+    tensor (any other rank is an ``InvalidArgumentError``), and returns
+    ``labels`` (``(B,)`` tf.string, the most probable label of each text)
+    and ``probabilities`` (``(B, classes)`` float32, the softmax of the
+    logits, classes in ``labels`` order). Inside: the text's first
+    ``source_length`` tokens (`keras_seq.data.classification_ids`) -> the
+    model -> softmax. A `text.WordPieceTokenizer` adds tensorflow-text ops
+    (``import tensorflow_text`` before `tf.saved_model.load`).
+
+    Args:
+        model: a classifier ``token_ids (B, T) -> logits (B, classes)``
+            (`models.sequence_classifier`, `models.classifier_from_language_model`).
+        tokenizer: the tokenizer it was trained with.
+        labels: the class names, in class id order.
+        directory: where to write; for TF Serving a version folder,
+            ``<model base path>/<version>``, e.g. ``models/classifier/1``.
+        source_length: the most tokens read of a text.
+
+    Returns:
+        ``directory`` as a string.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from keras_seq import models, text
+        >>> tokenizer = text.CharTokenizer.from_corpus(["good", "bad"])
+        >>> model = models.sequence_classifier(tokenizer.vocabulary_size, 2, units=4)
+        >>> directory = os.path.join(tempfile.mkdtemp(), "classifier", "1")
+        >>> path = export_classifier_saved_model(model, tokenizer, ["bad", "good"], directory, 32)
+        >>> serve = tf.saved_model.load(path).signatures["serving_default"]
+        >>> serve(inputs=tf.constant(["good", "bad"]))["probabilities"].shape
+        TensorShape([2, 2])
+    """
+    require_tensorflow("keras_seq.export.export_classifier_saved_model", EXPORT_THERE)
+    where = "export_classifier_saved_model"
+    check_tokenizer(where, "tokenizer", tokenizer)
+    source_length = check_positive_int(where, "source_length", source_length)
+    labels = [str(label) for label in labels]
+    outputs = model.outputs
+    if len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[-1] != len(labels):
+        raise ValueError(
+            f"{where}: `model` must return logits (B, classes) with one class per label "
+            f"({len(labels)}); its outputs are {[tuple(o.shape) for o in outputs]}."
+        )
+    module = _Classifier(model, tokenizer, labels, int(source_length))
+    return module.write(module.classify, directory)
 
 
 def saved_model_op_names(directory: str | os.PathLike) -> set[str]:

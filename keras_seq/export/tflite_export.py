@@ -237,6 +237,35 @@ def convert_decoder_steps_to_tflite(
     )
 
 
+def convert_classifier_to_tflite(model, quantize: str | None = None) -> bytes:
+    """Converts a text classifier to TFLite, with the softmax inside.
+
+    Input ``token_ids (B, T)`` int32 (dynamic ``B`` and ``T``; 0 = padding at
+    the end, the text's first tokens as `keras_seq.data.classification_ids`
+    gives them); output the class probabilities ``(B, classes)`` float32.
+    Builtin ops only.
+
+    Args:
+        model: a classifier ``token_ids (B, T) -> logits (B, classes)``.
+        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+
+    Returns:
+        The flatbuffer bytes.
+    """
+    require_tensorflow("keras_seq.export.convert_classifier_to_tflite", EXPORT_THERE)
+    check_quantize("convert_classifier_to_tflite", quantize)
+    return convert_to_tflite(classifier_probabilities(model), quantize=quantize)
+
+
+def classifier_probabilities(model):
+    """The Keras model ``token_ids -> softmax(model(token_ids))`` (float32), sharing
+    ``model``'s layers: what a device runs."""
+    import keras
+
+    probabilities = keras.layers.Activation("softmax", dtype="float32", name="probabilities")
+    return keras.Model(model.inputs[0], probabilities(model.outputs[0]), name=model.name)
+
+
 def convert_language_model_step_to_tflite(
     model, context: int, quantize: str | None = None
 ) -> bytes:

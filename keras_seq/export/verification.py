@@ -27,6 +27,10 @@ _ROW_KEYS = (
 )
 # A language model's rows also carry these (see `verify`).
 _LM_ROW_KEYS = ("task", "token_agreement", "ms_per_token", "keras_ms_per_token")
+# And a classifier's these.
+_CLASSIFIER_ROW_KEYS = ("task", "max_abs_probability_error")
+# A float artifact's probabilities may differ from Keras' by rounding, no more.
+FLOAT_MAX_PROBABILITY_ERROR = 1e-4
 
 
 def verify(
@@ -71,13 +75,23 @@ def verify(
     one `tf.function`). The float step fails unless every continuation equals
     Keras'; a quantized one, unless ``token_agreement`` is at least 99.5%.
 
+    A classifier's export (``classifier/1``, ``tflite*/classifier.tflite``,
+    ``onnx/classifier.onnx``) labels the held-out texts of ``reference.npz``
+    (the SavedModel from the strings, the others from the host tokenizer's
+    ids): ``string_match`` is the fraction labelled as Keras labels them,
+    ``exact_match`` the accuracy, ``max_abs_probability_error`` the largest
+    difference from Keras' probabilities. A float artifact fails unless every
+    label equals Keras' and its probabilities are within 1e-4; a quantized
+    one, unless it agrees on at least 99.5% of the texts.
+
     Args:
         out_dir: a folder written by `export_run` (``keras-seq export``).
         json_path: where to write ``{"artifacts": [...]}`` (rows with the keys
             ``artifact, format, provider, quantize, size_bytes, ops,
             max_abs_logit_error, string_match, exact_match,
             latency_ms_batch1``, and for a language model ``task,
-            token_agreement, ms_per_token, keras_ms_per_token``; ``provider``
+            token_agreement, ms_per_token, keras_ms_per_token``, for a
+            classifier ``task, max_abs_probability_error``; ``provider``
             is the onnxruntime execution provider of an ONNX row, None for
             the others; ``ops`` the TFLite operators or ONNX op types), or
             `None`.
@@ -103,8 +117,8 @@ def verify(
     records, failures = _run_worker(out_dir, manifest, timeout)
     rows = []
     for record in records:
-        keys = _ROW_KEYS + (_LM_ROW_KEYS if record.get("task") == "lm" else ())
-        rows.append({key: record.get(key) for key in keys})
+        extra = {"lm": _LM_ROW_KEYS, "classify": _CLASSIFIER_ROW_KEYS}.get(record.get("task"), ())
+        rows.append({key: record.get(key) for key in _ROW_KEYS + extra})
         failures.extend(record.get("problems", []))
         if record.get("string_match") is None:
             continue
@@ -120,13 +134,20 @@ def verify(
                 )
             continue
         minimum = 1.0 if record["quantize"] is None else QUANTIZED_MIN_STRING_MATCH
+        error = record.get("max_abs_probability_error")
+        if record["quantize"] is None and error is not None and (
+            error > FLOAT_MAX_PROBABILITY_ERROR
+        ):
+            failures.append(f"{name}: its probabilities differ from Keras' by up to "
+                            f"{error:.2e} (allowed: {FLOAT_MAX_PROBABILITY_ERROR:.0e})")
         if record["string_match"] < minimum:
             shown = "; ".join(
                 f"{m['source']!r}: Keras {m['keras']!r}, artifact {m['artifact']!r}"
                 for m in record["mismatches"]
             )
+            does = "labels" if record.get("task") == "classify" else "decodes"
             failures.append(
-                f"{name}: decodes {record['string_match']:.2%} of "
+                f"{name}: {does} {record['string_match']:.2%} of "
                 f"{record['examples']} examples as Keras does (needs {minimum:.1%}); "
                 f"e.g. {shown}"
             )
@@ -171,12 +192,18 @@ def _run_worker(out_dir, manifest, timeout):
 
 def verification_table(result: dict) -> str:
     """The rows of `verify` as a text table, one artifact a line."""
-    header = (
-        "artifact", "format", "quantize", "size", "ops", "max|logit err|",
-        "vs Keras", "vs targets", "batch-1 ms",
-    )
-    if any(row.get("task") == "lm" for row in result["artifacts"]):
+    tasks = {row.get("task") for row in result["artifacts"]}
+    if "lm" in tasks:
         return _language_model_table(result)
+    # A classifier's rows: its labels and probabilities against Keras'.
+    classify = "classify" in tasks
+    header = (
+        "artifact", "format", "quantize", "size",
+        "max|prob err|" if classify else "max|logit err|",
+        "same label as Keras" if classify else "vs Keras",
+        "accuracy" if classify else "vs targets", "batch-1 ms", "ops",
+    )
+    error = "max_abs_probability_error" if classify else "max_abs_logit_error"
     lines = [header]
     for row in result["artifacts"]:
         lines.append((
@@ -184,19 +211,13 @@ def verification_table(result: dict) -> str:
             row["format"],
             row["quantize"] or "-",
             _size(row["size_bytes"]),
-            ",".join(row["ops"]) if row["ops"] else "-",
-            "-" if row["max_abs_logit_error"] is None else f"{row['max_abs_logit_error']:.2e}",
+            _error(row.get(error)),
             _percent(row["string_match"]),
             _percent(row["exact_match"]),
-            "-" if row["latency_ms_batch1"] is None else f"{row['latency_ms_batch1']:.2f}",
+            _milliseconds(row["latency_ms_batch1"]),
+            _ops(row),
         ))
-    # Every column but the operators (long) is padded to its width.
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    order = [0, 1, 2, 3, 5, 6, 7, 8, 4]
-    return "\n".join(
-        "  ".join(line[i].ljust(widths[i]) if i != 4 else line[i] for i in order).rstrip()
-        for line in lines
-    )
+    return _aligned(lines)
 
 
 def _language_model_table(result: dict) -> str:
@@ -211,18 +232,35 @@ def _language_model_table(result: dict) -> str:
             _label(row),
             row["quantize"] or "-",
             _size(row["size_bytes"]),
-            "-" if row["max_abs_logit_error"] is None else f"{row['max_abs_logit_error']:.2e}",
+            _error(row["max_abs_logit_error"]),
             _percent(row["string_match"]),
             _percent(row.get("token_agreement")),
             "-" if row.get("ms_per_token") is None else f"{row['ms_per_token']:.3f}",
             "-" if row.get("keras_ms_per_token") is None else f"{row['keras_ms_per_token']:.3f}",
-            ",".join(row["ops"]) if row["ops"] else "-",
+            _ops(row),
         ))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return _aligned(lines)
+
+
+def _aligned(lines) -> str:
+    """Lines of cells, every column but the last (the operators, long) padded to its width."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
     return "\n".join(
         "  ".join([*(v.ljust(w) for v, w in zip(line, widths)), line[-1]]).rstrip()
         for line in lines
     )
+
+
+def _error(value) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _milliseconds(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _ops(row) -> str:
+    return ",".join(row["ops"]) if row["ops"] else "-"
 
 
 def _label(row) -> str:

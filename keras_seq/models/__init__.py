@@ -1,5 +1,5 @@
 """Functional-API model builders: seq2seq, language models and classifiers (recurrent,
-Transformer and the DCNN).
+Transformer, the DCNN, and a language model fine-tuned as a classifier).
 
 The layers that the builders create are classes of `keras_seq.layers`;
 `RecurrentDecoder`, `TokenEmbedding`, `PaddingMask` and `WideConvolution1D`
@@ -12,9 +12,11 @@ from keras_seq.models.dcnn import dcnn_classifier
 from keras_seq.models.elmo import bidirectional_language_model, contextual_embedder
 from keras_seq.models.language_model import (
     language_model,
+    language_model_hidden_states,
     language_model_kind,
     sequence_classifier,
 )
+from keras_seq.models.lm_classifier import classifier_from_language_model
 from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
 
 __all__ = [
@@ -23,9 +25,11 @@ __all__ = [
     "TokenEmbedding",
     "WideConvolution1D",
     "bidirectional_language_model",
+    "classifier_from_language_model",
     "contextual_embedder",
     "dcnn_classifier",
     "language_model",
+    "language_model_hidden_states",
     "language_model_kind",
     "register_cell",
     "rnn_seq2seq",

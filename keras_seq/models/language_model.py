@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from keras_seq._validation import check_bool, check_choice, check_positive_int, check_rate
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_rate,
+    invalid_type,
+)
 from keras_seq.layers import PaddingMask
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
@@ -38,6 +44,34 @@ def language_model_kind(model) -> str | None:
     if {"embedding", "recurrent_0", "logits"} <= names:
         return "rnn"
     return None
+
+
+def language_model_hidden_states(model) -> keras.KerasTensor:
+    """The hidden states ``(B, T, d)`` of a `language_model`'s last block: the
+    symbolic tensor of ``model``'s graph that its output layer reads (after
+    the last ``"decoder_layer_{i}"`` or ``"recurrent_{i}"``), to build other
+    heads on the same body (`classifier_from_language_model`).
+
+    Args:
+        model: a model built by `language_model` (or loaded from its ``.keras``).
+
+    Raises:
+        TypeError: ``model`` was not built by `language_model`.
+
+    Examples:
+        >>> model = language_model(30, kind="rnn", num_layers=2, units=8)
+        >>> tuple(keras.Model(model.inputs[0], language_model_hidden_states(model))(
+        ...     keras.ops.ones((2, 5), "int32")).shape)
+        (2, 5, 8)
+    """
+    kind = language_model_kind(model)
+    if kind is None:
+        raise invalid_type("language_model_hidden_states", "model",
+                           "a keras.Model built by keras_seq.models.language_model", model)
+    prefix = "decoder_layer_" if kind == "transformer" else "recurrent_"
+    blocks = [int(layer.name[len(prefix):]) for layer in model.layers
+              if layer.name.startswith(prefix) and layer.name[len(prefix):].isdigit()]
+    return model.get_layer(f"{prefix}{max(blocks)}").output
 
 
 def language_model(
@@ -143,7 +177,8 @@ def sequence_classifier(
     ``kind="rnn"``: embedding → ``num_layers`` bidirectional recurrent layers
     (``cell`` as in `rnn_seq2seq`). ``kind="transformer"``: √d·E[ids] + P →
     ``num_layers`` `TransformerEncoder` blocks. Then the mean of the encoder
-    outputs over non-padding positions, dropout, and logits over the classes.
+    outputs over non-padding positions (zeros for a row of padding only),
+    dropout, and logits over the classes.
 
     Args:
         vocabulary_size: int, number of token ids (0 = padding).
@@ -193,8 +228,10 @@ def sequence_classifier(
             x = TransformerEncoder(
                 intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"
             )(x, padding_mask=mask)
-    # The Keras mask of the ids reaches the pooling, which averages real tokens only.
-    x = keras.layers.GlobalAveragePooling1D(name="mean_pooling")(x)
+    # The mean over real tokens; a row of padding only pools to zeros (Keras'
+    # masked GlobalAveragePooling1D would divide 0 by 0 there).
+    real = keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype)[:, :, None]  # (B, T, 1)
+    x = keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
     x = keras.layers.Dropout(dropout, name="output_dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(token_ids, logits, name=name)

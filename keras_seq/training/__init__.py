@@ -9,9 +9,10 @@ arguments into a `TrainingConfig` and prints the result:
     >>> result.metrics["test_exact_match"]  # doctest: +SKIP
     0.93
 
-Three tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
+The tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
 (``data=`` a TSV file) train a translation model; ``"lm"`` trains a
-character language model (see *Language models* below).
+character language model (see *Language models* below), ``"bilm"`` ELMo's
+biLM, and ``"classify"`` a text classifier (see *Classifiers* below).
 
 The translation pipeline, one step a function: the pairs (`load_pairs`: the embedded date
 task, or a shuffled split of a TSV file), a character tokenizer shared by
@@ -83,6 +84,29 @@ CPU, where TensorFlow's kernels are deterministic; on a GPU, call
 ``tf.config.experimental.enable_op_determinism()`` first for the same
 guarantee (`train` does not, as some GPU kernels then refuse to run).
 
+**Classifiers** (``task="classify"``). ``data=`` is a ``label<TAB>text``
+file (`keras_seq.data.load_labelled_tsv`), split 80/10/10 by label with the
+seed (`keras_seq.data.split_labelled`; with ``test_data=`` a file of test
+texts, 90/10); the labels are the class names in sorted order. From scratch,
+the texts are tokenized in characters or WordPiece tokens learned from the
+training texts and `models.sequence_classifier` is trained on the
+cross-entropy (with ``class_weight="balanced"``, each text weighs
+n / (classes · n_class)). With ``init_from=`` a ``task="lm"`` run folder,
+`with_language_model` takes the language model's kind and sizes (a
+different ``model``, ``cell``, ``units``, ``layers`` or ``tokenizer`` is an
+error naming both runs), the tokenizer is the language model's, and
+`models.classifier_from_language_model` is fine-tuned from its weights on
+L = L_task + λ·L_LM (``lm_weight`` λ, 0.5 by default; 0: the task alone),
+or with ``freeze_body=True`` its head alone (a linear probe). Texts longer
+than ``max_source_length`` tokens (256) are read up to there; `train` says
+so, as it says how balanced the classes are. The run folder holds
+``model.keras`` (the classifier: ``token_ids (B, T) -> logits``), the
+tokenizer files, ``logs/``, ``history.csv``, ``test.tsv`` (the test texts),
+``confusion.png`` and ``metrics.json`` with ``test_accuracy``,
+``test_macro_f1``, the ``confusion_matrix``, ``per_class`` scores and
+``class_counts`` (`evaluate_classifier_and_save`); `classify_texts` labels
+texts with it (``keras-seq classify``).
+
 `translate_texts` decodes strings with a run folder (``keras-seq translate``).
 
 **Modules**, one job each: `keras_seq.run_config` (the options and their
@@ -113,9 +137,17 @@ from keras_seq.run_config import (
     default_for,
 )
 from keras_seq.training.backup import HISTORY_FILE
-from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save, text_loss
+from keras_seq.training.evaluation import (
+    class_probabilities,
+    classification_scores,
+    evaluate_and_save,
+    evaluate_classifier_and_save,
+    evaluate_text_and_save,
+    text_loss,
+)
 from keras_seq.training.inference import (
     InputWarning,
+    classify_texts,
     generate_text,
     make_decoder,
     translate_strings,
@@ -127,11 +159,14 @@ from keras_seq.training.model import build_optimizer
 from keras_seq.training.pipeline import TrainingResult, train
 from keras_seq.training.prepare import (
     PreparedData,
+    PreparedLabels,
     PreparedText,
     length_buckets,
     load_data,
+    load_labelled,
     load_pairs,
     prepare_data,
+    with_language_model,
 )
 
 __all__ = [
@@ -148,6 +183,7 @@ __all__ = [
     "NOT_IN_BACKUP",
     "PRECISIONS",
     "PreparedData",
+    "PreparedLabels",
     "PreparedText",
     "SEARCH_EMBEDDING_DIMS",
     "SEARCH_UNITS",
@@ -158,13 +194,18 @@ __all__ = [
     "TrainingConfig",
     "TrainingResult",
     "build_optimizer",
+    "class_probabilities",
+    "classification_scores",
+    "classify_texts",
     "default_for",
     "evaluate_and_save",
+    "evaluate_classifier_and_save",
     "evaluate_text_and_save",
     "folder_lock",
     "generate_text",
     "length_buckets",
     "load_data",
+    "load_labelled",
     "load_pairs",
     "make_decoder",
     "prepare_data",
@@ -173,4 +214,5 @@ __all__ = [
     "translate_strings",
     "translate_texts",
     "warn_about_inputs",
+    "with_language_model",
 ]

@@ -47,7 +47,7 @@ def run_name(config: TrainingConfig, fingerprint: dict) -> str:
     configuration in ``config.out``, or a new
     ``[lm-]<model>-<cell or layers x units>-<time>``."""
     prefix = "{}{}-{}-".format(
-        f"{config.task}-" if config.task in ("lm", "bilm") else "",
+        f"{config.task}-" if config.task in ("lm", "bilm", "classify") else "",
         config.model, config.cell if config.model == "rnn" else f"{config.layers}x{config.units}",
     )
     if config.name:

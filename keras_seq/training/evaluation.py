@@ -10,12 +10,36 @@ from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_positive_int
 from keras_seq.reserved_tokens import PAD_ID, START_ID, UNK_ID
 from keras_seq.training.inference import make_decoder, translate_strings
-from keras_seq.training.prepare import PreparedData, PreparedText
+from keras_seq.training.prepare import PreparedData, PreparedLabels, PreparedText
 from keras_seq.training.run_folder import write_held_out, write_held_out_text
 
-__all__ = ["evaluate_and_save", "evaluate_text_and_save", "text_loss"]
+__all__ = [
+    "class_probabilities",
+    "classification_scores",
+    "evaluate_and_save",
+    "evaluate_classifier_and_save",
+    "evaluate_text_and_save",
+    "text_loss",
+]
 
 _EVALUATE_BATCH = 256
+
+
+def _timings(seconds: dict, evaluate: float, total: float) -> dict:
+    """``metrics["seconds"]``: the run's timings so far, then ``evaluate`` and ``total``."""
+    return {**{k: round(v, 2) for k, v in seconds.items()}, "evaluate": round(evaluate, 2),
+            "total": round(total, 2)}
+
+
+def _write_metrics(run_dir: str, metrics: dict) -> None:
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def _recorded_config(config: dict, **added) -> dict:
+    """``metrics["config"]``: the run's options (``verbose`` left out) and ``added``."""
+    return {**{k: v for k, v in config.items() if k != "verbose"}, **added}
 
 
 def evaluate_and_save(
@@ -76,25 +100,16 @@ def evaluate_and_save(
         "test_correct": correct,
         "train_examples": len(prepared.train_pairs),
         "decoding": "greedy",
-        "seconds": {
-            **{k: round(v, 2) for k, v in seconds.items()},
-            "evaluate": round(t_eval - t_decode, 2),
-            "total": round(t_end - started, 2),
-        },
+        "seconds": _timings(seconds, t_eval - t_decode, t_end - started),
         "examples": rows[:5],
         "errors": [row for row in rows if row["output"] != row["target"]][:50],
-        "config": {
-            **{k: v for k, v in config.items() if k != "verbose"},
-            "source_length": source_length,
-            "target_length": target_length,
-            "vocabulary_size": tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
+        "config": _recorded_config(
+            config, source_length=source_length, target_length=target_length,
+            vocabulary_size=tokenizer.vocabulary_size, parameters=model.count_params(),
+        ),
         **(extra or {}),
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    _write_metrics(run_dir, metrics)
     return metrics
 
 
@@ -279,22 +294,194 @@ def evaluate_text_and_save(
         "steps": int(config["epochs"]) * prepared.steps_per_epoch,
         "replicas": replicas,
         "data": prepared.source,
-        "seconds": {
-            **{k: round(v, 2) for k, v in seconds.items()},
-            "evaluate": round(t_eval - t_evaluate, 2),
-            "total": round(t_end - started, 2),
-        },
-        "config": {
-            **{k: v for k, v in config.items() if k != "verbose"},
-            "vocabulary_size": tokenizer.vocabulary_size,
-            "parameters": model.count_params(),
-        },
+        "seconds": _timings(seconds, t_eval - t_evaluate, t_end - started),
+        "config": _recorded_config(config, vocabulary_size=tokenizer.vocabulary_size,
+                                   parameters=model.count_params()),
         **(extra or {}),
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    _write_metrics(run_dir, metrics)
     return metrics
+
+
+def classification_scores(true_ids, predicted_ids, num_classes: int) -> dict:
+    """Accuracy, macro-F1, the confusion matrix and per-class scores of predictions.
+
+    Macro-F1 is the mean F1 over the classes that occur among the true or the
+    predicted ids (scikit-learn's ``f1_score(average="macro")``); a class
+    never predicted has precision 0, one never true recall 0.
+
+    Args:
+        true_ids: the true class ids, one per example.
+        predicted_ids: the predicted class ids, in the same order.
+        num_classes: the number of classes.
+
+    Returns:
+        ``{"accuracy", "macro_f1", "confusion_matrix" (rows: true class,
+        columns: predicted), "precision", "recall", "f1", "support" (lists,
+        one per class id)}``.
+
+    Examples:
+        >>> scores = classification_scores([0, 0, 1, 2], [0, 1, 1, 1], 3)
+        >>> scores["accuracy"], round(scores["macro_f1"], 4), scores["confusion_matrix"]
+        (0.5, 0.3889, [[1, 1, 0], [0, 1, 0], [0, 1, 0]])
+    """
+    import numpy as np
+
+    true_ids, predicted_ids = np.asarray(true_ids), np.asarray(predicted_ids)
+    confusion = np.zeros((num_classes, num_classes), np.int64)
+    np.add.at(confusion, (true_ids, predicted_ids), 1)
+    correct = np.diag(confusion).astype(np.float64)
+    support, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    precision = np.divide(correct, predicted, out=np.zeros(num_classes), where=predicted > 0)
+    recall = np.divide(correct, support, out=np.zeros(num_classes), where=support > 0)
+    both = precision + recall
+    f1 = np.divide(2 * precision * recall, both, out=np.zeros(num_classes), where=both > 0)
+    present = (support > 0) | (predicted > 0)
+    return {
+        "accuracy": float(correct.sum() / max(1, len(true_ids))),
+        "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+        "confusion_matrix": confusion.tolist(),
+        "precision": precision.tolist(),
+        "recall": recall.tolist(),
+        "f1": f1.tolist(),
+        "support": support.tolist(),
+    }
+
+
+def class_probabilities(model, ids_batches):
+    """Class probabilities ``(N, classes)`` float32 (NumPy) of a classifier over
+    batches of token ids ``(B, T)``: the softmax of its logits."""
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def probabilities(ids):
+        return tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
+
+    return np.concatenate([probabilities(ids).numpy() for ids in ids_batches])
+
+
+def evaluate_classifier_and_save(
+    model,
+    prepared: PreparedLabels,
+    run_dir: str,
+    config: dict,
+    seconds: dict,
+    started: float,
+    replicas: int = 1,
+    extra: dict | None = None,
+) -> dict:
+    """Scores a classifier on the test texts and writes its run folder; returns the metrics.
+
+    Writes ``model.keras`` (the classifier alone: `keras_seq.training.model.inference_model`),
+    the tokenizer files, ``test.tsv`` (the test texts, ``label<TAB>text``),
+    ``confusion.png`` and ``metrics.json``: ``task`` (``"classify"``),
+    ``labels`` (class id order), ``test_accuracy``, ``test_macro_f1``,
+    ``test_correct``, ``test_examples``, ``confusion_matrix`` (rows: true
+    label, columns: predicted, in ``labels`` order), ``per_class`` (label ->
+    ``precision``, ``recall``, ``f1``, ``support``), ``class_counts``
+    (``train``, ``validation``, ``test``: label -> texts), ``imbalance``
+    (the largest training class over the smallest), ``class_weights`` (label
+    -> weight, or None), ``truncated_texts`` (per split: texts longer than
+    ``source_length`` tokens), ``unknown_tokens``, ``examples`` and
+    ``errors`` (``{"text", "label", "predicted", "probability"}``),
+    ``seconds`` and ``config`` (with ``source_length``, ``vocabulary_size``
+    and ``parameters``), plus ``extra``.
+    """
+    require_tensorflow("keras_seq.training.evaluate_classifier_and_save")
+    import numpy as np
+
+    from keras_seq.training.model import inference_model
+
+    t_evaluate = time.perf_counter()
+    model = inference_model(model)
+    test = prepared.test_examples
+    test_data = prepared.dataset(test).map(lambda ids, *_: ids)
+    probabilities = class_probabilities(model, test_data)
+    predicted = probabilities.argmax(axis=-1)
+    true_ids = prepared.class_ids(test)
+    labels = prepared.labels
+    scores = classification_scores(true_ids, predicted, len(labels))
+    t_eval = time.perf_counter()
+
+    model.save(os.path.join(run_dir, "model.keras"))
+    prepared.tokenizer.save(run_dir)
+    write_held_out(run_dir, test)
+    _confusion_figure(scores["confusion_matrix"], labels, os.path.join(run_dir, "confusion.png"))
+    t_end = time.perf_counter()
+
+    rows = [
+        {"text": text, "label": label, "predicted": labels[p],
+         "probability": float(probabilities[i, p])}
+        for i, ((label, text), p) in enumerate(zip(test, predicted))
+    ]
+    counts = {part: dict(zip(labels, prepared.class_counts(examples)))
+              for part, examples in (("train", prepared.train_examples),
+                                     ("validation", prepared.validation_examples),
+                                     ("test", test))}
+    train_counts = list(counts["train"].values())
+    weights = prepared.class_weights
+    metrics = {
+        "task": "classify",
+        "labels": labels,
+        "test_accuracy": scores["accuracy"],
+        "test_macro_f1": scores["macro_f1"],
+        "test_correct": int(np.sum(predicted == np.asarray(true_ids))),
+        "test_examples": len(test),
+        "train_examples": len(prepared.train_examples),
+        "validation_examples": len(prepared.validation_examples),
+        "confusion_matrix": scores["confusion_matrix"],
+        "per_class": {
+            label: {key: scores[key][i] for key in ("precision", "recall", "f1", "support")}
+            for i, label in enumerate(labels)
+        },
+        "class_counts": counts,
+        "imbalance": max(train_counts) / min(train_counts),
+        "class_weights": None if weights is None else dict(zip(labels, map(float, weights))),
+        "truncated_texts": prepared.truncated,
+        "unknown_tokens": prepared.unknown_tokens,
+        "replicas": replicas,
+        "seconds": _timings(seconds, t_eval - t_evaluate, t_end - started),
+        "examples": rows[:5],
+        "errors": [row for row in rows if row["predicted"] != row["label"]][:50],
+        "config": _recorded_config(
+            config, source_length=prepared.source_length,
+            vocabulary_size=prepared.tokenizer.vocabulary_size, parameters=model.count_params(),
+        ),
+        **(extra or {}),
+    }
+    _write_metrics(run_dir, metrics)
+    return metrics
+
+
+def _confusion_figure(confusion, labels, path):
+    """Draws the confusion matrix, with counts, rows the true labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    confusion = np.asarray(confusion)
+    names = [label if len(label) <= 20 else label[:19] + "…" for label in labels]
+    size = 1.2 + 0.45 * len(labels)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    image = ax.imshow(confusion, cmap="Blues")
+    for (i, j), count in np.ndenumerate(confusion):
+        if count:
+            light = count > confusion.max() / 2
+            ax.text(j, i, str(count), ha="center", va="center", fontsize=8,
+                    color="white" if light else "black")
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    accuracy = np.trace(confusion) / max(1, confusion.sum())
+    ax.set_title(f"Test texts: {confusion.sum()}, accuracy {accuracy:.1%}", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _attention_figure(model, tokenizer, sources, outputs, source_length, target_length, path):

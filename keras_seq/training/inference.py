@@ -1,5 +1,5 @@
-"""Using a trained run: decoding strings (``keras-seq translate``) and sampling
-text (``keras-seq generate``)."""
+"""Using a trained run: decoding strings (``keras-seq translate``), sampling
+text (``keras-seq generate``) and classifying texts (``keras-seq classify``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from keras_seq.training.run_folder import read_run
 
 __all__ = [
     "InputWarning",
+    "classify_texts",
     "generate_text",
     "make_decoder",
     "translate_strings",
@@ -122,14 +123,16 @@ class InputWarning(UserWarning):
     (`warn_about_inputs`)."""
 
 
-def warn_about_inputs(tokenizer, texts: Sequence[str], source_length: int) -> list[str]:
+def warn_about_inputs(
+    tokenizer, texts: Sequence[str], source_length: int, done: str = "translated"
+) -> list[str]:
     """Warns (`InputWarning`, one per input) about inputs that the model does not
     see as written, and returns the messages.
 
     The model reads ``source_length`` tokens: a longer input is cut there. A
     character outside the run's vocabulary becomes ``[UNK]``. An empty input
-    still decodes to something. Each is translated anyway; the warning says
-    what the model read.
+    still gives an output. Each is ``done`` anyway (``"translated"``,
+    ``"classified"``); the warning says what the model read.
     """
     from keras_seq.reserved_tokens import UNK_ID
 
@@ -144,7 +147,7 @@ def warn_about_inputs(tokenizer, texts: Sequence[str], source_length: int) -> li
             kept = tokenizer.detokenize([text_ids[:source_length]]).numpy()[0].decode("utf-8")
             problems.append(
                 f"has {len(text_ids)} tokens, more than the run's source length "
-                f"{source_length}: only {kept!r} is translated"
+                f"{source_length}: only {kept!r} is {done}"
             )
         unknown = sorted({c for c, i in zip(text, text_ids) if i == UNK_ID}) if (
             len(text) == len(text_ids)) else None
@@ -156,6 +159,51 @@ def warn_about_inputs(tokenizer, texts: Sequence[str], source_length: int) -> li
             warnings.warn(message, InputWarning, stacklevel=2)
             messages.append(message)
     return messages
+
+
+def classify_texts(
+    run_dir: str | os.PathLike, texts: Sequence[str], batch_size: int = _DECODE_BATCH
+) -> list[tuple[str, float]]:
+    """The label and its probability for each text, by a classifier run (``keras-seq classify``).
+
+    Each text is tokenized as in training (its first ``source_length``
+    tokens; `warn_about_inputs` warns about a longer text, characters outside
+    the vocabulary and an empty text); the label is the most probable class,
+    its probability the softmax of the logits there.
+
+    Args:
+        run_dir: a folder written by `train` with ``task="classify"``.
+        texts: the texts.
+        batch_size: texts per forward pass.
+
+    Returns:
+        One ``(label, probability)`` per text, in order.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+        ValueError: the run is not a classifier.
+    """
+    require_tensorflow("keras_seq.training.classify_texts", START_UNDER_TENSORFLOW)
+    from keras_seq.data import classification_ids
+    from keras_seq.training.evaluation import class_probabilities
+
+    where = "classify_texts"
+    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")
+    batch_size = check_positive_int(where, "batch_size", batch_size)
+    run = read_run(run_dir, where, task="classify")
+    length = int(run.config["source_length"])
+    tokenizer = run.load_tokenizer()
+    texts = list(texts)
+    warn_about_inputs(tokenizer, texts, length, done="classified")
+    if not texts:
+        return []
+    model = run.load_model(compile=False)
+    batches = (classification_ids(tokenizer, texts[i : i + batch_size], length)
+               for i in range(0, len(texts), batch_size))
+    probabilities = class_probabilities(model, batches)
+    labels = run.metrics["labels"]
+    return [(labels[i], float(p[i])) for p, i in zip(probabilities, probabilities.argmax(-1))]
 
 
 def generate_text(

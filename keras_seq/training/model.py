@@ -5,12 +5,17 @@ from __future__ import annotations
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import TEXT_TASKS, TrainingConfig
 
-__all__ = ["build_model", "build_optimizer", "compile_model"]
+__all__ = ["build_model", "build_optimizer", "compile_model", "inference_model"]
 
 
-def build_model(config: TrainingConfig, vocabulary_size: int):
+def build_model(config: TrainingConfig, vocabulary_size: int, num_classes: int | None = None):
+    """The model a run trains: for ``task="classify"`` with ``lm_weight`` > 0
+    the one with both outputs (`models.classifier_from_language_model` with
+    ``lm_logits=True``); `inference_model` is the one a run folder keeps."""
     from keras_seq import models
 
+    if config.task == "classify":
+        return _classifier(config, vocabulary_size, num_classes)
     if config.task == "bilm":
         from keras_seq.models.elmo import bidirectional_language_model
 
@@ -18,16 +23,7 @@ def build_model(config: TrainingConfig, vocabulary_size: int):
             vocabulary_size, num_layers=config.layers, units=config.units, cell=config.cell,
         )
     if config.task == "lm":
-        return models.language_model(
-            vocabulary_size,
-            kind=config.model,
-            num_layers=config.layers,
-            units=config.units,
-            num_heads=4,
-            intermediate_dim=4 * config.units,
-            cell=config.cell,
-            dropout=0.0,
-        )
+        return _language_model(config, vocabulary_size, dropout=0.0)
     if config.model == "rnn":
         return models.rnn_seq2seq(
             vocabulary_size,
@@ -48,6 +44,59 @@ def build_model(config: TrainingConfig, vocabulary_size: int):
     )
 
 
+def _language_model(config: TrainingConfig, vocabulary_size: int, dropout: float):
+    from keras_seq import models
+
+    return models.language_model(
+        vocabulary_size,
+        kind=config.model,
+        num_layers=config.layers,
+        units=config.units,
+        num_heads=4,
+        intermediate_dim=4 * config.units,
+        cell=config.cell,
+        dropout=dropout,
+    )
+
+
+# Dropout of a classifier (Radford et al. fine-tune with 0.1 on the
+# classifier and the body alike).
+_CLASSIFIER_DROPOUT = 0.1
+
+
+def _classifier(config: TrainingConfig, vocabulary_size: int, num_classes: int):
+    import os
+
+    from keras_seq import models
+
+    if config.init_from is None:
+        return models.sequence_classifier(
+            vocabulary_size, num_classes, kind=config.model, units=config.units,
+            cell=config.cell, num_layers=config.layers, num_heads=4,
+            intermediate_dim=4 * config.units, dropout=_CLASSIFIER_DROPOUT,
+        )
+    # The language model rebuilt in this run's dtype policy (and strategy
+    # scope), with dropout for fine-tuning, then its trained weights.
+    body = _language_model(config, vocabulary_size, dropout=_CLASSIFIER_DROPOUT)
+    body.load_weights(os.path.join(config.init_from, "model.keras"))
+    if config.freeze_body:
+        body.trainable = False
+    return models.classifier_from_language_model(
+        body, num_classes, dropout=_CLASSIFIER_DROPOUT, lm_logits=bool(config.lm_weight),
+        name="classifier",
+    )
+
+
+def inference_model(model):
+    """The classifier a run keeps: ``model`` itself, or of a model trained
+    with the auxiliary objective, its ``"classes"`` output alone."""
+    import keras
+
+    if isinstance(model.output, dict):
+        return keras.Model(model.inputs[0], model.output["classes"], name=model.name)
+    return model
+
+
 def compile_model(model, config: TrainingConfig, steps: int) -> None:
     import keras
 
@@ -62,7 +111,10 @@ def compile_model(model, config: TrainingConfig, steps: int) -> None:
         warmup_steps=warmup,
     )
     metrics = None
+    loss_weights = None
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID)
+    if config.task == "classify":
+        loss, metrics, loss_weights = _classifier_loss(config)
     if config.task == "lm":
         from keras_seq.metrics import Perplexity
 
@@ -75,8 +127,24 @@ def compile_model(model, config: TrainingConfig, steps: int) -> None:
         optimizer=keras.optimizers.Adam(learning_rate, beta_2=beta_2, clipnorm=1.0),
         loss=loss,
         metrics=metrics,
+        loss_weights=loss_weights,
     )
     build_optimizer(model)
+
+
+def _classifier_loss(config: TrainingConfig):
+    """``(loss, metrics, loss_weights)`` of a classifier: the cross-entropy of
+    the class, plus λ times the next-token cross-entropy with ``lm_weight`` λ."""
+    import keras
+
+    task = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    if not config.lm_weight:
+        return task, [accuracy], None
+    next_tokens = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                             ignore_class=PAD_ID)
+    return ({"classes": task, "next_tokens": next_tokens}, {"classes": [accuracy]},
+            {"classes": 1.0, "next_tokens": config.lm_weight})
 
 
 def build_optimizer(model) -> None:

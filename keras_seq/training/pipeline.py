@@ -29,10 +29,14 @@ from keras_seq.training.backup import (
     run_fingerprint,
     run_name,
 )
-from keras_seq.training.evaluation import evaluate_and_save, evaluate_text_and_save
+from keras_seq.training.evaluation import (
+    evaluate_and_save,
+    evaluate_classifier_and_save,
+    evaluate_text_and_save,
+)
 from keras_seq.training.locking import folder_lock
 from keras_seq.training.model import build_model, compile_model
-from keras_seq.training.prepare import load_data, prepare_data
+from keras_seq.training.prepare import load_data, prepare_data, with_language_model
 
 __all__ = ["TrainingResult", "train"]
 
@@ -91,9 +95,11 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
 
     from keras_seq.distribute import choose_strategy, is_chief, make_strategy
 
-    # The data first, in Python only: bad data stops the run before anything
-    # is created. Then the strategy: a multi-worker strategy must exist before
-    # TensorFlow runs any op.
+    # The data first, in Python only (and a fine-tuning run's language model,
+    # its options only): bad data stops the run before anything is created.
+    # Then the strategy: a multi-worker strategy must exist before TensorFlow
+    # runs any op.
+    config = with_language_model(config)
     loaded = load_data(config)
     strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
     strategy = make_strategy(strategy_name)
@@ -147,10 +153,16 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
     prepared = prepare_data(config, loaded)
     os.makedirs(run_dir, exist_ok=True)
     tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
+    classify = config.task == "classify"
+    if classify:
+        prepared.validation_data = prepared.validation_batches(replicas)
+        for line in class_report(prepared, config):
+            _say(config, line)
     t_data = time.perf_counter()
 
     with strategy.scope():
-        model = build_model(config, tokenizer.vocabulary_size)
+        model = build_model(config, tokenizer.vocabulary_size,
+                            len(prepared.labels) if classify else None)
         compile_model(model, config, steps=config.epochs * steps_per_epoch)
         epoch, step = 0, 0
         if state is not None:
@@ -194,7 +206,12 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
         "loss": history["loss"][-1] if history else None,
     }
     seconds = {"data": t_data - t_start, "train": t_train - t_data}
-    if config.task in TEXT_TASKS:
+    if classify:
+        metrics = evaluate_classifier_and_save(
+            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
+            started=t_start, replicas=replicas, extra=extra,
+        )
+    elif config.task in TEXT_TASKS:
         metrics = evaluate_text_and_save(
             model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
             started=t_start, replicas=replicas, extra=extra,
@@ -210,6 +227,30 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
     # The run folder is complete: the backup has done its job.
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
     return TrainingResult(run_dir, metrics, model, tokenizer)
+
+
+def class_report(prepared, config: TrainingConfig) -> list[str]:
+    """What a classification run says about its data before it trains: the
+    classes and their balance, and texts that it reads otherwise than written."""
+    counts = prepared.class_counts(prepared.train_examples)
+    largest, smallest = max(counts), min(counts)
+    lines = [
+        f"Classes: {len(counts)}; training texts per class {smallest} to {largest}"
+        + (f" (imbalance {largest / smallest:.1f}x; class weights {config.class_weight})"
+           if largest > smallest else " (balanced)")
+    ]
+    if largest >= 2 * smallest and config.class_weight == "none":
+        lines.append("Note: the classes are imbalanced; --class-weight balanced weighs each "
+                     "class's texts by n / (classes x n_class).")
+    cut = {part: n for part, n in prepared.truncated.items() if n}
+    if cut:
+        lines.append(
+            "Note: texts longer than " f"{config.max_source_length} tokens are read up to "
+            "there (--max-source-length): " + ", ".join(f"{n} {part}" for part, n in cut.items()))
+    if prepared.unknown_tokens:
+        lines.append(f"Note: {prepared.unknown_tokens} tokens of the training texts are outside "
+                     "the vocabulary and read as [UNK].")
+    return lines
 
 
 def _say(config: TrainingConfig, message: str) -> None:

@@ -1,5 +1,6 @@
 """The data of a run: read and checked in Python (`load_data`), then tokenized
-into `tf.data` pipelines (`prepare_data`)."""
+into `tf.data` pipelines (`prepare_data`); a fine-tuning run's options are
+completed from its language model's run folder first (`with_language_model`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from keras_seq.run_config import TEXT_TASKS, TrainingConfig
 
 __all__ = [
     "PreparedData",
+    "PreparedLabels",
     "PreparedText",
     "data_sharding",
     "length_buckets",
     "load_data",
+    "load_labelled",
     "load_pairs",
     "prepare_data",
+    "with_language_model",
 ]
 
 
@@ -52,14 +56,16 @@ def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
     return task["train"], task["validation"], task["test"]
 
 
-def _data_file(config: TrainingConfig) -> str:
-    path = os.fspath(config.data)
+def _data_file(config: TrainingConfig, path=None, option: str = "--data") -> str:
+    path = os.fspath(config.data if path is None else path)
     if not os.path.isfile(path):
+        expected = {"classify": "label<TAB>text file."}.get(
+            config.task, "UTF-8 text file." if config.task in TEXT_TASKS else
+            "source<TAB>target file.")
         raise FileNotFoundError(
             f"train: the data file {path} does not exist"
             + (" (it is a folder)" if os.path.isdir(path) else "")
-            + "; --data takes a " + ("UTF-8 text file." if config.task in TEXT_TASKS else
-                                     "source<TAB>target file.")
+            + f"; {option} takes a {expected}"
         )
     return path
 
@@ -85,10 +91,60 @@ def load_data(config: TrainingConfig) -> tuple:
     so that `train` stops on bad data before it creates anything.
 
     Returns:
-        `load_pairs`' ``(train, validation, test)`` pairs, or for
-        ``task="lm"`` ``(source file, training text, held-out text)``.
+        `load_pairs`' ``(train, validation, test)`` pairs, for
+        ``task="lm"`` ``(source file, training text, held-out text)``, or for
+        ``task="classify"`` `load_labelled`'s ``(train, validation, test)``.
     """
+    if config.task == "classify":
+        return load_labelled(config)
     return _load_text(config) if config.task in TEXT_TASKS else load_pairs(config)
+
+
+def load_labelled(config: TrainingConfig) -> tuple[list, list, list]:
+    """``(train, validation, test)`` ``(label, text)`` lists of a classification run.
+
+    ``config.data`` split 80/10/10 by label (`keras_seq.data.split_labelled`
+    with ``config.seed``), or, with ``config.test_data``, ``config.data``
+    split 90/10 and the test texts from that file.
+
+    Raises:
+        FileNotFoundError: a data file does not exist.
+        ValueError: naming the file: a line that is not ``label<TAB>text``
+            (`keras_seq.data.load_labelled_tsv`), one label only, a test label
+            that no training text has, or too few texts for a validation and
+            a test text.
+    """
+    from keras_seq import data
+
+    path = _data_file(config)
+    examples = data.load_labelled_tsv(path)
+    labels = sorted({label for label, _ in examples})
+    if len(labels) < 2:
+        raise ValueError(
+            f"train: {path} has {'one label, ' + repr(labels[0]) if labels else 'no texts'}; "
+            "a classifier needs texts of at least two labels (label<TAB>text lines)."
+        )
+    split = data.split_labelled(
+        examples, validation_fraction=0.1, test_fraction=0.0 if config.test_data else 0.1,
+        seed=config.seed,
+    )
+    if config.test_data is not None:
+        test_path = _data_file(config, config.test_data, "--test-data")
+        split["test"] = data.load_labelled_tsv(test_path)
+        unseen = sorted({label for label, _ in split["test"]} - set(labels))
+        if unseen:
+            raise ValueError(
+                f"train: {test_path} has label(s) {', '.join(map(repr, unseen[:5]))} that no "
+                f"text of {path} has; a classifier only predicts the labels it was trained on."
+            )
+    for part in ("validation", "test"):
+        if not split[part]:
+            raise ValueError(
+                f"train: {path} has {len(examples)} labelled texts, too few to hold out a "
+                f"{part} text at 10% of a label (a label needs at least 5 texts, or 10 in all "
+                "for a validation and a test text)."
+            )
+    return split["train"], split["validation"], split["test"]
 
 
 @dataclasses.dataclass
@@ -218,7 +274,7 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
 
     source, train_text, held_out_text = loaded or _load_text(config)
     if config.tokenizer == "wordpiece":
-        tokenizer = _learn_wordpiece(config, source, train_text)
+        tokenizer = _learn_wordpiece(config, source, [train_text], keep_newlines=True)
     else:
         tokenizer = text.CharTokenizer.from_corpus([train_text + held_out_text])
     # One string each: the WordPiece tokenizer cuts at newlines itself, so this
@@ -251,14 +307,15 @@ def _prepare_text(config: TrainingConfig, loaded: tuple | None = None) -> Prepar
     )
 
 
-def _learn_wordpiece(config: TrainingConfig, source: str, train_text: str):
+def _learn_wordpiece(config: TrainingConfig, source: str, train_texts: list[str],
+                     keep_newlines: bool = False):
     """The WordPiece tokenizer of a run, learned from its training text only:
     the held-out text plays no part in the model, its vocabulary included
     (a held-out word the pieces cannot spell is one ``[UNK]``)."""
     from keras_seq import text
 
     tokenizer = text.WordPieceTokenizer.from_corpus(
-        [train_text], vocab_size=config.vocab_size, keep_newlines=True
+        train_texts, vocab_size=config.vocab_size, keep_newlines=keep_newlines
     )
     if tokenizer.vocabulary_size > config.vocab_size:
         raise ValueError(
@@ -270,9 +327,185 @@ def _learn_wordpiece(config: TrainingConfig, source: str, train_text: str):
     return tokenizer
 
 
+@dataclasses.dataclass
+class PreparedLabels:
+    """What `prepare_data` returns for ``task="classify"``.
+
+    Attributes:
+        train_examples, validation_examples, test_examples: ``(label, text)``
+            lists (`load_labelled`).
+        labels: the class names, sorted; class id i is ``labels[i]``.
+        tokenizer: learned from the training texts (characters or WordPiece),
+            or the language model's (``init_from``).
+        source_length: the most tokens read of a text (``max_source_length``).
+        class_weights: ``(classes,)`` weights of ``class_weight="balanced"``, or None.
+        next_token_targets: the targets include the next tokens (``lm_weight`` > 0).
+        validation_data: the validation batches, in order.
+        truncated: texts per split longer than ``source_length`` tokens (read cut).
+        unknown_tokens: ``[UNK]`` tokens in the training texts.
+        batch_size, seed: the config's, for `epochs_data`.
+    """
+
+    train_examples: list
+    validation_examples: list
+    test_examples: list
+    labels: list
+    tokenizer: Any
+    source_length: int
+    class_weights: Any
+    next_token_targets: bool
+    validation_data: Any
+    truncated: dict
+    unknown_tokens: int
+    batch_size: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches in an epoch (a pass over the training texts)."""
+        return -(-len(self.train_examples) // self.batch_size)
+
+    def class_ids(self, examples) -> list[int]:
+        """The class id of each ``(label, text)``."""
+        index = {label: i for i, label in enumerate(self.labels)}
+        return [index[label] for label, _ in examples]
+
+    def class_counts(self, examples) -> list[int]:
+        """Texts per class id among ``examples``."""
+        counts = [0] * len(self.labels)
+        for i in self.class_ids(examples):
+            counts[i] += 1
+        return counts
+
+    def dataset(self, examples, batch_size: int | None = None, **options):
+        """`keras_seq.data.make_classification_dataset` of ``examples`` with
+        this run's tokenizer, lengths, targets and (by default) batch size."""
+        from keras_seq import data
+
+        return data.make_classification_dataset(
+            [t for _, t in examples], self.class_ids(examples), self.tokenizer,
+            batch_size or self.batch_size, self.source_length,
+            next_token_targets=self.next_token_targets, **options,
+        ).with_options(data_sharding())
+
+    def validation_batches(self, replicas: int = 1):
+        """The validation batches, the first one a multiple of ``replicas`` texts.
+
+        Keras 3.15's ``evaluate`` under a distribution strategy averages its
+        first batch over the replicas (to build the model), which fails when
+        they hold different numbers of rows; later batches may be uneven.
+        """
+        count = len(self.validation_examples)
+        if count >= self.batch_size or count % replicas == 0:
+            return self.dataset(self.validation_examples)
+        if count < replicas:
+            raise ValueError(
+                f"train: the validation split has {count} text(s), fewer than the {replicas} "
+                "replicas of the strategy; give more labelled texts or fewer replicas."
+            )
+        return self.dataset(self.validation_examples, batch_size=count - count % replicas)
+
+    def epochs_data(self, first_epoch: int, epochs: int, skip: int = 0):
+        """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
+        batches dropped, each epoch's order drawn from the seed and its number."""
+        return self.dataset(
+            self.train_examples, shuffle_seed=self.seed, epochs=epochs, first_epoch=first_epoch,
+            class_weights=self.class_weights,
+        ).skip(skip)
+
+
+def with_language_model(config: TrainingConfig) -> TrainingConfig:
+    """``config`` with the ``model``, ``cell``, ``units`` and ``layers`` of its
+    ``init_from`` language model filled in (unchanged without ``init_from``).
+
+    Reads only the language model's ``metrics.json`` and ``tokenizer.json``,
+    so that a mismatch stops the run before anything is built.
+
+    Raises:
+        FileNotFoundError: ``init_from`` is not a run folder.
+        ValueError: naming both runs: ``init_from`` is not a language model
+            (``task="lm"``), or ``config`` asks for another model kind, cell,
+            width, depth or tokenizer than the language model has.
+    """
+    import json
+
+    from keras_seq.training.run_folder import read_run
+
+    if config.init_from is None:
+        return config
+    target = os.path.join(config.out, config.name) if config.name else f"in {config.out}"
+    lm = read_run(config.init_from, "train")
+    if lm.config.get("task") != "lm":
+        raise ValueError(
+            f"train: --init-from {lm.path} is a {lm.config.get('task')!r} run, not a language "
+            f"model (keras-seq train --task lm); the classify run {target} starts from one."
+        )
+    asked = {key: getattr(config, key) for key in ("model", "cell", "units", "layers")}
+    has = {key: lm.config.get(key) for key in asked}
+    if has["model"] != "rnn":
+        has["cell"] = None  # a Transformer has none
+    with open(os.path.join(lm.path, "tokenizer.json"), encoding="utf-8") as f:
+        lm_tokenizer = json.load(f).get("type")
+    if lm_tokenizer != config.tokenizer or config.vocab_size is not None:
+        asked_tokenizer = {"tokenizer": config.tokenizer, "vocab_size": config.vocab_size}
+        raise ValueError(
+            f"train: the vocabulary of --init-from {lm.path} ({lm_tokenizer} tokens) does not "
+            f"match the classify run {target} ({_described(asked_tokenizer)}); a fine-tuned "
+            "classifier reads its language model's tokens: leave --tokenizer and --vocab-size "
+            "out."
+        )
+    different = {k: v for k, v in asked.items() if v is not None and v != has[k]}
+    if different:
+        raise ValueError(
+            f"train: --init-from {lm.path} is a language model with {_described(has)}; the "
+            f"classify run {target} asks for {_described(different)}. A fine-tuned classifier "
+            "has its language model's kind and sizes: leave those options out."
+        )
+    return dataclasses.replace(config, **has)
+
+
+def _described(options: dict) -> str:
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items() if v is not None)
+
+
+def _prepare_labelled(config: TrainingConfig, loaded: tuple | None) -> PreparedLabels:
+    import numpy as np
+
+    from keras_seq import text
+    from keras_seq.reserved_tokens import UNK_ID
+
+    train, validation, test = loaded or load_labelled(config)
+    texts = [t for _, t in train]
+    if config.init_from is not None:
+        tokenizer = text.load_tokenizer(config.init_from)
+    elif config.tokenizer == "wordpiece":
+        tokenizer = _learn_wordpiece(config, config.data, texts)
+    else:
+        tokenizer = text.CharTokenizer.from_corpus(texts)
+    lengths = {part: tokenizer.tokenize([t for _, t in examples]).row_lengths().numpy()
+               for part, examples in (("train", train), ("validation", validation),
+                                      ("test", test))}
+    # Batches are padded to their longest text only: a generous cap costs nothing.
+    source_length = config.max_source_length
+    labels = sorted({label for label, _ in train})
+    counts = np.bincount([labels.index(label) for label, _ in train], minlength=len(labels))
+    class_weights = None
+    if config.class_weight == "balanced":
+        class_weights = (len(train) / (len(labels) * counts)).astype(np.float32)
+    unknown = int(np.sum(tokenizer.tokenize(texts).flat_values.numpy() == UNK_ID))
+    prepared = PreparedLabels(
+        train, validation, test, labels, tokenizer, source_length, class_weights,
+        bool(config.lm_weight), None,
+        {part: int(np.sum(n > source_length)) for part, n in lengths.items()},
+        unknown, config.batch_size, config.seed,
+    )
+    prepared.validation_data = prepared.validation_batches()
+    return prepared
+
+
 def prepare_data(
     config: TrainingConfig, loaded: tuple | None = None
-) -> PreparedData | PreparedText:
+) -> PreparedData | PreparedText | PreparedLabels:
     """The data, tokenizer and datasets that `train` (and `tuning.search`) fit on.
 
     Args:
@@ -280,10 +513,13 @@ def prepare_data(
         loaded: what `load_data` returned for ``config``; None reads it.
 
     Returns:
-        A `PreparedData` (translation tasks) or a `PreparedText` (``task="lm"``).
+        A `PreparedData` (translation tasks), a `PreparedText` (``task="lm"``)
+        or a `PreparedLabels` (``task="classify"``).
     """
     from keras_seq import data, text
 
+    if config.task == "classify":
+        return _prepare_labelled(config, loaded)
     if config.task in TEXT_TASKS:
         return _prepare_text(config, loaded)
 

@@ -50,6 +50,11 @@ class RunFolder:
     def is_language_model(self) -> bool:
         return self.config.get("task") == "lm"
 
+    @property
+    def is_classifier(self) -> bool:
+        """A ``task="classify"`` run (its ``metrics.json`` has the ``labels``)."""
+        return self.config.get("task") == "classify"
+
     def load_model(self, compile: bool = True):
         """``model.keras``, loaded with ``safe_mode=True`` (``compile=False``: for
         inference only, without the optimizer)."""
@@ -90,6 +95,13 @@ class RunFolder:
         return pairs[:examples]
 
 
+    def held_out_labelled(self, examples: int) -> list[tuple[str, str]]:
+        """The first ``examples`` (label, text) pairs of a classifier run's test
+        split (``test.tsv``, `keras_seq.data.load_labelled_tsv`)."""
+        from keras_seq import data
+
+        return data.load_labelled_tsv(os.path.join(self.path, HELD_OUT_FILE))[:examples]
+
     def held_out_text(self) -> str | None:
         """The held-out text of a language-model run: ``test.txt``; for a run
         written before that file existed, the end of its data file
@@ -108,8 +120,8 @@ class RunFolder:
 
 
 def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
-    """Reads a run folder's ``metrics.json``; ``task``: ``"translate"`` or ``"lm"``,
-    the kind of run ``where`` needs.
+    """Reads a run folder's ``metrics.json``; ``task``: ``"translate"``, ``"lm"``
+    or ``"classify"``, the kind of run ``where`` needs.
 
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.json``.
@@ -135,6 +147,19 @@ def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
             f"{where}: {run_dir} holds a bidirectional language model (keras-seq train --task "
             "bilm): load its model.keras and use keras_seq.models.contextual_embedder for "
             "contextual vectors; it neither translates nor generates."
+        )
+    if task is not None and task != "classify" and run.is_classifier:
+        raise ValueError(
+            f"{where}: {run_dir} holds a text classifier (keras-seq train --task classify); "
+            "classify texts with classify_texts (keras-seq classify)."
+        )
+    if task == "classify" and not run.is_classifier:
+        kind, use = (("language model", "generate_text (keras-seq generate)")
+                     if run.is_language_model else
+                     ("translation model", "translate_texts (keras-seq translate)"))
+        raise ValueError(
+            f"{where}: {run_dir} holds a {kind}, not a text classifier (train one with "
+            f"task='classify'); use {use}."
         )
     if task == "translate" and run.is_language_model:
         raise ValueError(

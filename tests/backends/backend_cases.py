@@ -128,6 +128,11 @@ def _builder_cases():
         "language_model_transformer": _builder(
             lambda: models.language_model(12, kind="transformer", num_layers=1, units=8,
                                           num_heads=2, intermediate_dim=12), 12),
+        # GPT's fine-tuning model: the last real token's state picked with keras.ops.
+        "classifier_from_language_model": _builder(
+            lambda: models.classifier_from_language_model(
+                models.language_model(12, kind="transformer", num_layers=1, units=8,
+                                      num_heads=2, intermediate_dim=12), 3), 12),
         "sequence_classifier_rnn": _builder(
             lambda: models.sequence_classifier(12, 3, kind="rnn", units=6, cell="peephole"), 12),
         # ELMo: both stacks of the biLM (the backward one reverses each row's

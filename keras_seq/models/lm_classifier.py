@@ -1,0 +1,84 @@
+"""GPT's fine-tuning model: a language model's body with a linear head."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_seq._validation import check_bool, check_positive_int, check_rate, invalid_type
+from keras_seq.models.language_model import language_model_hidden_states, language_model_kind
+
+
+def classifier_from_language_model(
+    lm_model: keras.Model,
+    num_classes: int,
+    dropout: float = 0.1,
+    lm_logits: bool = False,
+    name: str = "language_model_classifier",
+) -> keras.Model:
+    """A classifier whose body is a language model's: GPT's fine-tuning model.
+
+    The text goes through the embedding and blocks of ``lm_model`` (its own
+    layers, shared: training the classifier trains them); the hidden state h
+    of the last block at each row's last real token (its last nonzero id;
+    padding is at the end) is the text's representation, and a linear layer
+    gives the class logits: logits = dropout(h) W + b (Radford et al. 2018,
+    §3.2). A causal body's last token is the only one that has read the whole
+    text.
+
+    With ``lm_logits=True`` the model also returns the language model's own
+    next-token logits on the same text, for the auxiliary objective
+    L = L_task + λ·L_LM (eq. 5 of the paper): compile it with one loss per
+    output and ``loss_weights={"classes": 1.0, "next_tokens": λ}``
+    (`keras_seq.data.make_classification_dataset` with
+    ``next_token_targets=True`` gives the targets). Both models share the
+    layers: train the one with both outputs, serve the one without.
+
+    A linear probe trains the head alone: set ``lm_model.trainable = False``
+    before compiling, as in Keras' transfer-learning guide. To keep
+    ``lm_model``'s weights as they are, pass a copy
+    (``keras.models.clone_model`` and ``set_weights``).
+
+    Args:
+        lm_model: a model built by `language_model` (``kind="transformer"``
+            or ``"rnn"``), trained or loaded from a ``.keras`` file.
+        num_classes: int, number of classes.
+        dropout: float, dropout rate before the linear layer. Default 0.1.
+        lm_logits: bool, also return the next-token logits. Default False.
+        name: model name.
+
+    Returns:
+        A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``, or
+        with ``lm_logits`` ``-> {"classes": (B, num_classes), "next_tokens":
+        (B, T, vocabulary_size)}``. The new layers are ``"class_dropout"`` and
+        ``"class_logits"``.
+
+    Examples:
+        >>> from keras_seq import models
+        >>> lm = models.language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
+        >>> classifier = classifier_from_language_model(lm, 3)
+        >>> tuple(classifier(keras.ops.ones((2, 5), "int32")).shape)
+        (2, 3)
+
+    References:
+        Radford et al. Improving Language Understanding by Generative
+        Pre-Training. 2018.
+    """
+    where = "classifier_from_language_model"
+    num_classes = check_positive_int(where, "num_classes", num_classes)
+    dropout = check_rate(where, "dropout", dropout)
+    lm_logits = check_bool(where, "lm_logits", lm_logits)
+    if language_model_kind(lm_model) is None:
+        raise invalid_type(where, "lm_model",
+                           "a keras.Model built by keras_seq.models.language_model", lm_model)
+    h = language_model_hidden_states(lm_model)  # (B, T, d)
+    token_ids = lm_model.inputs[0]
+    lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)  # (B,)
+    last = ops.maximum(lengths - 1, 0)  # a row of padding only reads position 0
+    h_last = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
+    h_last = keras.layers.Dropout(dropout, name="class_dropout")(h_last)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="class_logits")(h_last)
+    if lm_logits:
+        return keras.Model(token_ids, {"classes": logits, "next_tokens": lm_model.output},
+                           name=name)
+    return keras.Model(token_ids, logits, name=name)
