@@ -23,6 +23,7 @@ from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
 from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.linear_recurrence import run_parallel
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -88,6 +89,15 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     saving on every backend; on TensorFlow `keras_seq.export` streams and
     converts it with builtin ops.
 
+    Optional, for a recurrence that has a form over the whole sequence
+    (``MinGRUCell``, ``MLSTMCell``, ...): ``parallel(inputs, states,
+    mask=None, training=False) -> (outputs (B, T, u), new_states)`` over the
+    whole projected sequence ``(B, T, k)``, in processing order. It must
+    compute what ``step`` computes step by step, carrying the states over
+    the steps where ``mask`` (``(B, T)`` bool, or None) is False; `RNN` runs
+    it when training (`keras_seq.layers.recurrent.linear_recurrence.run_parallel`)
+    and ``step`` otherwise (inference, streaming, export).
+
     Optional: a ``dropout`` rate (input dropout, one mask per sequence,
     applied before ``project``), ``recurrent_dropout`` (the cell applies
     ``self.get_recurrent_dropout_mask(h)`` in ``step`` when training), both
@@ -117,6 +127,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """
 
     loop_hints = LoopHints()
+    # No form over the whole sequence unless a cell defines one.
+    parallel = None
     # Class defaults for Keras' dropout mixin: a cell without dropout has none.
     dropout = 0.0
     recurrent_dropout = 0.0
@@ -353,6 +365,13 @@ class RNN(keras.layers.RNN):
             sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
         rates = zoneout_rates_of(cell)
         zoneout_training = bool(training) and bool(rates)
+        if cell.parallel is not None and training is True and not zoneout_training:
+            # The static rule: a cell's form over the whole sequence trains.
+            return run_parallel(
+                cell, sequences, states, mask=mask, go_backwards=self.go_backwards,
+                return_sequences=self.return_sequences,
+                zero_output_for_mask=self.zero_output_for_mask, training=training,
+            )
         companion = None
         if hints.manual_gradient and backend.bptt_available(training) and not zoneout_training:
             companion = manual_gradient(cell)
