@@ -11,11 +11,11 @@ from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLS
 from keras_seq.layers.recurrent.m_lstm import MLSTM, MLSTMCell  # noqa: F401
 from keras_seq.layers.recurrent.min_gru import MinGRU, MinGRUCell  # noqa: F401
 from keras_seq.layers.recurrent.min_lstm import MinLSTM, MinLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.ntm import NTM, NTMCell  # noqa: F401
+from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.recurrent_block import RecurrentBlock  # noqa: F401
 from keras_seq.layers.recurrent.rg_lru import RGLRU, RGLRUCell  # noqa: F401
 from keras_seq.layers.recurrent.s_lstm import SLSTM, SLSTMCell  # noqa: F401
-from keras_seq.layers.recurrent.ntm import NTM, NTMCell  # noqa: F401
-from keras_seq.layers.recurrent.recurrent_block import RecurrentBlock  # noqa: F401
-from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
 # isort: split
