@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keras_seq.reserved_tokens import PAD_ID
-from keras_seq.run_config import TEXT_TASKS, TrainingConfig
+from keras_seq.run_config import BLOCK_MODELS, TEXT_TASKS, TrainingConfig
 
 __all__ = ["build_model", "build_optimizer", "compile_model"]
 
@@ -18,13 +18,15 @@ def build_model(config: TrainingConfig, vocabulary_size: int):
             vocabulary_size, num_layers=config.layers, units=config.units, cell=config.cell,
         )
     if config.task == "lm":
+        # Griffin's MLP is 3 wide for the residual recurrent blocks.
+        expansion = 3 if config.model in BLOCK_MODELS else 4
         return models.language_model(
             vocabulary_size,
             kind=config.model,
             num_layers=config.layers,
             units=config.units,
             num_heads=4,
-            intermediate_dim=4 * config.units,
+            intermediate_dim=expansion * config.units,
             cell=config.cell,
             dropout=0.0,
         )

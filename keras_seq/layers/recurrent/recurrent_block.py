@@ -31,10 +31,11 @@ class RecurrentBlock(RecurrentCell):
     u = conv(Dense(y))              causal depthwise convolution over conv_width steps
     r = cell(u)                     the recurrence (RG-LRU, minGRU, minLSTM, mLSTM, sLSTM)
     x = x + Dense(r ⊙ GELU(Dense(y)))
-    x = x + Dense(GELU(Dense(RMSNorm(x))))        the MLP (none with mlp_expansion=0)
+    x = x + Dense(GELU(Dense(RMSNorm(x))))        the MLP (none with intermediate_dim=0)
     ```
 
-    Every Dense is d → d except the MLP's hidden one (d → mlp_expansion·d).
+    GELU in its tanh form; every Dense is d → d except the MLP's hidden one
+    (d → intermediate_dim).
     States: the convolution's last ``conv_width − 1`` inputs ``(B, (conv_width
     − 1)·d)``, then the cell's states, all starting at zero. In training
     `RNN` runs `parallel`: each part over the whole sequence (the cell in its
@@ -49,8 +50,8 @@ class RecurrentBlock(RecurrentCell):
             ``"mlstm"`` or ``"slstm"``.
         num_heads: int, heads of the xLSTM cells (must divide ``units``). Default 1.
         conv_width: int ≥ 2, steps of the causal convolution. Default 4.
-        mlp_expansion: int ≥ 0, width of the MLP's hidden layer in units of
-            d; 0: no MLP. Default 3.
+        intermediate_dim: int ≥ 0, width of the MLP's hidden layer; 0: no
+            MLP; None (default): 3·units.
         epsilon: float, the RMS norms' epsilon. Default 1e-6.
 
     Examples:
@@ -67,18 +68,21 @@ class RecurrentBlock(RecurrentCell):
     """
 
     def __init__(self, units: int, cell: str = "rglru", num_heads: int = 1,
-                 conv_width: int = 4, mlp_expansion: int = 3, epsilon: float = 1e-6,
+                 conv_width: int = 4, intermediate_dim: int | None = None,
+                 epsilon: float = 1e-6,
                  **kwargs):
         owner = type(self).__name__
         units = check_positive_int(owner, "units", units)
         cell = check_choice(owner, "cell", cell, tuple(BLOCK_CELLS))
         num_heads = check_positive_int(owner, "num_heads", num_heads)
         conv_width = check_int(owner, "conv_width", conv_width, minimum=2)
-        mlp_expansion = check_int(owner, "mlp_expansion", mlp_expansion, minimum=0)
+        intermediate_dim = check_int(owner, "intermediate_dim", intermediate_dim, minimum=0,
+                                     allow_none=True)
         epsilon = check_float(owner, "epsilon", epsilon, low=0.0, low_inclusive=False)
         super().__init__(**kwargs)
         self.units, self.cell_name, self.num_heads = units, cell, num_heads
-        self.conv_width, self.mlp_expansion, self.epsilon = conv_width, mlp_expansion, epsilon
+        self.conv_width, self.epsilon = conv_width, epsilon
+        self.intermediate_dim = 3 * units if intermediate_dim is None else intermediate_dim
         heads = {"num_heads": num_heads} if cell in _HEADED else {}
         inner = BLOCK_CELLS[cell](units, dtype=self.dtype_policy, name="cell", **heads)
         self.recurrence = RNN(inner, return_sequences=True, return_state=True,
@@ -93,9 +97,8 @@ class RecurrentBlock(RecurrentCell):
                              f"expected {d} features (the block's `units`), received "
                              f"shape {tuple(input_shape)}.")
 
-        def dense(width, name, activation=None, inputs=d):
-            layer = keras.layers.Dense(width, activation=activation, dtype=self.dtype_policy,
-                                       name=name)
+        def dense(width, name, inputs=d):
+            layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name)
             layer.build((None, inputs))
             return layer
 
@@ -103,26 +106,26 @@ class RecurrentBlock(RecurrentCell):
                                                   name="norm")
         self.norm.build((None, d))
         self.recurrent_input = dense(d, "recurrent_input")
-        self.gate_input = dense(d, "gate_input", activation="gelu")
+        self.gate_input = dense(d, "gate_input")
         self.conv_kernel = self.add_weight(shape=(self.conv_width, d), name="conv_kernel",
                                            initializer="glorot_uniform")
         self.conv_bias = self.add_weight(shape=(d,), name="conv_bias", initializer="zeros")
         self.recurrence.build((None, None, d))
         self.recurrent_output = dense(d, "recurrent_output")
-        if self.mlp_expansion:
+        if self.intermediate_dim:
             self.mlp_norm = keras.layers.RMSNormalization(
                 epsilon=self.epsilon, dtype=self.dtype_policy, name="mlp_norm")
             self.mlp_norm.build((None, d))
-            hidden = self.mlp_expansion * d
-            self.mlp_hidden = dense(hidden, "mlp_hidden", activation="gelu")
+            hidden = self.intermediate_dim
+            self.mlp_hidden = dense(hidden, "mlp_hidden")
             self.mlp_output = dense(d, "mlp_output", inputs=hidden)
         self.built = True
 
     def _mix(self, x, r, gate):
         """The residual stream after the recurrence ``r`` and the MLP."""
         x = x + self.recurrent_output(r * gate)
-        if self.mlp_expansion:
-            x = x + self.mlp_output(self.mlp_hidden(self.mlp_norm(x)))
+        if self.intermediate_dim:
+            x = x + self.mlp_output(_gelu(self.mlp_hidden(self.mlp_norm(x))))
         return x
 
     def step(self, inputs, states, training=False):
@@ -135,7 +138,7 @@ class RecurrentBlock(RecurrentCell):
         u = ops.sum(window * self.conv_kernel, axis=1) + self.conv_bias
         r, cell_states = self.recurrence.cell.call(u, list(states[1:]), training=training)
         cell_states = cell_states if isinstance(cell_states, (list, tuple)) else [cell_states]
-        x = self._mix(x, r, self.gate_input(y))
+        x = self._mix(x, r, _gelu(self.gate_input(y)))
         return x, [ops.reshape(window[:, 1:], (-1, width * self.units)), *cell_states]
 
     def parallel(self, inputs, states, mask=None, training=False):
@@ -144,7 +147,7 @@ class RecurrentBlock(RecurrentCell):
         u, conv_state = self._convolve(self.recurrent_input(y), states[0], mask)
         r, *cell_states = self.recurrence(u, initial_state=list(states[1:]), mask=mask,
                                           training=training)
-        return self._mix(x, r, self.gate_input(y)), [conv_state, *cell_states]
+        return self._mix(x, r, _gelu(self.gate_input(y))), [conv_state, *cell_states]
 
     def _convolve(self, u, history, mask):
         """The causal convolution over the valid steps of ``u (B, T, d)``,
@@ -170,7 +173,13 @@ class RecurrentBlock(RecurrentCell):
     def get_config(self):
         return {**super().get_config(), "units": self.units, "cell": self.cell_name,
                 "num_heads": self.num_heads, "conv_width": self.conv_width,
-                "mlp_expansion": self.mlp_expansion, "epsilon": self.epsilon}
+                "intermediate_dim": self.intermediate_dim, "epsilon": self.epsilon}
+
+
+def _gelu(x):
+    """GELU in its tanh form (as Griffin's): the exact form's erfc has no
+    ONNX conversion."""
+    return ops.gelu(x, approximate=True)
 
 
 def _sizes(state_size) -> list[int]:
