@@ -394,11 +394,14 @@ def _differentiable_linear_loop(a, b, h0):
     through all later steps, g_t = dh_t + a_{t+1} ⊙ g_{t+1} (the same
     recurrence, backwards), ∂L/∂a_t = g_t ⊙ h_{t-1}, ∂L/∂b_t = g_t and
     ∂L/∂h0 = a_1 ⊙ g_1."""
-    h = _compiled_linear_loop(a, b, h0, False)
+    # stop_gradient: a tape must not differentiate the compiled loop itself
+    # (its loop state cannot cross the XLA boundary); `grad` is its gradient.
+    h = _compiled_linear_loop(*(tf.stop_gradient(t) for t in (a, b, h0)), False)
 
     def grad(dh):
         a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
-        g = _compiled_linear_loop(a_next, dh, tf.zeros_like(h0), True)
+        g = _compiled_linear_loop(tf.stop_gradient(a_next), tf.stop_gradient(dh),
+                                  tf.zeros_like(h0), True)
         h_prev = tf.concat([h0[:, None], h[:, :-1]], axis=1)
         return g * h_prev, g, a[:, 0] * g[:, 0]
 
