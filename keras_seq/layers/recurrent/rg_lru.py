@@ -36,8 +36,9 @@ class RGLRUCell(KernelCell):
     ```
 
     The input width must equal ``units``. Λ (``a_param``) starts so that
-    σ(Λ)^c is uniform in [0.9, 0.999]. √(1 − a²) is computed as
-    √(−expm1(2 log a)), exact for a close to 1, with its gradient bounded
+    σ(Λ)^c is uniform in [0.9, 0.999]. 1 − a² is computed as −2t / (1 − t),
+    t = tanh(log a) (= −expm1(2 log a), exact for a close to 1), and its
+    square root with a gradient bounded
     near a = 1 as in recurrentgemma (the forward value is unchanged). The
     update is linear in the state, so a whole sequence is one scan over
     time (`parallel`, what `RNN` runs in training); ``step`` runs at
@@ -104,7 +105,10 @@ class RGLRUCell(KernelCell):
         r_pre, i_pre, x = backend.split(projected, 3)
         log_sigma = -ops.softplus(-ops.cast(self.a_param, x.dtype))  # log σ(Λ)
         log_a = self.c * ops.sigmoid(r_pre) * log_sigma
-        multiplier = _sqrt_bounded_gradient(-ops.expm1(2.0 * log_a))  # √(1 − a²)
+        # 1 − a² = −expm1(2 log a) = −2t / (1 − t) with t = tanh(log a): exact
+        # for a close to 1, from ops that TFLite and ONNX have (ONNX has no expm1).
+        t = ops.tanh(log_a)
+        multiplier = _sqrt_bounded_gradient(-2.0 * t / (1.0 - t))  # √(1 − a²)
         return ops.exp(log_a), multiplier * (ops.sigmoid(i_pre) * x)
 
     def step(self, inputs, states, training=False):
