@@ -108,7 +108,12 @@ class SLSTMCell(KernelCell):
         c = f * c + i * ops.tanh(z_pre)
         n = f * n + i
         tiny = float(np.finfo(keras.backend.standardize_dtype(n.dtype)).tiny)
-        h = ops.sigmoid(o_pre) * c / ops.maximum(n, tiny)
+        n_floor = ops.maximum(n, tiny)
+        # c / n as (c / s) / (n / s) with s = n held constant: the same value,
+        # and a gradient without 1/n², which underflows when the input gate
+        # is small (n = exp(ĩ − m) ≈ exp(−80) on a first step).
+        scale = ops.stop_gradient(n_floor)
+        h = ops.sigmoid(o_pre) * (c / scale) / (n_floor / scale)
         return h, [h, c, n, m]
 
     def get_config(self):
