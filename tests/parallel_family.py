@@ -12,6 +12,8 @@ order). ``tests/`` is put on ``sys.path`` by ``conftest.py``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 from keras import ops
@@ -49,10 +51,22 @@ def random_weights(layer, rng, scale=0.5):
     return [rng.normal(0.0, scale, w.shape) for w in layer.get_weights()]
 
 
+def trains_in_parallel(layer):
+    """The layer's cell trains in its parallel form, on every backend and
+    device (JAX's CPU trains `MinGRU` and `MinLSTM` in their fused step loop
+    otherwise: `LoopHints.steps_fuse_on_cpu`), so that ``training=True``
+    tests that form."""
+    hints = layer.cell.loop_hints
+    layer.cell.loop_hints = dataclasses.replace(hints, steps_fuse_on_cpu=False)
+    return layer
+
+
 def built(make, features, weights=None, rng=None, dtype="float32", **kwargs):
     """``make(return_sequences=True, return_state=True, **kwargs)`` built for
-    ``features`` inputs, with ``weights`` (or random ones from ``rng``)."""
-    layer = make(return_sequences=True, return_state=True, dtype=dtype, **kwargs)
+    ``features`` inputs, with ``weights`` (or random ones from ``rng``),
+    training in its parallel form (`trains_in_parallel`)."""
+    layer = trains_in_parallel(make(return_sequences=True, return_state=True, dtype=dtype,
+                                    **kwargs))
     layer.build((None, None, features))
     if weights is None:
         weights = random_weights(layer, rng)
@@ -144,6 +158,8 @@ def assert_parallel_equals_step(make, x, rng, mask=None, atol=2e-5):
 def assert_bidirectional_forms_agree(make, x, rng, mask=MASK):
     """`keras.layers.Bidirectional` of the layer, masked: training form = step form."""
     layer = keras.layers.Bidirectional(make(return_sequences=True))
+    trains_in_parallel(layer.forward_layer)
+    trains_in_parallel(layer.backward_layer)
     layer.build((None, None, x.shape[-1]))
     layer.set_weights(random_weights(layer, rng))
     step = _numpy(layer(x, mask=mask, training=False))

@@ -74,6 +74,14 @@ def test_large_pre_activations_give_finite_outputs_and_gradients(gradients):
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
+def test_jax_cpu_trains_in_the_fused_step_loop_and_the_others_in_the_scan():
+    from keras_seq.layers.recurrent import backend
+
+    fused = backend.BACKEND == "jax" and __import__("jax").default_backend() == "cpu"
+    assert backend.trains_in_parallel(layers.MinGRUCell(2).loop_hints) is not fused
+    assert backend.trains_in_parallel(layers.MLSTMCell(2).loop_hints)
+
+
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
 def test_streams_in_keras_litert_and_onnxruntime_like_the_whole_sequence(tmp_path, rng):

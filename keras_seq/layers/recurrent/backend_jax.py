@@ -121,6 +121,15 @@ class JaxOps:
         return [ops.swapaxes(y, 0, 1) for y in stacked], list(carry)
 
     @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Except for a cell whose steps fuse (``LoopHints.steps_fuse_on_cpu``)
+        on the CPU: there XLA compiles its step loop, the projection of each
+        step included, into one loop over cache-sized data, measured faster
+        to train than the scan over whole-sequence arrays (benchmarks/RESULTS.md,
+        "Parallel recurrences")."""
+        return not (hints.steps_fuse_on_cpu and jax.default_backend() == "cpu")
+
+    @staticmethod
     def linear_scan(a, b, h0):
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` arrays,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.

@@ -188,6 +188,13 @@ class TensorFlowOps:
         return _scan_convertible(body, sequences, carry, templates, collect, k)
 
     @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Always: TensorFlow's step loop is not fused (measured slower to
+        train than every parallel form: benchmarks/RESULTS.md, "Parallel
+        recurrences")."""
+        return True
+
+    @staticmethod
     def linear_scan(a, b, h0):
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.

@@ -102,6 +102,11 @@ class TorchOps:
         return [torch.stack(list(o), dim=1) for o in zip(*collected)], carry
 
     @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Always: PyTorch runs a step loop op by op."""
+        return True
+
+    @staticmethod
     def linear_scan(a, b, h0):
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.

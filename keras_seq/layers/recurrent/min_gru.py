@@ -45,7 +45,8 @@ class MinGRUCell(KernelCell):
         Needed?", 2024.
     """
 
-    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True)
+    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True,
+                           steps_fuse_on_cpu=True)
 
     def __init__(self, units: int, **kwargs):
         super().__init__(units, **kwargs)

@@ -56,6 +56,11 @@ class LoopHints:
             trains the cell with a hand-written gradient
             (`keras_seq.layers.recurrent.bptt_tensorflow`), imported when
             first used.
+        steps_fuse_on_cpu: the cell's ``parallel`` form is a scan of a step
+            that is a few elementwise operations: where a compiled loop
+            fuses them (JAX's CPU), the step loop trains faster than the
+            parallel form, and `RNN` trains with it there
+            (``backend.trains_in_parallel``).
     """
 
     pointwise_projection: bool = False
@@ -63,6 +68,7 @@ class LoopHints:
     steps_per_iteration: int | None = None
     projects_in_step_under_xla: bool = False
     manual_gradient: str | None = None
+    steps_fuse_on_cpu: bool = False
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -96,7 +102,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     compute what ``step`` computes step by step, carrying the states over
     the steps where ``mask`` (``(B, T)`` bool, or None) is False; `RNN` runs
     it when training (`keras_seq.layers.recurrent.linear_recurrence.run_parallel`)
-    and ``step`` otherwise (inference, streaming, export).
+    and ``step`` otherwise (inference, streaming, export; and where
+    ``backend.trains_in_parallel`` says the step loop trains faster).
 
     Optional: a ``dropout`` rate (input dropout, one mask per sequence,
     applied before ``project``), ``recurrent_dropout`` (the cell applies
@@ -365,7 +372,8 @@ class RNN(keras.layers.RNN):
             sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
         rates = zoneout_rates_of(cell)
         zoneout_training = bool(training) and bool(rates)
-        if cell.parallel is not None and training is True and not zoneout_training:
+        if (cell.parallel is not None and training is True and not zoneout_training
+                and backend.trains_in_parallel(hints)):
             # The static rule: a cell's form over the whole sequence trains.
             return run_parallel(
                 cell, sequences, states, mask=mask, go_backwards=self.go_backwards,
