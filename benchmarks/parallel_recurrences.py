@@ -9,7 +9,9 @@ batch 16, 64 inputs, 256 units, for T in ``--lengths``:
   (64 → 256: its input width is its units), in their training form (the
   scan, or the mLSTM's chunked parallel form);
 - the same layers in their step form (`keras_seq.layers.RNN` of the cell
-  with ``parallel = None``: the package's loop, as at inference);
+  with ``parallel = None``: the package's loop, as at inference), and where
+  the backend trains a layer in its step loop (JAX's CPU: MinGRU, MinLSTM)
+  the layer in its scan form;
 - ``MinGRU`` with other scans over the same coefficients: the log-space form
   (Heinsen 2023; cumulative sums and a cumulative log-sum-exp) and
   ``keras.ops.associative_scan`` (where it runs).
@@ -134,6 +136,11 @@ def candidate_layers(layers, with_step_forms: bool) -> dict:
         "MinGRU keras.ops.associative_scan": lambda: layers.RNN(
             scan_variant(layers.MinGRUCell, associative_scan)(U), return_sequences=True),
     }
+    from keras_seq.layers.recurrent import backend
+
+    for name, cell in (("MinGRU", layers.MinGRUCell), ("MinLSTM", layers.MinLSTMCell)):
+        if not backend.trains_in_parallel(cell.loop_hints):  # JAX's CPU: the step loop
+            candidates[f"{name} scan form"] = parallel_form(layers, cell)
     if with_step_forms:
         candidates.update({
             "MinGRU step form": step_form(layers.MinGRUCell),
@@ -142,6 +149,16 @@ def candidate_layers(layers, with_step_forms: bool) -> dict:
             "MLSTM step form (4 heads)": step_form(layers.MLSTMCell, num_heads=4),
         })
     return candidates
+
+
+def parallel_form(layers, cell_class):
+    """The layer of ``cell_class`` training in its parallel form whatever the
+    backend's rule (`LoopHints.steps_fuse_on_cpu` off)."""
+    import dataclasses
+
+    hints = dataclasses.replace(cell_class.loop_hints, steps_fuse_on_cpu=False)
+    cell = type(f"Parallel{cell_class.__name__}", (cell_class,), {"loop_hints": hints})
+    return lambda: layers.RNN(cell(U), return_sequences=True)
 
 
 def scan_variant(cell_class, scan):
@@ -232,7 +249,7 @@ class TensorFlowRunner:
         layer(x[:, :2])
         x = tf.constant(x)
 
-        @tf.function(jit_compile=jit)
+        @tf.function(jit_compile=jit, autograph=False)
         def train():
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(layer(x, training=True)))

@@ -22,7 +22,6 @@ from keras_seq.layers.recurrent.min_gru import MinGRU, MinGRUCell
 from keras_seq.layers.recurrent.min_lstm import MinLSTM, MinLSTMCell
 from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell
 from keras_seq.layers.recurrent.rnn import RNN
-from keras_seq.layers.recurrent.s_lstm import SLSTM, SLSTMCell
 
 # name -> (layer class or None, cell class), in registration order.
 _CELLS: dict[str, tuple[type | None, type]] = {}
@@ -118,11 +117,12 @@ register_cell("peephole", PeepholeLSTM, PeepholeLSTMCell)
 register_cell("coupled", CoupledGateLSTM, CoupledGateLSTMCell)
 register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)
 register_cell("layernorm_lstm", LayerNormLSTM, LayerNormLSTMCell)
-# Every builder takes a registered cell, the seq2seq decoder too: its state
-# list of (B, units) tensors with h first, bridged from the encoder's. The
-# RG-LRU (input width = units) and the mLSTM (a matrix state, no h) do not
-# fit it; the language models hold them in `RecurrentBlock`s
-# (`models.language_model(kind="rglru" | "xlstm")`).
+# Every builder takes a registered cell, the seq2seq decoder too: its states
+# are (B, units) tensors with h first, each a Dense layer of the encoder's
+# final states. The RG-LRU (input width = units), the mLSTM (a matrix state,
+# no h) and the sLSTM (its normaliser n must stay positive: a bridged n
+# divides by anything, NaN within a few steps) do not fit it; the language
+# models hold them in `RecurrentBlock`s (`models.language_model(kind="rglru"
+# | "xlstm")`).
 register_cell("mingru", MinGRU, MinGRUCell)
 register_cell("minlstm", MinLSTM, MinLSTMCell)
-register_cell("slstm", SLSTM, SLSTMCell)
