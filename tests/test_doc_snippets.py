@@ -15,10 +15,18 @@ explained in tests/README.md:
   made tiny; the other lines run as written).
 
 A ```text block is output or a file layout, never run.
+
+The README, the getting-started page and the phone guide train the same
+tiny run (`keras-seq train --name dates` with the same ``args``): a
+`keras-seq train` line that an earlier page of the session ran word for word
+is not run again; its run folder is copied from that page (`_TrainedRuns`).
 """
 
+import hashlib
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
@@ -80,11 +88,59 @@ def test_every_block_is_python_bash_or_text_and_every_skip_says_why(page):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
-def test_page_code_blocks_run_as_written(page, tmp_path):
-    run_page(page, tmp_path)
+def test_page_code_blocks_run_as_written(page, tmp_path, tmp_path_factory):
+    run_page(page, tmp_path, _TrainedRuns(tmp_path_factory))
 
 
-def run_page(page, folder):
+class _TrainedRuns:
+    """The run folders of the session's `keras-seq train` lines, by line.
+
+    Kept beside the session's temporary folders, shared by the pytest
+    workers; a folder is stored whole (copied, then renamed into place).
+    """
+
+    def __init__(self, tmp_path_factory):
+        self.root = tmp_path_factory.getbasetemp().parent / "snippet-runs"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def run_folder(line):
+        """The run folder a ``keras-seq train`` line writes (``--out``/``--name``)."""
+        words = shlex.split(line)
+        options = dict(zip(words, words[1:]))
+        return os.path.join(options.get("--out", "runs"), options["--name"])
+
+    def stored(self, line):
+        return self.root / hashlib.sha1(line.encode()).hexdigest()
+
+    def replay(self, code, folder):
+        """``code`` with each train line already run elsewhere replaced by a
+        copy of its run folder into ``folder``; and the train lines to store."""
+        lines, to_store = [], []
+        for line in code.splitlines():
+            if line.startswith("keras-seq train ") and "--name" in line:
+                stored = self.stored(line)
+                if stored.is_dir():
+                    target = os.path.join(folder, self.run_folder(line))
+                    shutil.copytree(stored, target)
+                    continue
+                to_store.append(line)
+            lines.append(line)
+        return "\n".join(lines) + "\n", to_store
+
+    def store(self, line, folder):
+        stored = self.stored(line)
+        if stored.is_dir():
+            return
+        partial = stored.with_suffix(f".{os.getpid()}")
+        shutil.copytree(os.path.join(folder, self.run_folder(line)), partial)
+        try:
+            os.rename(partial, stored)
+        except OSError:  # another worker stored it first
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def run_page(page, folder, trained_runs):
     """Runs the blocks of ``page`` in order in ``folder``; fails on the first that fails."""
     env = {
         **os.environ,
@@ -105,6 +161,9 @@ def run_page(page, folder):
         else:
             runs.append((language, code))
     for language, code in runs:
+        to_store = []
+        if language == "bash":
+            code, to_store = trained_runs.replay(code, folder)
         command = [sys.executable, "-c", code] if language == "python" else [
             "bash", "-e", "-o", "pipefail", "-c", code]
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
@@ -113,6 +172,8 @@ def run_page(page, folder):
             f"{page}: this block failed:\n{code}\n--- stdout\n{done.stdout[-2000:]}"
             f"\n--- stderr\n{done.stderr[-4000:]}"
         )
+        for line in to_store:
+            trained_runs.store(line, folder)
     assert runs, f"{page} has no block to run"
 
 

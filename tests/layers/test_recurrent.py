@@ -629,3 +629,22 @@ def test_step_matmul_form_comes_from_the_environment_else_plain():
     assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": " Fused"}) == "fused"
     with pytest.raises(ValueError, match="KERAS_SEQ_STEP_MATMUL.*'fast'"):
         step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "fast"})
+
+
+@pytest.mark.tensorflow_only
+def test_equal_cells_share_the_compiled_training_loops(rng, gradients):
+    """Two layers of one configuration (the directions of a Bidirectional,
+    a new model) trace the hand-written loops once; another width traces anew."""
+    from keras_seq.layers.recurrent import bptt_tensorflow
+
+    x = _inputs(rng)
+
+    def train(layer):
+        gradients(lambda x: ops.sum(layer(x, training=True)), [x], layer.trainable_weights)
+
+    train(layers.GRU(U, return_sequences=True))
+    traces = bptt_tensorflow._forward_loop.experimental_get_tracing_count()
+    train(layers.GRU(U, return_sequences=True))
+    assert bptt_tensorflow._forward_loop.experimental_get_tracing_count() == traces
+    train(layers.GRU(U + 1, return_sequences=True))
+    assert bptt_tensorflow._forward_loop.experimental_get_tracing_count() == traces + 1

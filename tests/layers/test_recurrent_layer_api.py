@@ -227,7 +227,8 @@ class _MaskProbe(keras.layers.Layer):
     lambda: layers.PeepholeLSTM(U, return_sequences=True),
     lambda: layers.GRU(U, return_sequences=True),
     lambda: layers.RNN(layers.LayerNormLSTMCell(U), return_sequences=True),
-], ids=["PeepholeLSTM", "GRU", "RNN"])
+    lambda: layers.ConvertibleLSTM(U, return_sequences=True),
+], ids=["PeepholeLSTM", "GRU", "RNN", "ConvertibleLSTM"])
 def test_mask_flows_past_the_layer_whatever_keras_rnn_says(make, keras_rnn_masks, monkeypatch):
     """Keras 3.16 sets ``supports_masking = False`` in ``keras.layers.RNN``;
     emulated here, the Embedding's mask must still reach the next layer."""

@@ -7,8 +7,12 @@ autodiff loop: the forward loop keeps what the backward loop needs, the
 backward loop does one matmul per step (``dr_t @ Uᵀ``), and the recurrent
 kernel's gradient is one large matmul over all steps after the loop instead
 of one small matmul and an accumulation per step. Both loops are compiled
-with XLA, which fuses a step's elementwise work; they are made once per
-companion (one per cell) and given the companion's functions as arguments.
+with XLA, which fuses a step's elementwise work. They take the companion,
+and with it the cell's functions, as an argument; TensorFlow's trace cache
+keys them by the companion's class and the cell's configuration
+(`ManualGradient.__tf_tracing_type__`), so the two directions of a
+``Bidirectional`` layer, stacked layers of one width, or a new model of the
+same configuration compile once per shape.
 
 The derivatives use the activations here: `fast_tanh` and `fast_sigmoid`
 (rational approximations that XLA fuses with the rest of a step) and
@@ -22,6 +26,7 @@ import functools
 from collections.abc import Sequence
 
 import tensorflow as tf
+from tensorflow.types.experimental import TraceType
 
 from keras_seq.layers.recurrent.rnn import mask_step
 
@@ -107,7 +112,6 @@ class ManualGradient:
 
     def __init__(self, cell):
         self.cell = cell
-        self._compiled = {}
 
     def supported(self) -> bool:
         return False
@@ -120,26 +124,56 @@ class ManualGradient:
         """A weight in the cell's compute dtype."""
         return tf.cast(variable, self.cell.compute_dtype)
 
-    def loops(self, return_sequences: bool, zero_output_for_mask: bool):
-        """The forward and backward loops of this cell, each compiled with XLA
-        (once per companion and configuration; XLA compiles once per shape).
+    def __tf_tracing_type__(self, context):
+        """Companions of equal cells compute alike (their weights are the
+        loops' tensor arguments): the compiled loops are shared between them,
+        keyed by the companion's class and the cell's configuration."""
+        config = {k: v for k, v in self.cell.get_config().items() if k != "name"}
+        return _SameComputation(self, (type(self).__qualname__, self.cell.compute_dtype,
+                                       _hashable(config)))
 
-        Fusing the elementwise work of a step into a few kernels is what
-        makes the hand-written gradient pay off on CPU: run op by op, a
-        step's ~30 small ops cost more than its matmul.
-        """
-        key = (return_sequences, zero_output_for_mask)
-        if key not in self._compiled:
-            options = dict(jit_compile=True, autograph=False, reduce_retracing=True)
-            self._compiled[key] = (
-                tf.function(functools.partial(
-                    _forward_loop, self, zero_output_for_mask=zero_output_for_mask,
-                    return_sequences=return_sequences), **options),
-                tf.function(functools.partial(
-                    _backward_loop, self, zero_output_for_mask=zero_output_for_mask),
-                    **options),
-            )
-        return self._compiled[key]
+
+class _SameComputation(TraceType):
+    """The tracing type of a `ManualGradient`: equal keys trace alike."""
+
+    def __init__(self, companion, key):
+        self.companion, self.key = companion, key
+
+    def is_subtype_of(self, other):
+        return self == other
+
+    def most_specific_common_supertype(self, others):
+        return self if all(self == other for other in others) else None
+
+    def placeholder_value(self, placeholder_context):
+        return self.companion
+
+    def to_tensors(self, value):
+        return []
+
+    def from_tensors(self, tensors):
+        return self.companion
+
+    def flatten(self):
+        return []
+
+    def cast(self, value, cast_context):
+        return value
+
+    def __eq__(self, other):
+        return isinstance(other, _SameComputation) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def _hashable(value):
+    """A hashable form of a ``get_config()`` (nested dicts and lists)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def run_bptt_recurrence(
@@ -186,15 +220,14 @@ def run_bptt_recurrence(
         # must not take the mask, and with it the compiled loop, as an input.
         recurrent_mask = tf.stop_gradient(recurrent_mask)
     n_states = len(initial_states)
-    forward_loop, backward_loop = companion.loops(return_sequences, zero_output_for_mask)
 
     @tf.custom_gradient
     def bptt(xw, kernel, *args):
         states0, weights = list(args[:n_states]), list(args[n_states:])
         # The gradient is the backward loop below: keep tapes off the forward loop.
         inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
-        last_output, final_states, outputs, saved, history = forward_loop(
-            *inputs, mask, recurrent_mask
+        last_output, final_states, outputs, saved, history = _forward_loop(
+            companion, *inputs, mask, recurrent_mask, zero_output_for_mask, return_sequences
         )
 
         def grad(*upstream):
@@ -203,9 +236,9 @@ def run_bptt_recurrence(
             d_states = [tf.zeros_like(s) if d is None else d for s, d in zip(states0, d_states)]
             if d_last is None:
                 d_last = tf.zeros_like(states0[0])
-            d_xw, d_r, d_states0, d_params = backward_loop(
-                xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
-                d_last, d_states, d_outputs,
+            d_xw, d_r, d_states0, d_params = _backward_loop(
+                companion, xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                d_last, d_states, d_outputs, zero_output_for_mask,
             )
             # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
             # large matmul runs faster in TensorFlow's own kernel than in XLA's.
@@ -257,6 +290,14 @@ def mask_step_backward(mask_t, d_new_states, d_output, zero_output_for_mask: boo
     return d_step, d_through, d_prev_output
 
 
+# The two loops, each compiled with XLA once per shape and computation (see
+# `ManualGradient.__tf_tracing_type__`): fusing the elementwise work of a step
+# into a few kernels is what makes the hand-written gradient pay off on CPU
+# (run op by op, a step's ~30 small ops cost more than its matmul).
+_COMPILED = dict(jit_compile=True, autograph=False, reduce_retracing=True)
+
+
+@functools.partial(tf.function, **_COMPILED)
 def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
                   zero_output_for_mask, return_sequences):
     """Forward loop; also returns what the backward loop needs, stacked over time."""
@@ -316,6 +357,7 @@ def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
     return last_output, final_states, outputs, saved, history
 
 
+@functools.partial(tf.function, **_COMPILED)
 def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask, saved,
                    history, d_last, d_states, d_outputs, zero_output_for_mask):
     """Backward loop: gradients of xw and r (stacked), the initial states and params."""

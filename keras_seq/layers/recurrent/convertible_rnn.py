@@ -45,6 +45,9 @@ class _ConvertibleInference:
 
     def __init__(self, units, *args, zoneout=0.0, **kwargs):
         super().__init__(units, *args, **kwargs)
+        # Whatever keras.layers.RNN sets (Keras 3.16 turns it off): the mask
+        # flows on with return_sequences=True, as from this package's RNN.
+        self.supports_masking = True
         self.zoneout = check_zoneout(self, zoneout)
         self.zoneout_rates()  # one value per state, checked before any call
 
