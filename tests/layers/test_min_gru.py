@@ -86,3 +86,17 @@ def test_jax_cpu_trains_in_the_fused_step_loop_and_the_others_in_the_scan():
 @pytest.mark.tensorflow_only
 def test_streams_in_keras_litert_and_onnxruntime_like_the_whole_sequence(tmp_path, rng):
     assert_streams_like_the_whole_sequence(make, IN, tmp_path, rng)
+
+
+def test_layers_of_several_widths_keep_their_static_output_shapes(rng):
+    # The scan's compiled loop relaxes its shapes once it has seen several
+    # widths; the layers' outputs must keep theirs (a Dense after them needs it).
+    x = rng.normal(size=(2, 5, IN)).astype("float32")
+    for units in (2, 3, 5):
+        inputs = keras.Input((None, IN))
+        hidden = layers.MinGRU(units, return_sequences=True)(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(1)(layers.MinGRU(units + 1)(hidden)))
+        model.compile("sgd", "mse")
+        loss = model.train_on_batch(x, np.zeros((2, 1), "float32"))
+        assert np.isfinite(loss)
+        assert model.layers[1].compute_output_shape((2, 5, IN)) == (2, 5, units)

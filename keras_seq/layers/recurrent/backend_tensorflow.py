@@ -404,11 +404,15 @@ def _differentiable_linear_loop(a, b, h0):
     # stop_gradient: a tape must not differentiate the compiled loop itself
     # (its loop state cannot cross the XLA boundary); `grad` is its gradient.
     h = _compiled_linear_loop(*(tf.stop_gradient(t) for t in (a, b, h0)), False)
+    # reduce_retracing relaxes the loop's shapes once it sees several: the
+    # result keeps the static shape of b for the layers after it.
+    h = tf.ensure_shape(h, b.shape)
 
     def grad(dh):
         a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
         g = _compiled_linear_loop(tf.stop_gradient(a_next), tf.stop_gradient(dh),
                                   tf.zeros_like(h0), True)
+        g = tf.ensure_shape(g, b.shape)
         h_prev = tf.concat([h0[:, None], h[:, :-1]], axis=1)
         return g * h_prev, g, a[:, 0] * g[:, 0]
 
