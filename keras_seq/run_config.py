@@ -32,6 +32,7 @@ __all__ = [
     "LINEAR_PROBE_LEARNING_RATE",
     "GREEDY_ZERO_DEPRECATED",
     "BACKUP_DIR",
+    "BLOCK_MODELS",
     "CELLS",
     "DISTRIBUTIONS",
     "LM_DEFAULTS",
@@ -82,6 +83,14 @@ _LSTM_FAMILY_DEFAULTS = {"epochs": 4}
 # instead of 2000 and so a 2e-3 peak instead of 1e-3: its validation loss in
 # less time on a 2-core CPU (see benchmarks/RESULTS.md). An epoch is
 # `steps_per_epoch` batches of random windows.
+# The residual recurrent blocks (models.language_model(kind="mingru", ...)):
+# the Transformer's recipe, which they reach 1.88 with in less time on the
+# 2-core CPU; the xLSTM's sLSTM blocks train step by step, so it takes 750
+# steps instead of 1250 to stay within 5 minutes (see benchmarks/RESULTS.md,
+# "Parallel recurrences").
+_BLOCK_LM_DEFAULTS = {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
+                      "learning_rate": 2e-3, "units": 128, "layers": 4, "context": 64,
+                      "validation_size": 256}
 LM_DEFAULTS = {
     "transformer": {"epochs": 5, "steps_per_epoch": 250, "batch_size": 12,
                     "learning_rate": 2e-3, "units": 128, "layers": 4, "context": 64,
@@ -89,6 +98,8 @@ LM_DEFAULTS = {
     "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
             "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
             "validation_size": 256},
+    **{model: dict(_BLOCK_LM_DEFAULTS) for model in ("mingru", "minlstm", "rglru")},
+    "xlstm": {**_BLOCK_LM_DEFAULTS, "epochs": 3},
 }
 """Per ``kind`` of language model: the defaults of ``task="lm"``."""
 # ELMo's biLM (task="bilm", models.bidirectional_language_model): two stacks
@@ -144,7 +155,10 @@ TASKS = ("dates", "translate", "lm", "bilm", "classify")
 TEXT_TASKS = ("lm", "bilm")
 """The tasks that train on a text (``data=`` a text file, by default tiny
 Shakespeare) in random windows of ``context`` characters."""
-MODELS = ("rnn", "transformer")
+BLOCK_MODELS = ("mingru", "minlstm", "rglru", "xlstm")
+"""The `TrainingConfig.model` choices of ``task="lm"`` only: language models of
+residual recurrent blocks (`keras_seq.models.language_model`'s ``kind``)."""
+MODELS = ("rnn", "transformer", *BLOCK_MODELS)
 """`TrainingConfig.model` choices."""
 
 
@@ -238,8 +252,9 @@ class TrainingConfig:
             ``"translate"`` when ``data`` is given, else ``"dates"``.
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
             (`models.transformer_seq2seq`); for ``task="lm"``, the ``kind`` of
-            `models.language_model`. None: ``"rnn"``, or ``"transformer"``
-            for ``task="lm"``.
+            `models.language_model`, which may also be one of `BLOCK_MODELS`
+            (``"mingru"``, ``"minlstm"``, ``"rglru"``, ``"xlstm"``). None:
+            ``"rnn"``, or ``"transformer"`` for ``task="lm"``.
         cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
             ``"peephole"``, ``"coupled"``, ``"simple"`` (Elman) or
             ``"layernorm_lstm"``. None: ``"gru"``, or ``"lstm"`` for ``task="lm"``.
@@ -384,6 +399,10 @@ class TrainingConfig:
         )
         if model is not None:
             check_choice(where, "model", model, MODELS)
+        if model in BLOCK_MODELS and task != "lm":
+            raise invalid_value(where, "model", f"'rnn' or 'transformer' for task {task!r} "
+                                f"({', '.join(BLOCK_MODELS)} are language models: task 'lm')",
+                                model)
         if task == "bilm" and model != "rnn":
             raise invalid_value(where, "model", "'rnn' for task 'bilm' (ELMo's biLM is "
                                 "recurrent)", model)

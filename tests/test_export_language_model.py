@@ -29,12 +29,13 @@ _TINY = ["--task", "lm", "--units", "16", "--layers", "2", "--context", "16",
 
 @pytest.fixture(scope="module")
 def lm_exports(tmp_path_factory):
-    """kind -> (run folder, export folder) of a tiny rnn and Transformer run."""
+    """kind -> (run folder, export folder) of a tiny rnn, Transformer and xLSTM run."""
     root = tmp_path_factory.mktemp("lm_export")
     text_file = root / "text.txt"
     text_file.write_text(_TEXT, encoding="utf-8")
     exports = {}
-    for kind, quantize in (("rnn", ["--quantize", "dynamic"]), ("transformer", [])):
+    for kind, quantize in (("rnn", ["--quantize", "dynamic"]), ("transformer", []),
+                           ("xlstm", [])):
         argv = ["train", *_TINY, "--model", kind, "--data", str(text_file), "--out", str(root),
                 "--name", kind]
         assert main(argv) == 0
@@ -50,14 +51,14 @@ def test_an_lm_run_records_its_held_out_text(lm_exports):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+@pytest.mark.parametrize("kind", ["rnn", "transformer", "xlstm"])
 def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_exports, kind):
     _, exports = lm_exports
     run_dir, out = exports[kind]
-    assert sorted(p.name for p in out.iterdir() if p.suffix in (".tflite", ".onnx")) == (
-        ["lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"] if kind == "rnn"
-        else ["lm_step.tflite"]
-    )
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".tflite", ".onnx")) == {
+        "rnn": ["lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"],
+        "transformer": ["lm_step.tflite"], "xlstm": ["lm_step.tflite", "lm_stream.onnx"],
+    }[kind]
     reference = np.load(out / "reference.npz")
     held_out = (run_dir / "test.txt").read_text(encoding="utf-8")
     prompts = [str(p) for p in reference["prompts"]]
@@ -77,18 +78,21 @@ def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_expo
     assert not [op for op in float_row["ops"] if op.startswith("CUSTOM")]
     if kind == "rnn":
         assert rows["lm_step_dynamic.tflite"]["token_agreement"] >= 0.995
+    if kind != "transformer":
         # The streaming ONNX, fed one token per call, continues every prompt as Keras.
         stream_row = rows["lm_stream.onnx"]
         assert stream_row["provider"] == "CPUExecutionProvider"
         assert stream_row["string_match"] == 1.0 and stream_row["token_agreement"] == 1.0
         assert stream_row["max_abs_logit_error"] < 1e-4
-        assert {"LSTM", "GRU"} & set(stream_row["ops"]) and "Loop" not in stream_row["ops"]
+        # Native LSTM/GRU nodes for the rnn; the residual blocks stay Loops.
+        native = bool({"LSTM", "GRU"} & set(stream_row["ops"]))
+        assert native == (kind == "rnn") and ("Loop" in stream_row["ops"]) == (kind == "xlstm")
     else:
         assert "lm_stream.onnx" not in rows
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["rnn", "transformer"])
+@pytest.mark.parametrize("kind", ["rnn", "transformer", "xlstm"])
 def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_exports, kind):
     from ai_edge_litert.interpreter import Interpreter
 

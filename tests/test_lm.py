@@ -121,6 +121,12 @@ def test_task_options_are_checked_before_any_work(tmp_path):
     lm = training.TrainingConfig(task="lm").resolved()
     assert (lm.model, lm.layers, lm.units, lm.context) == ("transformer", 4, 128, 64)
     assert training.TrainingConfig(task="lm", model="rnn").resolved().cell == "lstm"
+    for model in training.BLOCK_MODELS:
+        blocks = training.TrainingConfig(task="lm", model=model).resolved()
+        assert (blocks.layers, blocks.units, blocks.context) == (4, 128, 64)
+    with pytest.raises(ValueError, match=r"TrainingConfig: .*`model`: expected 'rnn' or "
+                                         r"'transformer' for task 'dates'.*received 'mingru'"):
+        training.TrainingConfig(model="mingru").resolved()
 
 
 # ---------------------------------------------------------------------------
@@ -133,6 +139,11 @@ def _model(kind):
                                  intermediate_dim=16, cell="lstm", dropout=0.0)
 
 
+# The recurrent kinds sample one token at a time through their cells (an
+# xLSTM's blocks: an mLSTM and an sLSTM, each with a convolution state).
+SAMPLED = ["transformer", "rnn", "xlstm"]
+
+
 def _window_start(k, window):
     """Where the context of position k starts (decoding.sample's documented rule)."""
     keep = window // 2
@@ -140,7 +151,7 @@ def _window_start(k, window):
     return 0 if k <= window else d * ((k - 1 - keep) // d)
 
 
-@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+@pytest.mark.parametrize("kind", SAMPLED)
 def test_each_sampled_token_is_drawn_from_the_full_models_softmax_at_its_prefix(kind):
     model = _model(kind)
     prompt = np.array([[5, 6, 7], [8, 9, 4]], np.int32)
@@ -156,7 +167,7 @@ def test_each_sampled_token_is_drawn_from_the_full_models_softmax_at_its_prefix(
     assert (ids != 0).all()  # the padding id is never drawn
     for j in range(length):
         k = prompt.shape[1] + j
-        start = 0 if kind == "rnn" else _window_start(k, window)
+        start = _window_start(k, window) if kind == "transformer" else 0
         reference = keras.ops.convert_to_numpy(model(full[:, start:k]))[:, -1]
         np.testing.assert_allclose(logits[:, j], reference, atol=1e-5)
     # Same seed, same sample.

@@ -42,13 +42,15 @@ def _check_train(args) -> None:
         config = TrainingConfig(**_config_options(args)).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
-    if args.cell is not None and config.model == "transformer":
+    if args.cell is not None and config.model not in (None, "rnn"):
+        has = ("a transformer has none" if config.model == "transformer"
+               else f"--model {config.model} has its own")
         raise UsageError(
-            "--cell chooses the recurrent cell of --model rnn; a transformer has none "
+            f"--cell chooses the recurrent cell of --model rnn; {has} "
             "(leave --cell out, or add --model rnn)"
         )
     if args.attention is not None and (
-        config.model == "transformer" or config.task in ("lm", "bilm", "classify")
+        config.model != "rnn" or config.task in ("lm", "bilm", "classify")
     ):
         what = {"lm": "language models", "bilm": "language models",
                 "classify": "classifiers"}.get(config.task, "--model transformer")

@@ -26,7 +26,7 @@ def _family_default(training, key: str, lm: bool = True) -> str:
     ):
         families.setdefault(training.default_for(key, model, cell), []).append(family)
     lm_families = {}
-    for model in ("transformer", "rnn"):
+    for model in ("transformer", "rnn", *training.BLOCK_MODELS):
         lm_families.setdefault(training.default_for(key, model, task="lm"), []).append(model)
     classify = {model: training.default_for(key, model, task="classify")
                 for model in ("rnn", "transformer")}
@@ -47,10 +47,12 @@ def _registered_cell(name: str) -> str:
 
 
 def _lm_default(training, key: str) -> str:
-    values = {model: training.default_for(key, model, task="lm") for model in ("transformer", "rnn")}
-    if len(set(values.values())) == 1:
-        return str(values["transformer"])
-    return ", ".join(f"{v} ({m})" for m, v in values.items())
+    values = {}  # default -> the models that have it
+    for model in ("transformer", "rnn", *training.BLOCK_MODELS):
+        values.setdefault(training.default_for(key, model, task="lm"), []).append(model)
+    if len(values) == 1:
+        return str(next(iter(values)))
+    return ", ".join(f"{v} ({', '.join(m)})" for v, m in values.items())
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -83,7 +85,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--model", choices=training.MODELS,
-        help="default: rnn; transformer with --task lm; the language model's with --init-from",
+        help="default: rnn; transformer with --task lm, which also takes the residual "
+        f"recurrent blocks {', '.join(training.BLOCK_MODELS)}; the language model's with "
+        "--init-from",
     )
     train.add_argument(
         "--cell",

@@ -250,6 +250,8 @@ class RecurrentLanguageModelSteps:
                 self.cells.append(model.get_layer(f"recurrent_{len(self.cells)}").cell)
             except ValueError:
                 break
+        names = {layer.name for layer in model.layers}
+        self.final_norm = model.get_layer("final_norm") if "final_norm" in names else None
         self.logits = model.get_layer("logits")
 
     def start(self, prompt_ids, max_length):
@@ -262,6 +264,8 @@ class RecurrentLanguageModelSteps:
         for cell, s in zip(self.cells, state["s"]):
             x, s = cell(x, s, training=False)
             states.append(list(s))
+        if self.final_norm is not None:
+            x = self.final_norm(x)
         return self.logits(x), {"s": states}
 
 

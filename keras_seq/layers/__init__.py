@@ -8,8 +8,14 @@ from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, Converti
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
 from keras_seq.layers.recurrent.gru import GRU, GRUCell  # noqa: F401
 from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.m_lstm import MLSTM, MLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.min_gru import MinGRU, MinGRUCell  # noqa: F401
+from keras_seq.layers.recurrent.min_lstm import MinLSTM, MinLSTMCell  # noqa: F401
 from keras_seq.layers.recurrent.ntm import NTM, NTMCell  # noqa: F401
 from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell  # noqa: F401
+from keras_seq.layers.recurrent.recurrent_block import RecurrentBlock  # noqa: F401
+from keras_seq.layers.recurrent.rg_lru import RGLRU, RGLRUCell  # noqa: F401
+from keras_seq.layers.recurrent.s_lstm import SLSTM, SLSTMCell  # noqa: F401
 
 # --- attention, position and Transformer blocks ---
 # isort: split
@@ -57,6 +63,12 @@ __all__ = [
     "LayerNormLSTM",
     "LayerNormLSTMCell",
     "LuongAttention",
+    "MLSTM",
+    "MLSTMCell",
+    "MinGRU",
+    "MinGRUCell",
+    "MinLSTM",
+    "MinLSTMCell",
     "MultiHeadAttention",
     "NTM",
     "NTMCell",
@@ -64,9 +76,14 @@ __all__ = [
     "PeepholeLSTM",
     "PeepholeLSTMCell",
     "PositionwiseFeedForward",
+    "RGLRU",
+    "RGLRUCell",
     "RNN",
+    "RecurrentBlock",
     "RecurrentCell",
     "RecurrentDecoder",
+    "SLSTM",
+    "SLSTMCell",
     "ScalarMix",
     "SinusoidalPositionalEncoding",
     "TokenEmbedding",

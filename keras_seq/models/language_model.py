@@ -11,11 +11,14 @@ from keras_seq._validation import (
     check_rate,
     invalid_type,
 )
-from keras_seq.layers import PaddingMask
+from keras_seq.layers import RNN, PaddingMask, RecurrentBlock
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
-_KINDS = ("transformer", "rnn")
+BLOCK_KINDS = ("mingru", "minlstm", "rglru", "xlstm")
+"""The `language_model` kinds of residual `RecurrentBlock`s (the parallel recurrences)."""
+_KINDS = ("transformer", "rnn", *BLOCK_KINDS)
+_CLASSIFIER_KINDS = ("transformer", "rnn")
 
 
 def language_model_kind(model) -> str | None:
@@ -24,9 +27,10 @@ def language_model_kind(model) -> str | None:
     Sampling (`keras_seq.decoding.language_model_steps`) runs a language
     model one token at a time from its named layers: ``"token_embedding"``,
     ``"token_position"``, ``"decoder_layer_{i}"`` and ``"logits"`` (Transformer);
-    ``"embedding"``, ``"recurrent_{i}"`` and ``"logits"`` (rnn). This is the
-    one place that knows those names. A model loaded from a ``.keras`` file
-    keeps them.
+    ``"embedding"``, ``"recurrent_{i}"``, ``"final_norm"`` (if any) and
+    ``"logits"`` (``"rnn"``: every recurrent kind, the residual blocks of
+    `BLOCK_KINDS` included). This is the one place that knows those names. A
+    model loaded from a ``.keras`` file keeps them.
 
     Examples:
         >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
@@ -86,22 +90,32 @@ def language_model(
     tie_embeddings: bool = True,
     name: str = "language_model",
 ) -> keras.Model:
-    """Next-token language model: decoder-only Transformer or stacked RNN.
+    """Next-token language model: decoder-only Transformer, stacked RNN, or residual recurrent blocks.
 
     ``kind="transformer"`` (GPT-style): x = √d·E[ids] + P, then
     ``num_layers`` `TransformerDecoder` blocks without cross-attention (causal
     self-attention only), logits = h Eᵀ when ``tie_embeddings``.
     ``kind="rnn"``: an embedding, ``num_layers`` stacked recurrent layers
     (``cell`` as in `rnn_seq2seq`) and a linear output layer.
-    Position t of the logits predicts token t + 1.
+    ``kind="mingru"``, ``"minlstm"``, ``"rglru"``: an embedding,
+    ``num_layers`` pre-norm residual `RecurrentBlock`s of width ``units``
+    around that cell (Griffin's block: RMSNorm, then Dense → causal
+    Conv1D(4) → the cell, times GELU(Dense), Dense back; then an MLP of
+    width ``intermediate_dim``), a final RMSNorm and a linear output layer;
+    ``kind="xlstm"``: the same with mLSTM blocks (even layers) and sLSTM
+    blocks (odd layers) alternating, ``num_heads`` heads each. These train
+    in their parallel form (the sLSTM step by step) and generate one token
+    at a time with the same weights. Position t of the logits predicts
+    token t + 1.
 
     Args:
         vocabulary_size: int, number of token ids (0 = padding).
-        kind: ``"transformer"`` (default) or ``"rnn"``.
+        kind: ``"transformer"`` (default), ``"rnn"``, ``"mingru"``,
+            ``"minlstm"``, ``"rglru"`` or ``"xlstm"``.
         num_layers: int, blocks or recurrent layers. Default 2.
-        units: int, model width d (Transformer) or recurrent units. Default 128.
-        num_heads: int, attention heads (Transformer); must divide ``units``.
-        intermediate_dim: int, feed-forward width (Transformer). Default 512.
+        units: int, model width d (Transformer, blocks) or recurrent units. Default 128.
+        num_heads: int, attention heads (Transformer) or xLSTM heads; must divide ``units``.
+        intermediate_dim: int, feed-forward width (Transformer, blocks). Default 512.
         cell: recurrent cell of ``kind="rnn"``. Default ``"gru"``.
         dropout: float, dropout rate. Default 0.1.
         tie_embeddings: bool, share the embedding with the output layer
@@ -115,11 +129,17 @@ def language_model(
         >>> model = language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
         >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
         (2, 5, 30)
+        >>> model = language_model(30, kind="xlstm", units=8, num_heads=2, intermediate_dim=16)
+        >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+        (2, 5, 30)
 
     References:
         Radford et al. Improving Language Understanding by Generative
         Pre-Training. 2018.
         Mikolov et al. Recurrent neural network based language model. 2010.
+        De et al. Griffin: Mixing Gated Linear Recurrences with Local
+        Attention for Efficient Language Models. 2024.
+        Beck et al. xLSTM: Extended Long Short-Term Memory. 2024.
     """
     where = "language_model"
     vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
@@ -139,6 +159,9 @@ def language_model(
         x = keras.layers.Dropout(dropout, name="output_dropout")(x)
         logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
         return keras.Model(token_ids, logits, name=name)
+    if kind in BLOCK_KINDS:
+        return _block_language_model(token_ids, vocabulary_size, kind, num_layers, units,
+                                     num_heads, intermediate_dim, dropout, name)
 
     from keras_seq.layers import TransformerDecoder
 
@@ -206,7 +229,7 @@ def sequence_classifier(
     units = check_positive_int(where, "units", units)
     num_layers = check_positive_int(where, "num_layers", num_layers)
     dropout = check_rate(where, "dropout", dropout)
-    check_choice(where, "kind", kind, _KINDS)
+    check_choice(where, "kind", kind, _CLASSIFIER_KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         check_cell(cell, where)
@@ -234,4 +257,29 @@ def sequence_classifier(
     x = keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
     x = keras.layers.Dropout(dropout, name="output_dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
+    return keras.Model(token_ids, logits, name=name)
+
+
+def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, num_heads,
+                          intermediate_dim, dropout, name):
+    """`language_model` of residual `RecurrentBlock`s (``kind`` in `BLOCK_KINDS`).
+
+    No padding mask: the model is causal, so right padding never reaches an
+    earlier position, and a mask would only cost the blocks their masked
+    form in training.
+    """
+    where = "language_model"
+    if kind == "xlstm":
+        num_heads = check_num_heads(where, "units", units, num_heads)
+    intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
+    x = keras.layers.Embedding(vocabulary_size, units, name="embedding")(token_ids)
+    for i in range(num_layers):
+        cell = ("mlstm" if i % 2 == 0 else "slstm") if kind == "xlstm" else kind
+        block = RecurrentBlock(units, cell=cell, num_heads=num_heads if kind == "xlstm" else 1,
+                               intermediate_dim=intermediate_dim)
+        x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+        x = RNN(block, return_sequences=True, name=f"recurrent_{i}")(x)
+    x = keras.layers.RMSNormalization(epsilon=1e-6, name="final_norm")(x)
+    x = keras.layers.Dropout(dropout, name="output_dropout")(x)
+    logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
     return keras.Model(token_ids, logits, name=name)

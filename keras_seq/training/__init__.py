@@ -120,6 +120,7 @@ generate), `run_folder` (the one reader of a run folder) and `locking`
 from keras_seq.run_config import (
     ATTENTIONS,
     BACKUP_DIR,
+    BLOCK_MODELS,
     CELLS,
     DISTRIBUTIONS,
     LM_DEFAULTS,
@@ -172,6 +173,7 @@ from keras_seq.training.prepare import (
 __all__ = [
     "ATTENTIONS",
     "BACKUP_DIR",
+    "BLOCK_MODELS",
     "CELLS",
     "DISTRIBUTIONS",
     "FolderInUseError",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keras_seq.reserved_tokens import PAD_ID
-from keras_seq.run_config import TEXT_TASKS, TrainingConfig
+from keras_seq.run_config import BLOCK_MODELS, TEXT_TASKS, TrainingConfig
 
 __all__ = ["build_model", "build_optimizer", "compile_model", "inference_model"]
 
@@ -53,7 +53,8 @@ def _language_model(config: TrainingConfig, vocabulary_size: int, dropout: float
         num_layers=config.layers,
         units=config.units,
         num_heads=4,
-        intermediate_dim=4 * config.units,
+        # Griffin's MLP is 3 wide for the residual recurrent blocks.
+        intermediate_dim=(3 if config.model in BLOCK_MODELS else 4) * config.units,
         cell=config.cell,
         dropout=dropout,
     )

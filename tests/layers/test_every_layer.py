@@ -43,10 +43,25 @@ CASES = {
                         {"mixed_precision_atol": 2e-2}),
     "ConvertibleSimpleRNN": (lambda: layers.ConvertibleSimpleRNN(3, return_sequences=True),
                              SEQUENCE, {"mixed_precision_atol": 2e-2}),
+    "MinGRU": (lambda: layers.MinGRU(3, return_sequences=True, return_state=True), SEQUENCE,
+               {"mask": MASK, "expected_mask": MASK, "mixed_precision_atol": 2e-2}),
+    "MinLSTM": (lambda: layers.MinLSTM(3, go_backwards=True), SEQUENCE,
+                {"mask": MASK, "mixed_precision_atol": 2e-2}),
+    "RGLRU": (lambda: layers.RGLRU(D, return_sequences=True), SEQUENCE,
+              {"mask": MASK, "expected_mask": MASK, "mixed_precision_atol": 2e-2}),
+    "SLSTM": (lambda: layers.SLSTM(4, num_heads=2, return_sequences=True), SEQUENCE,
+              {"mask": MASK, "expected_mask": MASK, "mixed_precision_atol": 3e-2}),
+    "MLSTM": (lambda: layers.MLSTM(4, num_heads=2, return_state=True), SEQUENCE,
+              {"mask": MASK, "mixed_precision_atol": 3e-2}),
     "RNN of cells": (lambda: layers.RNN([layers.PeepholeLSTMCell(3), layers.GRUCell(2)],
                                         return_sequences=True),
                      SEQUENCE, {"mask": MASK, "expected_mask": MASK,
                                 "mixed_precision_atol": 3e-2}),
+    "RNN of a RecurrentBlock": (lambda: layers.RNN(layers.RecurrentBlock(D, cell="mlstm",
+                                                                          num_heads=2),
+                                                   return_sequences=True), SEQUENCE,
+                                {"mask": MASK, "expected_mask": MASK,
+                                 "mixed_precision_atol": 3e-2}),
     "BahdanauAttention": (lambda: layers.BahdanauAttention(3, normalize=True, dropout=0.1),
                           [_x(B, 2, 6), _x(B, T, 5, seed=1)], {"mixed_precision_atol": 1e-2}),
     "LuongAttention": (lambda: layers.LuongAttention(units=6, use_scale=True, dropout=0.1),
@@ -86,13 +101,14 @@ CASES = {
 }
 # Layers with call signatures of their own, tested in their files: ScalarMix
 # (a list of tensors) and RecurrentDecoder (an encoder's outputs and states);
-# the cells run in "RNN of cells"; RecurrentCell is the protocol.
+# the cells run in "RNN of cells" or in their layers; RecurrentCell is the protocol.
 ELSEWHERE = {"ScalarMix", "RecurrentDecoder", "RecurrentCell", "PeepholeLSTMCell",
-             "CoupledGateLSTMCell", "GRUCell", "LayerNormLSTMCell", "NTMCell"}
+             "CoupledGateLSTMCell", "GRUCell", "LayerNormLSTMCell", "NTMCell",
+             "MinGRUCell", "MinLSTMCell", "RGLRUCell", "SLSTMCell", "MLSTMCell"}
 
 
 def test_every_public_layer_has_a_case():
-    covered = {name.split()[0] for name in CASES} | ELSEWHERE
+    covered = {name.split()[0] for name in CASES} | {"RecurrentBlock"} | ELSEWHERE
     assert set(layers.__all__) <= covered, sorted(set(layers.__all__) - covered)
 
 

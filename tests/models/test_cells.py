@@ -92,3 +92,23 @@ def test_state_count_matches_the_cell_state_size():
         state_size = cell_class(cell)(3).state_size
         expected = len(state_size) if isinstance(state_size, (list, tuple)) else 1
         assert num_states(cell) == expected, cell
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", ["mingru", "minlstm"])
+def test_registered_parallel_recurrences_train_in_the_seq2seq_and_classifier_builders(cell, rng):
+    from keras_seq import models
+
+    keras.utils.set_random_seed(0)
+    source, target = rng.integers(1, 20, (16, 7)), rng.integers(1, 20, (16, 5))
+    source[3, 4:] = 0  # padding: the encoder's masked parallel form
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    seq2seq = models.rnn_seq2seq(20, 20, units=8, embedding_dim=4, cell=cell)
+    classifier = models.sequence_classifier(20, 3, units=8, cell=cell)
+    for model, inputs, labels in (
+        (seq2seq, {"encoder_inputs": source, "decoder_inputs": target}, target),
+        (classifier, source, source[:, 0] % 3),  # labels the first token decides
+    ):
+        model.compile(keras.optimizers.Adam(1e-2), loss)
+        history = model.fit(inputs, labels, epochs=3, verbose=0).history["loss"]
+        assert np.all(np.isfinite(history)) and history[-1] < history[0], history

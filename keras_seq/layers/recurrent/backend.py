@@ -21,7 +21,12 @@ or the loop calls ``backend.split(...)`` with no backend branch of its own:
 - ``bptt_available(training)``: whether a cell's hand-written gradient may
   train this call (TensorFlow only);
 - ``scan(body, sequences, carry, templates, collect, training,
-  steps_per_iteration)``: the loop over time.
+  steps_per_iteration)``: the loop over time;
+- ``trains_in_parallel(hints)``: whether a cell with a ``parallel`` form
+  trains in it (else in the step loop), from its `LoopHints`;
+- ``linear_scan(a, b, h0)``: the linear recurrence h_t = a_t ⊙ h_{t-1} + b_t
+  of the parallel recurrences' training form, over axis 1 of ``(B, T, n)``
+  tensors, differentiable (`keras_seq.layers.recurrent.linear_recurrence`).
 
 Only the chosen backend's module is imported, so on JAX and PyTorch nothing
 here imports TensorFlow.
@@ -55,8 +60,10 @@ fresh_states = Ops.fresh_states
 convertible_inference = Ops.convertible_inference
 bptt_available = Ops.bptt_available
 scan = Ops.scan
+linear_scan = Ops.linear_scan
+trains_in_parallel = Ops.trains_in_parallel
 
 __all__ = [
     "BACKEND", "bptt_available", "compiled_by_xla", "convertible_inference", "fresh_states", "hoists_projection",
-    "layer_norm", "matmul", "project", "recurrent_matmul", "scan", "split",
+    "layer_norm", "linear_scan", "matmul", "project", "recurrent_matmul", "scan", "split", "trains_in_parallel",
 ]

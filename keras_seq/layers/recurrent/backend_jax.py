@@ -119,3 +119,40 @@ class JaxOps:
         if not collect:
             return None, list(carry)
         return [ops.swapaxes(y, 0, 1) for y in stacked], list(carry)
+
+    @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Except for a cell whose steps fuse (``LoopHints.steps_fuse_on_cpu``)
+        on the CPU: there XLA compiles its step loop, the projection of each
+        step included, into one loop over cache-sized data, measured faster
+        to train than the scan over whole-sequence arrays (benchmarks/RESULTS.md,
+        "Parallel recurrences")."""
+        return not (hints.steps_fuse_on_cpu and jax.default_backend() == "cpu")
+
+    @staticmethod
+    def linear_scan(a, b, h0):
+        """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` arrays,
+        from ``h0 (B, n)``; returns ``h (B, T, n)``.
+
+        On the CPU a ``jax.lax.scan`` of one multiply-add per step (measured
+        faster there than the log-depth scan, whose every level is a pass
+        over the whole sequence: benchmarks/RESULTS.md, "Parallel
+        recurrences"); on a GPU or TPU ``jax.lax.associative_scan`` over
+        (a, b) pairs, log-depth in T. Autodiff differentiates either.
+        """
+        if jax.default_backend() == "cpu":
+            def step(h, ab):
+                h = ab[0] * h + ab[1]
+                return h, h
+
+            _, h = jax.lax.scan(step, h0, (jax.numpy.swapaxes(a, 0, 1),
+                                           jax.numpy.swapaxes(b, 0, 1)))
+            return jax.numpy.swapaxes(h, 0, 1)
+        b = b.at[:, 0].add(a[:, 0] * h0)  # the first step reads h0
+        return jax.lax.associative_scan(_compose_affine, (a, b), axis=1)[1]
+
+
+def _compose_affine(first, second):
+    """The affine map h -> a h + b of ``first`` followed by that of ``second``."""
+    (a1, b1), (a2, b2) = first, second
+    return a1 * a2, a2 * b1 + b2

@@ -187,6 +187,26 @@ class TensorFlowOps:
             return _scan_tensor_array(body, sequences, carry, templates, collect, k)
         return _scan_convertible(body, sequences, carry, templates, collect, k)
 
+    @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Always: TensorFlow's step loop is not fused (measured slower to
+        train than every parallel form: benchmarks/RESULTS.md, "Parallel
+        recurrences")."""
+        return True
+
+    @staticmethod
+    def linear_scan(a, b, h0):
+        """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
+        from ``h0 (B, n)``; returns ``h (B, T, n)``.
+
+        A sequential loop compiled with XLA, forwards, and for the gradient
+        the same loop backwards (`_differentiable_linear_loop`), on every device.
+        ``keras.ops.associative_scan`` is not used: on TensorFlow it fails
+        under XLA and for a dynamic length (benchmarks/RESULTS.md, "Parallel
+        recurrences"), and on the CPU the loop was measured faster.
+        """
+        return _differentiable_linear_loop(a, b, h0)
+
 
 def _layer_norm_ops(v, gamma, beta, epsilon):
     centred = v - tf.reduce_mean(v, axis=-1, keepdims=True)
@@ -336,3 +356,64 @@ def _scan_convertible(body: BodyFn, sequences, carry, templates, collect, k):
 
     buffers, carry = _blocks(0, steps, k, run, (buffers, carry))
     return (buffers if collect else None), carry
+
+
+# --- the linear recurrence of the parallel recurrences ---
+
+
+def _linear_loop(a, b, h0, reverse: bool):
+    """``h_t = a_t ⊙ h_{t-1} + b_t`` step by step over axis 1 (or from the
+    last step back, ``reverse``), ``STEPS_PER_ITERATION`` steps per iteration."""
+    a_t = tf.transpose(a, (1, 0, 2))  # (T, B, n): a step is one contiguous row
+    b_t = tf.transpose(b, (1, 0, 2))
+    steps = num_steps(a_t)
+    outputs = tf.TensorArray(a.dtype, size=steps, element_shape=h0.shape)
+
+    def run(first, last, per_iteration, outputs, h):
+        def body(i, outputs, h):
+            for j in range(per_iteration):
+                t = steps - 1 - (i + j) if reverse else i + j
+                h = a_t[t] * h + b_t[t]
+                outputs = outputs.write(t, h)
+            return i + per_iteration, outputs, h
+
+        if isinstance(first, int) and isinstance(last, int) and last <= first:
+            return outputs, h
+        _, outputs, h = tf.while_loop(
+            lambda i, *_: i < last, body, (tf.convert_to_tensor(first), outputs, h),
+            maximum_iterations=(last - first) // per_iteration,
+        )
+        return outputs, h
+
+    outputs, _ = _blocks(0, steps, STEPS_PER_ITERATION, run, (outputs, h0))
+    return _batch_major(outputs.stack())
+
+
+# One compiled loop per shape, dtype and direction (TensorFlow traces it like
+# any function; it holds no state of the package).
+_compiled_linear_loop = tf.function(_linear_loop, jit_compile=True, reduce_retracing=True,
+                                     autograph=False)
+
+
+@tf.custom_gradient
+def _differentiable_linear_loop(a, b, h0):
+    """`TensorFlowOps.linear_scan` with its gradient: with g_t = ∂L/∂h_t
+    through all later steps, g_t = dh_t + a_{t+1} ⊙ g_{t+1} (the same
+    recurrence, backwards), ∂L/∂a_t = g_t ⊙ h_{t-1}, ∂L/∂b_t = g_t and
+    ∂L/∂h0 = a_1 ⊙ g_1."""
+    # stop_gradient: a tape must not differentiate the compiled loop itself
+    # (its loop state cannot cross the XLA boundary); `grad` is its gradient.
+    h = _compiled_linear_loop(*(tf.stop_gradient(t) for t in (a, b, h0)), False)
+    # reduce_retracing relaxes the loop's shapes once it sees several: the
+    # result keeps the static shape of b for the layers after it.
+    h = tf.ensure_shape(h, b.shape)
+
+    def grad(dh):
+        a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
+        g = _compiled_linear_loop(tf.stop_gradient(a_next), tf.stop_gradient(dh),
+                                  tf.zeros_like(h0), True)
+        g = tf.ensure_shape(g, b.shape)
+        h_prev = tf.concat([h0[:, None], h[:, :-1]], axis=1)
+        return g * h_prev, g, a[:, 0] * g[:, 0]
+
+    return h, grad

@@ -100,3 +100,52 @@ class TorchOps:
         if not collected:  # zero steps
             return [ops.zeros((t.shape[0], 0, *t.shape[1:]), t.dtype) for t in templates], carry
         return [torch.stack(list(o), dim=1) for o in zip(*collected)], carry
+
+    @staticmethod
+    def trains_in_parallel(hints) -> bool:
+        """Always: PyTorch runs a step loop op by op."""
+        return True
+
+    @staticmethod
+    def linear_scan(a, b, h0):
+        """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
+        from ``h0 (B, n)``; returns ``h (B, T, n)``.
+
+        A loop of one fused multiply-add per step, forwards, and backwards
+        for the gradient (`_LinearScan`): autograd records two operations,
+        not two per step. ``keras.ops.associative_scan`` is not used on
+        PyTorch: it builds its buffers in float32 on the CPU whatever the
+        inputs' dtype and device (benchmarks/RESULTS.md, "Parallel
+        recurrences").
+        """
+        a, b, h0 = (ops.convert_to_tensor(x) for x in (a, b, h0))
+        return _LinearScan.apply(a, b, h0)
+
+
+def _linear_steps(a, b, h0, reverse: bool):
+    h, outputs = h0, torch.empty_like(b)
+    steps = range(b.shape[1] - 1, -1, -1) if reverse else range(b.shape[1])
+    for t in steps:
+        h = torch.addcmul(b[:, t], a[:, t], h)
+        outputs[:, t] = h
+    return outputs
+
+
+class _LinearScan(torch.autograd.Function):
+    """`TorchOps.linear_scan` with its gradient: with g_t = ∂L/∂h_t through
+    all later steps, g_t = dh_t + a_{t+1} ⊙ g_{t+1} (the same recurrence,
+    backwards), ∂L/∂a_t = g_t ⊙ h_{t-1}, ∂L/∂b_t = g_t, ∂L/∂h0 = a_1 ⊙ g_1."""
+
+    @staticmethod
+    def forward(ctx, a, b, h0):
+        h = _linear_steps(a, b, h0, reverse=False)
+        ctx.save_for_backward(a, h0, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, dh):
+        a, h0, h = ctx.saved_tensors
+        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)
+        g = _linear_steps(a_next, dh.contiguous(), torch.zeros_like(h0), reverse=True)
+        h_prev = torch.cat([h0[:, None], h[:, :-1]], dim=1)
+        return g * h_prev, g, a[:, 0] * g[:, 0]

@@ -18,6 +18,8 @@ from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, Converti
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell
 from keras_seq.layers.recurrent.gru import GRU, GRUCell
 from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
+from keras_seq.layers.recurrent.min_gru import MinGRU, MinGRUCell
+from keras_seq.layers.recurrent.min_lstm import MinLSTM, MinLSTMCell
 from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell
 from keras_seq.layers.recurrent.rnn import RNN
 
@@ -115,3 +117,12 @@ register_cell("peephole", PeepholeLSTM, PeepholeLSTMCell)
 register_cell("coupled", CoupledGateLSTM, CoupledGateLSTMCell)
 register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)
 register_cell("layernorm_lstm", LayerNormLSTM, LayerNormLSTMCell)
+# Every builder takes a registered cell, the seq2seq decoder too: its states
+# are (B, units) tensors with h first, each a Dense layer of the encoder's
+# final states. The RG-LRU (input width = units), the mLSTM (a matrix state,
+# no h) and the sLSTM (its normaliser n must stay positive: a bridged n
+# divides by anything, NaN within a few steps) do not fit it; the language
+# models hold them in `RecurrentBlock`s (`models.language_model(kind="rglru"
+# | "xlstm")`).
+register_cell("mingru", MinGRU, MinGRUCell)
+register_cell("minlstm", MinLSTM, MinLSTMCell)

@@ -23,6 +23,7 @@ from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
 from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent.linear_recurrence import run_parallel
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -55,6 +56,11 @@ class LoopHints:
             trains the cell with a hand-written gradient
             (`keras_seq.layers.recurrent.bptt_tensorflow`), imported when
             first used.
+        steps_fuse_on_cpu: the cell's ``parallel`` form is a scan of a step
+            that is a few elementwise operations: where a compiled loop
+            fuses them (JAX's CPU), the step loop trains faster than the
+            parallel form, and `RNN` trains with it there
+            (``backend.trains_in_parallel``).
     """
 
     pointwise_projection: bool = False
@@ -62,6 +68,7 @@ class LoopHints:
     steps_per_iteration: int | None = None
     projects_in_step_under_xla: bool = False
     manual_gradient: str | None = None
+    steps_fuse_on_cpu: bool = False
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -87,6 +94,16 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     ``initial_state``, ``go_backwards``, ``Bidirectional`` and ``.keras``
     saving on every backend; on TensorFlow `keras_seq.export` streams and
     converts it with builtin ops.
+
+    Optional, for a recurrence that has a form over the whole sequence
+    (``MinGRUCell``, ``MLSTMCell``, ...): ``parallel(inputs, states,
+    mask=None, training=False) -> (outputs (B, T, u), new_states)`` over the
+    whole projected sequence ``(B, T, k)``, in processing order. It must
+    compute what ``step`` computes step by step, carrying the states over
+    the steps where ``mask`` (``(B, T)`` bool, or None) is False; `RNN` runs
+    it when training (`keras_seq.layers.recurrent.linear_recurrence.run_parallel`)
+    and ``step`` otherwise (inference, streaming, export; and where
+    ``backend.trains_in_parallel`` says the step loop trains faster).
 
     Optional: a ``dropout`` rate (input dropout, one mask per sequence,
     applied before ``project``), ``recurrent_dropout`` (the cell applies
@@ -117,6 +134,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """
 
     loop_hints = LoopHints()
+    # No form over the whole sequence unless a cell defines one.
+    parallel = None
     # Class defaults for Keras' dropout mixin: a cell without dropout has none.
     dropout = 0.0
     recurrent_dropout = 0.0
@@ -353,6 +372,14 @@ class RNN(keras.layers.RNN):
             sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
         rates = zoneout_rates_of(cell)
         zoneout_training = bool(training) and bool(rates)
+        if (cell.parallel is not None and training is True and not zoneout_training
+                and backend.trains_in_parallel(hints)):
+            # The static rule: a cell's form over the whole sequence trains.
+            return run_parallel(
+                cell, sequences, states, mask=mask, go_backwards=self.go_backwards,
+                return_sequences=self.return_sequences,
+                zero_output_for_mask=self.zero_output_for_mask, training=training,
+            )
         companion = None
         if hints.manual_gradient and backend.bptt_available(training) and not zoneout_training:
             companion = manual_gradient(cell)
