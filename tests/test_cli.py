@@ -399,6 +399,20 @@ def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp
     assert not _TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
 
 
+def test_an_argument_error_after_reading_the_cell_registry_prints_one_clean_line():
+    """``--cell`` reads the registry, which imports Keras while the arguments
+    are parsed: TensorFlow's start-up notes must not reach the user then either."""
+    import shutil
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["KERAS_BACKEND"] = "tensorflow"
+    done = subprocess.run([shutil.which("keras-seq"), "train", "--model", "transformer",
+                           "--cell", "gru"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2
+    assert not _TENSORFLOW_LOG.search(done.stderr), done.stderr
+    assert done.stderr.splitlines()[-1].startswith("keras-seq train: error: --cell chooses")
+
+
 def test_the_lstm_family_is_the_registered_cells_of_two_states():
     from keras_seq import run_config
     from keras_seq.layers.recurrent import registry

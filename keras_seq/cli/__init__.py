@@ -23,60 +23,22 @@ Each command parses its arguments, calls a library function and prints:
 
 Every command needs Keras on TensorFlow; on another backend the command stops
 with a one-line message before running it. Modules: `parser` (the options),
-`commands` (each command's check and run); `main` is here.
+`commands` (each command's check and run), `quiet` (Keras imported without
+TensorFlow's start-up notes); `main` is here.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
-import tempfile
 from collections.abc import Sequence
 
 from keras_seq._backend import require_tensorflow
 from keras_seq.cli.commands import COMMANDS, UsageError
 from keras_seq.cli.parser import build_parser
+from keras_seq.cli.quiet import import_keras_quietly
 
 __all__ = ["main"]
-
-
-# TensorFlow's C++ start-up notes: absl-format INFO/WARNING lines
-# ("I0000 00:00:1795580816.342428  18897 cudart_stub.cc:31] ..."), absl's
-# banner before them, the second line of cpu_feature_guard's note, and the
-# CUDA probe's error on a machine without a GPU. Some are written before
-# TF_CPP_MIN_LOG_LEVEL is read, the last whatever it says.
-_TENSORFLOW_NOTE = re.compile(
-    r"^([IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] |E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|To enable the following instructions: )"
-)
-
-
-def _import_keras_quietly() -> None:
-    """Imports Keras (and so its backend, TensorFlow) with the backend's C++
-    start-up notes dropped from stderr; anything else it writes there is kept."""
-    if "keras" in sys.modules:
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import keras
-
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
-
-                tf.config.list_logical_devices()  # the CUDA probe
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not _TENSORFLOW_NOTE.match(line):
-                    sys.stderr.write(line)
 
 
 def _quiet_tensorflow() -> None:
@@ -85,7 +47,7 @@ def _quiet_tensorflow() -> None:
     by TF_CPP_MIN_LOG_LEVEL in `main`, before TensorFlow is imported.)"""
     import logging
 
-    _import_keras_quietly()
+    import_keras_quietly()
 
     for name in ("tensorflow", "absl"):
         logging.getLogger(name).setLevel(logging.ERROR)

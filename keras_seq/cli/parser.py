@@ -40,6 +40,9 @@ def _family_default(training, key: str, lm: bool = True) -> str:
 def _registered_cell(name: str) -> str:
     """A ``--cell`` value: a name of the cell registry, read only when a name is
     given (it imports the layers, and so Keras: ``--help`` does not)."""
+    from keras_seq.cli.quiet import import_keras_quietly
+
+    import_keras_quietly()
     if name not in run_config.CELLS:
         raise argparse.ArgumentTypeError(
             f"invalid choice: {name!r} (choose from {', '.join(run_config.CELLS)})")

@@ -1,0 +1,49 @@
+"""Keras imported without TensorFlow's C++ start-up notes on stderr: the
+commands' output is theirs alone."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+__all__ = ["import_keras_quietly"]
+
+
+# TensorFlow's C++ start-up notes: absl-format INFO/WARNING lines
+# ("I0000 00:00:1795580816.342428  18897 cudart_stub.cc:31] ..."), absl's
+# banner before them, the second line of cpu_feature_guard's note, and the
+# CUDA probe's error on a machine without a GPU. Some are written before
+# TF_CPP_MIN_LOG_LEVEL is read, the last whatever it says.
+_TENSORFLOW_NOTE = re.compile(
+    r"^([IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] |E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|To enable the following instructions: )"
+)
+
+
+def import_keras_quietly() -> None:
+    """Imports Keras (and so its backend, TensorFlow) with the backend's C++
+    start-up notes dropped from stderr; anything else it writes there is kept."""
+    if "keras" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras
+
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+
+                tf.config.list_logical_devices()  # the CUDA probe
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not _TENSORFLOW_NOTE.match(line):
+                    sys.stderr.write(line)
