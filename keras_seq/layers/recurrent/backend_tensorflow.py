@@ -199,14 +199,18 @@ class TensorFlowOps:
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.
 
-        A sequential loop compiled with XLA, forwards, and for the gradient
-        the same loop backwards (`_differentiable_linear_loop`), on every device.
-        ``keras.ops.associative_scan`` is not used: on TensorFlow it fails
-        under XLA and for a dynamic length (benchmarks/RESULTS.md, "Parallel
-        recurrences"), and on the CPU the loop was measured faster.
+        With a GPU visible (when the function is traced), the parallel
+        scan: ⌈log2 T⌉ passes that each compose every step with the one
+        2^k steps before it (Hillis and Steele's doubling scan, `_doubling_scan`),
+        for a static or dynamic length, with or without XLA. On the CPU a
+        sequential loop compiled with XLA (`_linear_loop`), measured faster
+        there (benchmarks/RESULTS.md, "Parallel recurrences"). Either way the
+        gradient is the same recurrence run backwards
+        (`_differentiable_linear_scan`). ``keras.ops.associative_scan`` is not
+        used: on TensorFlow it fails under XLA and for a dynamic length.
         """
-        return _differentiable_linear_loop(a, b, h0)
-
+        parallel = bool(tf.config.list_logical_devices("GPU"))
+        return _differentiable_linear_scan(a, b, h0, parallel)
 
 def _layer_norm_ops(v, gamma, beta, epsilon):
     centred = v - tf.reduce_mean(v, axis=-1, keepdims=True)
@@ -395,25 +399,59 @@ _compiled_linear_loop = tf.function(_linear_loop, jit_compile=True, reduce_retra
                                      autograph=False)
 
 
-@tf.custom_gradient
-def _differentiable_linear_loop(a, b, h0):
+def _doubling_scan(a, b, h0, reverse: bool):
+    """`_linear_loop`'s result in ⌈log2 T⌉ parallel passes (Hillis and
+    Steele): after the pass of offset s, (A_t, B_t) composes the steps
+    t−2s+1 … t, so that h_t = A_t ⊙ h0 + B_t once s ≥ T. Each pass is O(T)
+    elementwise work over the whole sequence."""
+    if reverse:
+        a, b = tf.reverse(a, [1]), tf.reverse(b, [1])
+    steps = tf.shape(a)[1]
+    time = tf.range(steps)[None, :, None]
+
+    def compose(offset, a, b):
+        # (a, b) of step t after (a, b) of step t − offset (identity before
+        # step 0). A roll and a select, not slices of a dynamic size, which
+        # XLA would compile to other numbers.
+        has_before = time >= offset
+        a_before = tf.where(has_before, tf.roll(a, offset, axis=1), tf.ones_like(a))
+        b_before = tf.where(has_before, tf.roll(b, offset, axis=1), tf.zeros_like(b))
+        return offset * 2, a * a_before, a * b_before + b
+
+    _, a, b = tf.while_loop(lambda offset, *_: offset < steps, compose,
+                            (tf.constant(1), a, b))
+    h = a * h0[:, None] + b
+    return tf.reverse(h, [1]) if reverse else h
+
+
+def _linear_scan(parallel: bool):
+    return _doubling_scan if parallel else _compiled_linear_loop
+
+
+def _differentiable_linear_scan(a, b, h0, parallel: bool):
     """`TensorFlowOps.linear_scan` with its gradient: with g_t = ∂L/∂h_t
     through all later steps, g_t = dh_t + a_{t+1} ⊙ g_{t+1} (the same
     recurrence, backwards), ∂L/∂a_t = g_t ⊙ h_{t-1}, ∂L/∂b_t = g_t and
     ∂L/∂h0 = a_1 ⊙ g_1."""
-    # stop_gradient: a tape must not differentiate the compiled loop itself
-    # (its loop state cannot cross the XLA boundary); `grad` is its gradient.
-    h = _compiled_linear_loop(*(tf.stop_gradient(t) for t in (a, b, h0)), False)
-    # reduce_retracing relaxes the loop's shapes once it sees several: the
-    # result keeps the static shape of b for the layers after it.
-    h = tf.ensure_shape(h, b.shape)
+    scan = _linear_scan(parallel)
 
-    def grad(dh):
-        a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
-        g = _compiled_linear_loop(tf.stop_gradient(a_next), tf.stop_gradient(dh),
-                                  tf.zeros_like(h0), True)
-        g = tf.ensure_shape(g, b.shape)
-        h_prev = tf.concat([h0[:, None], h[:, :-1]], axis=1)
-        return g * h_prev, g, a[:, 0] * g[:, 0]
+    @tf.custom_gradient
+    def run(a, b, h0):
+        # stop_gradient: a tape must not differentiate the scan itself (the
+        # compiled loop's state cannot cross the XLA boundary); `grad` is its
+        # gradient.
+        h = scan(*(tf.stop_gradient(t) for t in (a, b, h0)), False)
+        # reduce_retracing relaxes the loop's shapes once it sees several: the
+        # result keeps the static shape of b for the layers after it.
+        h = tf.ensure_shape(h, b.shape)
 
-    return h, grad
+        def grad(dh):
+            a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
+            g = scan(tf.stop_gradient(a_next), tf.stop_gradient(dh), tf.zeros_like(h0), True)
+            g = tf.ensure_shape(g, b.shape)
+            h_prev = tf.concat([h0[:, None], h[:, :-1]], axis=1)
+            return g * h_prev, g, a[:, 0] * g[:, 0]
+
+        return h, grad
+
+    return run(a, b, h0)

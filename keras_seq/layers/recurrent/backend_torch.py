@@ -111,9 +111,11 @@ class TorchOps:
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.
 
-        A loop of one fused multiply-add per step, forwards, and backwards
-        for the gradient (`_LinearScan`): autograd records two operations,
-        not two per step. ``keras.ops.associative_scan`` is not used on
+        On the CPU a loop of one fused multiply-add per step, forwards, and
+        backwards for the gradient (`_LinearScan`): autograd records two
+        operations, not two per step. On a GPU (any device but the CPU) the
+        parallel scan instead, in ⌈log2 T⌉ passes over the whole sequence
+        (`_doubling_steps`), forwards and backwards alike. ``keras.ops.associative_scan`` is not used on
         PyTorch: it builds its buffers in float32 on the CPU whatever the
         inputs' dtype and device (benchmarks/RESULTS.md, "Parallel
         recurrences").
@@ -131,6 +133,26 @@ def _linear_steps(a, b, h0, reverse: bool):
     return outputs
 
 
+def _doubling_steps(a, b, h0, reverse: bool):
+    """`_linear_steps`'s result in ⌈log2 T⌉ parallel passes (Hillis and
+    Steele): after the pass of offset s, (A_t, B_t) composes the steps
+    t−2s+1 … t, so that h_t = A_t ⊙ h0 + B_t once s ≥ T."""
+    if reverse:
+        a, b = a.flip(1), b.flip(1)
+    offset = 1
+    while offset < a.shape[1]:
+        a_before = torch.cat([torch.ones_like(a[:, :offset]), a[:, :-offset]], dim=1)
+        b_before = torch.cat([torch.zeros_like(b[:, :offset]), b[:, :-offset]], dim=1)
+        a, b = a * a_before, torch.addcmul(b, a, b_before)
+        offset *= 2
+    h = torch.addcmul(b, a, h0[:, None])
+    return h.flip(1) if reverse else h
+
+
+def _steps_for(device):
+    return _linear_steps if device.type == "cpu" else _doubling_steps
+
+
 class _LinearScan(torch.autograd.Function):
     """`TorchOps.linear_scan` with its gradient: with g_t = ∂L/∂h_t through
     all later steps, g_t = dh_t + a_{t+1} ⊙ g_{t+1} (the same recurrence,
@@ -138,7 +160,7 @@ class _LinearScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, h0):
-        h = _linear_steps(a, b, h0, reverse=False)
+        h = _steps_for(a.device)(a, b, h0, reverse=False)
         ctx.save_for_backward(a, h0, h)
         return h
 
@@ -146,6 +168,6 @@ class _LinearScan(torch.autograd.Function):
     def backward(ctx, dh):
         a, h0, h = ctx.saved_tensors
         a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)
-        g = _linear_steps(a_next, dh.contiguous(), torch.zeros_like(h0), reverse=True)
+        g = _steps_for(a.device)(a_next, dh.contiguous(), torch.zeros_like(h0), reverse=True)
         h_prev = torch.cat([h0[:, None], h[:, :-1]], dim=1)
         return g * h_prev, g, a[:, 0] * g[:, 0]
