@@ -52,6 +52,9 @@ def parse_args():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--step-form-max-length", type=int, default=4096,
                         help="time the step forms up to this T (they take T steps)")
+    parser.add_argument("--xla-step-form-max-length", type=int, default=1024,
+                        help="the same under XLA (TensorFlow's jit_compile=True), whose step "
+                        "loops compile slowly and run out of memory at T = 4096 (mLSTM)")
     parser.add_argument("--plot", action="store_true",
                         help="write benchmarks/figures/parallel_recurrences_<backend>.png")
     parser.add_argument("--json", help="also write the rows to this file")
@@ -80,6 +83,8 @@ def main():
         for jit in runner.jit_options:
             steps_fns = {}
             for name, make in candidates.items():
+                if jit and "step form" in name and steps > args.xla_step_form_max_length:
+                    continue
                 try:
                     step = runner.train_step(make(), x, jit)
                     step()  # trace and compile outside the timing
@@ -136,6 +141,9 @@ def candidate_layers(layers, with_step_forms: bool) -> dict:
         "MinGRU keras.ops.associative_scan": lambda: layers.RNN(
             scan_variant(layers.MinGRUCell, associative_scan)(U), return_sequences=True),
     }
+    if keras.backend.backend() in ("tensorflow", "torch"):
+        candidates["MinGRU doubling scan (GPU form)"] = lambda: layers.RNN(
+            scan_variant(layers.MinGRUCell, doubling_scan)(U), return_sequences=True)
     from keras_seq.layers.recurrent import backend
 
     for name, cell in (("MinGRU", layers.MinGRUCell), ("MinLSTM", layers.MinLSTMCell)):
@@ -170,6 +178,20 @@ def scan_variant(cell_class, scan):
         return h, [h[:, -1]]
 
     return type(f"{cell_class.__name__}{scan.__name__}", (cell_class,), {"parallel": parallel})
+
+
+def doubling_scan(a, b, h0):
+    """The form TensorFlow and PyTorch train in on a GPU (Hillis and Steele's
+    doubling scan, ⌈log2 T⌉ passes), here on the CPU."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        from keras_seq.layers.recurrent.backend_tensorflow import _differentiable_linear_scan
+
+        return _differentiable_linear_scan(a, b, h0, True)
+    from keras_seq.layers.recurrent import backend_torch
+
+    return backend_torch._doubling_steps(a, b, h0, False)  # autograd through its passes
 
 
 def associative_scan(a, b, h0):

@@ -139,7 +139,6 @@ from keras_seq.run_config import (
 )
 from keras_seq.training.backup import HISTORY_FILE
 from keras_seq.training.evaluation import (
-    class_probabilities,
     classification_scores,
     evaluate_and_save,
     evaluate_classifier_and_save,
@@ -148,6 +147,7 @@ from keras_seq.training.evaluation import (
 )
 from keras_seq.training.inference import (
     InputWarning,
+    class_probabilities,
     classify_texts,
     generate_text,
     make_decoder,

@@ -9,12 +9,11 @@ import time
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_positive_int
 from keras_seq.reserved_tokens import PAD_ID, START_ID, UNK_ID
-from keras_seq.training.inference import make_decoder, translate_strings
+from keras_seq.training.inference import class_probabilities, make_decoder, translate_strings
 from keras_seq.training.prepare import PreparedData, PreparedLabels, PreparedText
 from keras_seq.training.run_folder import write_held_out, write_held_out_text
 
 __all__ = [
-    "class_probabilities",
     "classification_scores",
     "evaluate_and_save",
     "evaluate_classifier_and_save",
@@ -346,19 +345,6 @@ def classification_scores(true_ids, predicted_ids, num_classes: int) -> dict:
         "f1": f1.tolist(),
         "support": support.tolist(),
     }
-
-
-def class_probabilities(model, ids_batches):
-    """Class probabilities ``(N, classes)`` float32 (NumPy) of a classifier over
-    batches of token ids ``(B, T)``: the softmax of its logits."""
-    import numpy as np
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def probabilities(ids):
-        return tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
-
-    return np.concatenate([probabilities(ids).numpy() for ids in ids_batches])
 
 
 def evaluate_classifier_and_save(

@@ -14,6 +14,7 @@ from keras_seq.training.run_folder import read_run
 
 __all__ = [
     "InputWarning",
+    "class_probabilities",
     "classify_texts",
     "generate_text",
     "make_decoder",
@@ -185,7 +186,6 @@ def classify_texts(
     """
     require_tensorflow("keras_seq.training.classify_texts", START_UNDER_TENSORFLOW)
     from keras_seq.data import classification_ids
-    from keras_seq.training.evaluation import class_probabilities
 
     where = "classify_texts"
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
@@ -273,3 +273,16 @@ def generate_text(
 
     ids = run(tokenizer.tokenize([prompt]).to_tensor())[0].numpy()
     return "".join(vocabulary[i] for i in ids)
+
+
+def class_probabilities(model, ids_batches):
+    """Class probabilities ``(N, classes)`` float32 (NumPy) of a classifier over
+    batches of token ids ``(B, T)``: the softmax of its logits."""
+    import numpy as np
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def probabilities(ids):
+        return tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
+
+    return np.concatenate([probabilities(ids).numpy() for ids in ids_batches])
