@@ -85,10 +85,13 @@ class MinGRU(KernelRNN):
 
     In training (``training=True``, as in ``fit``) the whole sequence is one
     linear scan over time (`MinGRUCell.parallel`); at inference, and in
-    streaming and export, the cell runs step by step. Masks (a masked step
-    carries h and repeats the last output), ``initial_state``,
-    ``go_backwards``, ``return_state``, ``stateful``, `keras.layers.Bidirectional`
-    and mixed precision work as for `GRU`.
+    streaming and export, the cell runs step by step. On JAX's CPU the step
+    loop also trains (XLA fuses it, measured faster); the scan is a loop of one
+    multiply-add per step on a CPU and a log-depth parallel scan on a GPU
+    (chosen when traced: docs/contract.md, "Which form runs where"). Masks (a
+    masked step carries h and repeats the last output), ``initial_state``,
+    ``go_backwards``, ``return_state``, ``stateful``,
+    `keras.layers.Bidirectional` and mixed precision work as for `GRU`.
 
     Args:
         units: int, width of h.

@@ -85,11 +85,14 @@ class MinLSTMCell(KernelCell):
 class MinLSTM(KernelRNN):
     """The minimal LSTM layer (`MinLSTMCell` over time): trains as a parallel scan.
 
-    In training (``training=True``) the whole sequence is one linear scan
-    over time (`MinLSTMCell.parallel`); at inference, and in streaming and
-    export, the cell runs step by step. Masks, ``initial_state``,
-    ``go_backwards``, ``return_state``, ``stateful``, `keras.layers.Bidirectional`
-    and mixed precision work as for `GRU`.
+    In training (``training=True``) the whole sequence is one linear scan over
+    time (`MinLSTMCell.parallel`); at inference, and in streaming and export,
+    the cell runs step by step. On JAX's CPU the step loop also trains (XLA
+    fuses it, measured faster); the scan is a loop of one multiply-add per step
+    on a CPU and a log-depth parallel scan on a GPU (chosen when traced:
+    docs/contract.md, "Which form runs where"). Masks, ``initial_state``,
+    ``go_backwards``, ``return_state``, ``stateful``,
+    `keras.layers.Bidirectional` and mixed precision work as for `GRU`.
 
     Args:
         units: int, width of h.

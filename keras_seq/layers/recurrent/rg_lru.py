@@ -129,14 +129,15 @@ class RGLRUCell(KernelCell):
 class RGLRU(KernelRNN):
     """The RG-LRU layer of Griffin (`RGLRUCell` over time): trains as a parallel scan.
 
-    In training (``training=True``) the whole sequence is one linear scan
-    over time (`RGLRUCell.parallel`); at inference, and in streaming and
-    export, the cell runs step by step. The input width must equal
+    In training (``training=True``) the whole sequence is one linear scan over
+    time (`RGLRUCell.parallel`); at inference, and in streaming and export, the
+    cell runs step by step. the scan is a loop of one multiply-add per step on
+    a CPU and a log-depth parallel scan on a GPU (chosen when traced:
+    docs/contract.md, "Which form runs where"). The input width must equal
     ``units`` (in Griffin's recurrent block a Dense layer and a causal
     convolution come first: `keras_seq.models.language_model(kind="rglru")`).
-    Masks, ``initial_state``, ``go_backwards``, ``return_state``,
-    ``stateful``, `keras.layers.Bidirectional` and mixed precision work as
-    for `GRU`.
+    Masks, ``initial_state``, ``go_backwards``, ``return_state``, ``stateful``,
+    `keras.layers.Bidirectional` and mixed precision work as for `GRU`.
 
     Args:
         units: int, width of h and of the input.
