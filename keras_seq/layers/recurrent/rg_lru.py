@@ -131,7 +131,7 @@ class RGLRU(KernelRNN):
 
     In training (``training=True``) the whole sequence is one linear scan over
     time (`RGLRUCell.parallel`); at inference, and in streaming and export, the
-    cell runs step by step. the scan is a loop of one multiply-add per step on
+    cell runs step by step. The scan is a loop of one multiply-add per step on
     a CPU and a log-depth parallel scan on a GPU (chosen when traced:
     docs/contract.md, "Which form runs where"). The input width must equal
     ``units`` (in Griffin's recurrent block a Dense layer and a causal
