@@ -63,8 +63,8 @@ class MLSTMCell(KernelCell):
         num_heads: int dividing ``units``. Default 1.
         forget_bias_initializer: initializer of the f̃ half of
             ``gate_bias``; None: ``bias_initializer``.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint,
-        seed: as in `KernelCell`.
+        **kwargs: ``kernel_initializer``, ``bias_initializer``, ``*_regularizer``,
+            ``*_constraint`` and ``seed``, as in `KernelCell`.
 
     Examples:
         >>> import numpy as np
@@ -241,11 +241,10 @@ class MLSTM(KernelRNN):
 
     Args:
         units: int, width of h.
-        num_heads: int dividing ``units``. Default 1.
-        return_sequences, return_state, go_backwards, stateful, unroll: as
-            in `keras_seq.layers.RNN`.
-        forget_bias_initializer, kernel_initializer, bias_initializer,
-        *_regularizer, *_constraint, seed: as in `MLSTMCell`.
+        **kwargs: `keras_seq.layers.RNN`'s ``return_sequences``,
+            ``return_state``, ``go_backwards``, ``stateful`` and ``unroll``;
+            the cell's ``num_heads`` (dividing ``units``, default 1), ``forget_bias_initializer``, ``kernel_initializer``, ``bias_initializer``,
+            ``*_regularizer``, ``*_constraint`` and ``seed``: `MLSTMCell`.
 
     Call arguments: ``inputs (B, T, in)``, ``mask (B, T)``, ``training``,
     ``initial_state`` ``[C, n, m]``.

@@ -31,8 +31,8 @@ class MinGRUCell(KernelCell):
 
     Args:
         units: int, width of h.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint,
-        seed: as in `KernelCell`.
+        **kwargs: ``kernel_initializer``, ``bias_initializer``, ``*_regularizer``,
+            ``*_constraint`` and ``seed``, as in `KernelCell`.
 
     Examples:
         >>> import numpy as np
@@ -95,10 +95,10 @@ class MinGRU(KernelRNN):
 
     Args:
         units: int, width of h.
-        return_sequences, return_state, go_backwards, stateful, unroll: as
-            in `keras_seq.layers.RNN`.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint,
-        seed: as in `MinGRUCell`.
+        **kwargs: `keras_seq.layers.RNN`'s ``return_sequences``,
+            ``return_state``, ``go_backwards``, ``stateful`` and ``unroll``;
+            the cell's ``kernel_initializer``, ``bias_initializer``,
+            ``*_regularizer``, ``*_constraint`` and ``seed``: `MinGRUCell`.
 
     Call arguments: ``inputs (B, T, in)``, ``mask (B, T)``, ``training``,
     ``initial_state`` ``[h]``.

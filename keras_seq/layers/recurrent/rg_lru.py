@@ -50,9 +50,9 @@ class RGLRUCell(KernelCell):
     Args:
         units: int, width of h and of the input.
         c: float > 0, the scale of log a. Default 8.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint:
-            of the two gates' kernels and biases, as in `KernelCell`.
-        seed: int or None, seed of Λ's initial values.
+        **kwargs: ``kernel_initializer``, ``bias_initializer``, ``*_regularizer``
+            and ``*_constraint`` of the two gates' kernels and biases, as in
+            `KernelCell`; ``seed``, int or None, also seeds Λ's initial values.
 
     Examples:
         >>> import numpy as np
@@ -141,11 +141,10 @@ class RGLRU(KernelRNN):
 
     Args:
         units: int, width of h and of the input.
-        c: float > 0, the scale of log a. Default 8.
-        return_sequences, return_state, go_backwards, stateful, unroll: as
-            in `keras_seq.layers.RNN`.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint,
-        seed: as in `RGLRUCell`.
+        **kwargs: `keras_seq.layers.RNN`'s ``return_sequences``,
+            ``return_state``, ``go_backwards``, ``stateful`` and ``unroll``;
+            the cell's ``c`` (the scale of log a, default 8), ``kernel_initializer``, ``bias_initializer``,
+            ``*_regularizer``, ``*_constraint`` and ``seed``: `RGLRUCell`.
 
     Call arguments: ``inputs (B, T, units)``, ``mask (B, T)``, ``training``,
     ``initial_state`` ``[h]``.

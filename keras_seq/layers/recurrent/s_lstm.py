@@ -49,9 +49,10 @@ class SLSTMCell(KernelCell):
         units: int, width of each state.
         num_heads: int dividing ``units``. Default 1.
         recurrent_initializer: default ``"orthogonal"``.
-        recurrent_regularizer, recurrent_constraint: optional.
-        kernel_initializer, bias_initializer, *_regularizer, *_constraint,
-        seed: as in `KernelCell`.
+        recurrent_regularizer: optional.
+        recurrent_constraint: optional.
+        **kwargs: ``kernel_initializer``, ``bias_initializer``, ``*_regularizer``,
+            ``*_constraint`` and ``seed``, as in `KernelCell`.
 
     Examples:
         >>> import numpy as np
@@ -137,11 +138,10 @@ class SLSTM(KernelRNN):
 
     Args:
         units: int, width of each state.
-        num_heads: int dividing ``units``. Default 1.
-        return_sequences, return_state, go_backwards, stateful, unroll: as
-            in `keras_seq.layers.RNN`.
-        recurrent_initializer, kernel_initializer, bias_initializer,
-        *_regularizer, *_constraint, seed: as in `SLSTMCell`.
+        **kwargs: `keras_seq.layers.RNN`'s ``return_sequences``,
+            ``return_state``, ``go_backwards``, ``stateful`` and ``unroll``;
+            the cell's ``num_heads`` (dividing ``units``, default 1), ``recurrent_*``, ``kernel_initializer``, ``bias_initializer``,
+            ``*_regularizer``, ``*_constraint`` and ``seed``: `SLSTMCell`.
 
     Call arguments: ``inputs (B, T, in)``, ``mask (B, T)``, ``training``,
     ``initial_state`` ``[h, c, n, m]``.
