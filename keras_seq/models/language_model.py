@@ -253,7 +253,9 @@ def sequence_classifier(
             )(x, padding_mask=mask)
     # The mean over real tokens; a row of padding only pools to zeros (Keras'
     # masked GlobalAveragePooling1D would divide 0 by 0 there).
-    real = keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype)[:, :, None]  # (B, T, 1)
+    # expand_dims, not [:, :, None]: a new axis by slicing converts to
+    # TensorFlow Lite only through its Flex ops.
+    real = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype), -1)
     x = keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
     x = keras.layers.Dropout(dropout, name="output_dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)

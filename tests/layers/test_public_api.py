@@ -31,6 +31,8 @@ NOT_OUR_LAYERS = {
     "Seq2SeqHyperModel": "keras_seq.tuning's search space",
     "TrainingConfig": "keras_seq.training's options of a run",
     "WordPieceTokenizer": "keras_seq.text's tokenizer",
+    "Dense": "Keras' layer, the head of classifier_from_language_model",
+    "Dropout": "Keras' layer, before that head",
 }
 
 
