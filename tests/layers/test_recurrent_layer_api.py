@@ -114,6 +114,18 @@ def test_bad_input_shapes_raise_clear_value_error(case, rng):
         layer(np.zeros((B, T, IN + 1), "float32"))
 
 
+@pytest.mark.parametrize("make", [
+    lambda: layers.PeepholeLSTM(U), lambda: layers.MinGRU(U),
+    lambda: layers.RNN(keras.layers.GRUCell(U)),
+], ids=["PeepholeLSTM", "MinGRU", "RNN of Keras' GRUCell"])
+def test_a_sequence_of_zero_steps_is_a_value_error_naming_the_layer(make):
+    # Keras' own recurrent layers fail here with "slice index 0 of dimension 1
+    # out of bounds"; ours say what is wrong.
+    layer = make()
+    with pytest.raises(ValueError, match=rf"{type(layer).__name__}.*at least one time step"):
+        layer(np.zeros((B, 0, IN), "float32"))
+
+
 @pytest.mark.parametrize("case", list(LAYERS))
 def test_stateful_layer_carries_state_between_batches(case, rng):
     x = _x(rng, steps=6)
