@@ -139,9 +139,10 @@ def _model(kind):
                                  intermediate_dim=16, cell="lstm", dropout=0.0)
 
 
-# The recurrent kinds sample one token at a time through their cells (an
-# xLSTM's blocks: an mLSTM and an sLSTM, each with a convolution state).
-SAMPLED = ["transformer", "rnn", "xlstm"]
+# The recurrent kinds sample one token at a time through their cells (the
+# residual blocks: a convolution state, then the cell's; an xLSTM's are an
+# mLSTM and an sLSTM).
+SAMPLED = ["transformer", "rnn", "xlstm", "mingru", "minlstm", "rglru"]
 
 
 def _window_start(k, window):
