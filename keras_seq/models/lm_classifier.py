@@ -40,8 +40,9 @@ def classifier_from_language_model(
     (``keras.models.clone_model`` and ``set_weights``).
 
     Args:
-        lm_model: a model built by `language_model` (``kind="transformer"``
-            or ``"rnn"``), trained or loaded from a ``.keras`` file.
+        lm_model: a model built by `language_model` (any ``kind``: the
+            Transformer, the recurrent stack or the residual recurrent
+            blocks), trained or loaded from a ``.keras`` file.
         num_classes: int, number of classes.
         dropout: float, dropout rate before the linear layer. Default 0.1.
         lm_logits: bool, also return the next-token logits. Default False.
