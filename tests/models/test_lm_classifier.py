@@ -23,11 +23,15 @@ def _lm(kind):
     if kind == "transformer":
         return models.language_model(V, num_layers=2, units=8, num_heads=2, intermediate_dim=16,
                                      dropout=0.0)
-    return models.language_model(V, kind="rnn", num_layers=2, units=8, cell="peephole",
-                                 dropout=0.0)
+    if kind == "rnn":
+        return models.language_model(V, kind="rnn", num_layers=2, units=8, cell="peephole",
+                                     dropout=0.0)
+    # The residual recurrent blocks (causal, no padding mask).
+    return models.language_model(V, kind=kind, num_layers=2, units=8, num_heads=2,
+                                 intermediate_dim=16, dropout=0.0)
 
 
-@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+@pytest.mark.parametrize("kind", ["transformer", "rnn", "xlstm", "mingru"])
 def test_logits_are_the_head_on_the_last_real_tokens_hidden_state(kind):
     lm = _lm(kind)
     classifier = models.classifier_from_language_model(lm, C, dropout=0.0)
