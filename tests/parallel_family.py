@@ -16,6 +16,7 @@ import dataclasses
 
 import keras
 import numpy as np
+from finite_differences import finite_difference_grads
 from keras import ops
 
 BACKEND = keras.backend.backend()
@@ -95,21 +96,6 @@ def assert_layer_computes_the_equations(make, step, x, states, weights, mask=Non
                                        err_msg=f"state {i}, training={training}")
 
 
-def finite_difference_grads(loss, arrays, eps=1e-6):
-    """Central differences of ``loss()`` for every entry of ``arrays`` (changed in place)."""
-    grads = []
-    for a in arrays:
-        g = np.zeros_like(a)
-        for index in np.ndindex(a.shape):
-            keep = a[index]
-            a[index] = keep + eps
-            up = loss()
-            a[index] = keep - eps
-            down = loss()
-            a[index] = keep
-            g[index] = (up - down) / (2 * eps)
-        grads.append(g)
-    return grads
 
 
 def assert_training_gradients_match_finite_differences(make, step, x, states, weights,

@@ -7,6 +7,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+from finite_differences import finite_difference_grads
 
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
@@ -165,7 +166,7 @@ def test_autodiff_gradient_matches_finite_differences(rng, gradients):
         sequence, _ = _np_run(weights, x, zeros, sigma=_hard_sigmoid)
         return np.sum(sequence * probe)
 
-    expected = _finite_difference_grads(numpy_loss, [x, *weights])
+    expected = finite_difference_grads(numpy_loss, [x, *weights])
 
     def loss(x):
         sequence = layer(x, training=True)
@@ -238,21 +239,6 @@ def test_all_masked_sequence_gives_finite_zero_output(rng):
 # --- the training gradient -------------------------------------------------------------
 
 
-def _finite_difference_grads(loss, arrays, eps=1e-6):
-    """Central differences of ``loss()`` with respect to every entry of ``arrays`` (in place)."""
-    grads = []
-    for a in arrays:
-        g = np.zeros_like(a)
-        for index in np.ndindex(a.shape):
-            saved = a[index]
-            a[index] = saved + eps
-            up = loss()
-            a[index] = saved - eps
-            down = loss()
-            a[index] = saved
-            g[index] = (up - down) / (2 * eps)
-        grads.append(g)
-    return grads
 
 
 def test_fit_with_dropout_updates_every_weight(rng):

@@ -4,6 +4,7 @@ recurrences, in every form a backend runs it, against a NumPy loop."""
 import keras
 import numpy as np
 import pytest
+from finite_differences import finite_difference_grads
 
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence
@@ -20,20 +21,9 @@ def numpy_recurrence(a, b, h0, mask=None):
 
 def numpy_gradients(a, b, h0, weights):
     """∂/∂(a, b, h0) of Σ weights ⊙ h, by central differences in float64."""
-    def loss(a, b, h0):
-        return float(np.sum(weights * numpy_recurrence(a, b, h0)))
-
-    grads = []
-    for which in range(3):
-        args = [a.astype("float64"), b.astype("float64"), h0.astype("float64")]
-        grad = np.zeros_like(args[which])
-        for index in np.ndindex(grad.shape):
-            for sign in (1, -1):
-                moved = [x.copy() for x in args]
-                moved[which][index] += sign * 1e-6
-                grad[index] += sign * loss(*moved) / 2e-6
-        grads.append(grad)
-    return grads
+    args = [a.astype("float64"), b.astype("float64"), h0.astype("float64")]
+    return finite_difference_grads(
+        lambda: float(np.sum(weights * numpy_recurrence(*args))), args)
 
 
 def coefficients(rng, steps=11, batch=2, width=3):

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from finite_differences import finite_difference_grads
 from keras import ops
 from recurrent_family import RECURRENT_CASES
 
@@ -426,21 +427,6 @@ def test_layers_without_bias_equal_keras(keras_layer, ours_layer, kwargs, rng):
 # --- the hand-written training gradient ----------------------------------------------
 
 
-def _finite_difference_grads(loss, arrays, eps=1e-6):
-    """Central differences of ``loss()`` with respect to every entry of ``arrays`` (in place)."""
-    grads = []
-    for a in arrays:
-        g = np.zeros_like(a)
-        for index in np.ndindex(a.shape):
-            saved = a[index]
-            a[index] = saved + eps
-            up = loss()
-            a[index] = saved - eps
-            down = loss()
-            a[index] = saved
-            g[index] = (up - down) / (2 * eps)
-        grads.append(g)
-    return grads
 
 
 @pytest.mark.parametrize("case", ["peephole", "cifg", "cifg_peepholes", "gru", "layernorm_lstm"])
@@ -484,7 +470,7 @@ def test_training_gradient_matches_finite_differences_of_numpy_reference(
         sequence, final = _np_run(step, weights, x, states, mask, masked)
         return np.sum(sequence * probes[0]) + sum(np.sum(s * p) for s, p in zip(final, probes[1:]))
 
-    expected = _finite_difference_grads(numpy_loss, [x, *weights, *states])
+    expected = finite_difference_grads(numpy_loss, [x, *weights, *states])
 
     def loss(x, *initial):
         outputs = layer(x, mask=mask, initial_state=list(initial) or None, training=True)
