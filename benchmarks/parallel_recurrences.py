@@ -48,6 +48,8 @@ B, IN, U = 16, 64, 256
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="JAX and torch only (TensorFlow takes its GPU where it has one)")
     parser.add_argument("--lengths", default="256,1024,4096")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--step-form-max-length", type=int, default=4096,
@@ -64,15 +66,18 @@ def parse_args():
 def main():
     args = parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
-    if args.backend == "jax":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if args.backend == "jax" and args.device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    if args.backend == "torch":
+        os.environ["KERAS_TORCH_DEVICE"] = "cuda" if args.device == "gpu" else "cpu"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras
 
     from keras_seq import layers
 
     runner = {"tensorflow": TensorFlowRunner, "jax": JaxRunner, "torch": TorchRunner}[
-        args.backend]()
+        args.backend](args.device)
+    print(f"Keras {keras.__version__}, {args.backend}, device: {runner.describe()}")
     rows = []
     for steps in [int(t) for t in args.lengths.split(",")]:
         keras.utils.set_random_seed(0)
@@ -265,6 +270,18 @@ def print_scan_errors(steps):
 class TensorFlowRunner:
     jit_options = (False, True)
 
+    def __init__(self, device):
+        import tensorflow as tf
+
+        if device == "cpu":
+            tf.config.set_visible_devices([], "GPU")
+        elif not tf.config.list_physical_devices("GPU"):
+            sys.exit("parallel_recurrences.py: --device gpu: no GPU visible to TensorFlow")
+        self.device = device
+
+    def describe(self):
+        return "GPU" if self.device == "gpu" else f"CPU, {os.cpu_count()} threads"
+
     def train_step(self, layer, x, jit):
         import tensorflow as tf
 
@@ -282,6 +299,18 @@ class TensorFlowRunner:
 
 class JaxRunner:
     jit_options = (True,)
+
+    def __init__(self, device):
+        import jax
+
+        if device == "gpu" and jax.default_backend() != "gpu":
+            sys.exit("parallel_recurrences.py: --device gpu: no GPU visible to JAX")
+
+    def describe(self):
+        import jax
+
+        d = jax.devices()[0]
+        return d.device_kind if d.platform == "gpu" else f"CPU, {os.cpu_count()} threads"
 
     def train_step(self, layer, x, jit):
         import jax
@@ -303,16 +332,32 @@ class JaxRunner:
 class TorchRunner:
     jit_options = (False,)
 
+    def __init__(self, device):
+        import torch
+
+        if device == "gpu" and not torch.cuda.is_available():
+            sys.exit("parallel_recurrences.py: --device gpu: no GPU visible to torch")
+        self.device = "cuda" if device == "gpu" else "cpu"
+
+    def describe(self):
+        import torch
+
+        if self.device == "cuda":
+            return torch.cuda.get_device_name(0)
+        return f"CPU, {torch.get_num_threads()} threads"
+
     def train_step(self, layer, x, jit):
         import torch
 
         layer(x[:, :2])
-        x = torch.as_tensor(x)
+        x = torch.as_tensor(x, device=self.device)
 
         def step():
             layer.zero_grad()
             loss = torch.mean(torch.square(layer(x, training=True)))
             loss.backward()
+            if self.device == "cuda":  # wait for the kernels: CUDA calls return at once
+                torch.cuda.synchronize()
 
         return step
 

@@ -75,10 +75,12 @@ def _no_device(backend, device):
 
 
 def _hide_gpus_from_tensorflow():
-    """keras_seq imports TensorFlow on every backend; keep it off the GPU that
-    JAX or torch measure on (JAX takes most of its memory up front)."""
-    import tensorflow as tf
-
+    """Keep TensorFlow, where it is installed, off the GPU that JAX or torch
+    measure on (JAX takes most of its memory up front)."""
+    try:
+        import tensorflow as tf
+    except ImportError:  # a GPU machine with JAX or torch only
+        return
     tf.config.set_visible_devices([], "GPU")
 
 
