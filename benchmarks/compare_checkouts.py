@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
-RECURRENT = ["PeepholeLSTM", "CoupledGateLSTM", "GRU", "LayerNormLSTM"]
+RECURRENT = ["PeepholeLSTM", "CoupledGateLSTM", "GRU", "LayerNormLSTM", "MinGRU"]
 OTHERS = ["MultiHeadAttention", "TransformerEncoder", "TransformerDecoder", "BahdanauAttention"]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from finite_differences import finite_difference_grads
 
-from keras_seq.layers.recurrent import backend
+from keras_seq.layers.recurrent import fast_paths
 from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
 
 BACKEND = keras.backend.backend()
@@ -125,8 +125,7 @@ def test_input_norm_before_or_in_the_loop_matches_numpy_reference(features, jit,
     hoisted = []
 
     def run(x, mask, h, c):
-        hoisted.append(backend.hoists_projection(
-            False, layer.cell.loop_hints.projects_in_step_under_xla))
+        hoisted.append(fast_paths.projects_before_loop(layer.cell, False))
         return layer(x, mask=mask, initial_state=[h, c])
 
     if BACKEND == "tensorflow":

@@ -75,11 +75,13 @@ def test_large_pre_activations_give_finite_outputs_and_gradients(gradients):
 
 
 def test_jax_cpu_trains_in_the_fused_step_loop_and_the_others_in_the_scan():
-    from keras_seq.layers.recurrent import backend
+    from keras_seq.layers.recurrent import backend, fast_paths
 
     fused = backend.BACKEND == "jax" and __import__("jax").default_backend() == "cpu"
-    assert backend.trains_in_parallel(layers.MinGRUCell(2).loop_hints) is not fused
-    assert backend.trains_in_parallel(layers.MLSTMCell(2).loop_hints)
+    expected = fast_paths.STEP_LOOP if fused else fast_paths.PARALLEL
+    assert fast_paths.training_form(layers.MinGRUCell(2), False) == expected
+    assert fast_paths.training_form(layers.MLSTMCell(2), False) == fast_paths.PARALLEL
+    assert fast_paths.training_form(layers.MinGRUCell(2), True) == fast_paths.STEP_LOOP
 
 
 @pytest.mark.slow

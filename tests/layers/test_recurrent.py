@@ -510,7 +510,7 @@ def test_training_gradient_with_recurrent_dropout_equals_autodiff(
         rng.normal(size=(B, U)).astype("float32") for _ in range(n_states)]
 
     def grads(hand_written):
-        monkeypatch.setattr(backend, "bptt_available", lambda training: hand_written)
+        monkeypatch.setattr(backend, "MANUAL_GRADIENT_LOOP", hand_written)
         layer = cls(U, **extra, recurrent_dropout=0.4, seed=3, return_sequences=True,
                     return_state=True, zero_output_for_mask=zero_output_for_mask)
         layer.build((None, None, IN))
@@ -557,7 +557,7 @@ def test_mixed_precision_training_gradients_close_to_float32(policy, rtol, case,
 def test_fast_activations_of_the_training_loops_match_numpy(dtype, atol):
     import tensorflow as tf
 
-    from keras_seq.layers.recurrent.bptt_tensorflow import fast_sigmoid, fast_tanh
+    from keras_seq.layers.recurrent.manual_gradient import fast_sigmoid, fast_tanh
 
     x = np.concatenate([np.linspace(-30.0, 30.0, 20001), [0.0, 1e-8, -1e-8, 7.9, -7.9]])
     got_tanh = np.asarray(fast_tanh(tf.constant(x, dtype)), "float64")
@@ -608,10 +608,11 @@ def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypat
 
 
 @pytest.mark.tensorflow_only
-def test_step_matmul_form_comes_from_the_environment_else_plain():
+def test_step_matmul_form_comes_from_the_environment_else_fused():
     from keras_seq.layers.recurrent.backend_tensorflow import step_matmul_form
 
-    assert step_matmul_form({}) == "plain"
+    assert step_matmul_form({}) == "fused"
+    assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "plain"}) == "plain"
     assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": " Fused"}) == "fused"
     with pytest.raises(ValueError, match="KERAS_SEQ_STEP_MATMUL.*'fast'"):
         step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "fast"})

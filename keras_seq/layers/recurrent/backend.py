@@ -12,21 +12,23 @@ or the loop calls ``backend.split(...)`` with no backend branch of its own:
 - ``split(x, sizes, axis=-1)``: static splits;
 - ``layer_norm(v, gamma, beta, epsilon)``: layer normalisation over the last axis;
 - ``compiled_by_xla()``: whether the code traced now is compiled by XLA;
-- ``hoists_projection(training, projects_in_step_under_xla)``: whether the
-  layer projects all steps before the loop;
+- ``device()``: ``"cpu"`` or ``"gpu"``, where the traced code runs;
 - ``fresh_states(states, stateful)``: the initial states as the loop may
   carry them;
 - ``convertible_inference(training)``: whether this call is inference in
   the loop the exporters convert (TensorFlow);
-- ``bptt_available(training)``: whether a cell's hand-written gradient may
-  train this call (TensorFlow only);
 - ``scan(body, sequences, carry, templates, collect, training,
   steps_per_iteration)``: the loop over time;
-- ``trains_in_parallel(hints)``: whether a cell with a ``parallel`` form
-  trains in it (else in the step loop), from its `LoopHints`;
 - ``linear_scan(a, b, h0)``: the linear recurrence h_t = a_t ⊙ h_{t-1} + b_t
   of the parallel recurrences' training form, over axis 1 of ``(B, T, n)``
-  tensors, differentiable (`keras_seq.layers.recurrent.linear_recurrence`).
+  tensors, differentiable (`keras_seq.layers.recurrent.linear_recurrence`);
+- ``run_manual_gradient(gradient, xs, states, **options)``: a cell's training
+  loop with its hand-written derivative (None where the backend has none);
+
+and two facts that `keras_seq.layers.recurrent.fast_paths`, the one policy
+of which form runs where, reads: ``MANUAL_GRADIENT_LOOP`` (the backend has
+that loop) and ``FUSED_STEP_LOOP`` (its compiled step loop fuses each step,
+projection included).
 
 Only the chosen backend's module is imported, so on JAX and PyTorch nothing
 here imports TensorFlow.
@@ -55,15 +57,17 @@ matmul = Ops.matmul
 split = Ops.split
 layer_norm = Ops.layer_norm
 compiled_by_xla = Ops.compiled_by_xla
-hoists_projection = Ops.hoists_projection
+device = Ops.device
 fresh_states = Ops.fresh_states
 convertible_inference = Ops.convertible_inference
-bptt_available = Ops.bptt_available
 scan = Ops.scan
 linear_scan = Ops.linear_scan
-trains_in_parallel = Ops.trains_in_parallel
+run_manual_gradient = Ops.run_manual_gradient
+MANUAL_GRADIENT_LOOP = Ops.MANUAL_GRADIENT_LOOP
+FUSED_STEP_LOOP = Ops.FUSED_STEP_LOOP
 
 __all__ = [
-    "BACKEND", "bptt_available", "compiled_by_xla", "convertible_inference", "fresh_states", "hoists_projection",
-    "layer_norm", "linear_scan", "matmul", "project", "recurrent_matmul", "scan", "split", "trains_in_parallel",
+    "BACKEND", "FUSED_STEP_LOOP", "MANUAL_GRADIENT_LOOP", "compiled_by_xla", "convertible_inference",
+    "device", "fresh_states", "layer_norm", "linear_scan", "matmul", "project", "recurrent_matmul",
+    "run_manual_gradient", "scan", "split",
 ]

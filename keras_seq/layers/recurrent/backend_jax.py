@@ -74,15 +74,9 @@ class JaxOps:
         return True
 
     @staticmethod
-    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
-        """Whether the input projection of all steps runs before the loop.
-
-        Not on the CPU: there XLA runs the scan faster with each step's
-        ``x_t @ W`` next to its ``h @ U`` than reading a step of a precomputed
-        ``(T, B, P)`` projection (forward and training; benchmarks/RESULTS.md,
-        "Every backend").
-        """
-        return jax.default_backend() != "cpu"
+    def device() -> str:
+        """``"cpu"`` on JAX's CPU backend, else ``"gpu"`` (GPU or TPU)."""
+        return "cpu" if jax.default_backend() == "cpu" else "gpu"
 
     @staticmethod
     def fresh_states(states: list, stateful: bool) -> list:
@@ -94,10 +88,14 @@ class JaxOps:
         """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
         return False
 
-    @staticmethod
-    def bptt_available(training) -> bool:
-        """Hand-written gradients are TensorFlow's; JAX differentiates the scan."""
-        return False
+    # Hand-written derivatives are TensorFlow's; JAX differentiates the scan.
+    MANUAL_GRADIENT_LOOP = False
+    run_manual_gradient = None
+    # XLA compiles the lax.scan of a step, its input projection included, into
+    # one loop over cache-sized data: on the CPU faster than reading a hoisted
+    # (T, B, P) projection, and than the parallel scan of a few elementwise
+    # steps (benchmarks/RESULTS.md, "Every backend", "Parallel recurrences").
+    FUSED_STEP_LOOP = True
 
     @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
@@ -121,15 +119,6 @@ class JaxOps:
         return [ops.swapaxes(y, 0, 1) for y in stacked], list(carry)
 
     @staticmethod
-    def trains_in_parallel(hints) -> bool:
-        """Except for a cell whose steps fuse (``LoopHints.steps_fuse_on_cpu``)
-        on the CPU: there XLA compiles its step loop, the projection of each
-        step included, into one loop over cache-sized data, measured faster
-        to train than the scan over whole-sequence arrays (benchmarks/RESULTS.md,
-        "Parallel recurrences")."""
-        return not (hints.steps_fuse_on_cpu and jax.default_backend() == "cpu")
-
-    @staticmethod
     def linear_scan(a, b, h0):
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` arrays,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.
@@ -140,7 +129,7 @@ class JaxOps:
         recurrences"); on a GPU or TPU ``jax.lax.associative_scan`` over
         (a, b) pairs, log-depth in T. Autodiff differentiates either.
         """
-        if jax.default_backend() == "cpu":
+        if JaxOps.device() == "cpu":
             def step(h, ab):
                 h = ab[0] * h + ab[1]
                 return h, h

@@ -40,18 +40,19 @@ BodyFn = Callable[[list, list], tuple]
 # trade-off measured (benchmarks/RESULTS.md, "Inference since run 5").
 STEPS_PER_ITERATION = 8
 
-# ``"plain"`` (MatMul, then Add) or ``"fused"`` (MatMul and BiasAdd, which
-# oneDNN fuses with the step's next Add into one kernel): how
-# `recurrent_matmul` computes a step's ``h @ U + b``. The faster one depends
-# on the CPU, by 3-6x at batch 1 either way (benchmarks/RESULTS.md, "The
-# step's matmul"; `benchmarks/step_matmul.py` times both on a machine).
-# Fixed when this module is imported: the environment variable, else plain.
+# ``"fused"`` (MatMul and BiasAdd, which oneDNN fuses with the step's next
+# Add into one kernel) or ``"plain"`` (MatMul, then Add): how
+# `recurrent_matmul` computes a step's ``h @ U + b``. Which is faster
+# depends on the CPU; fused is as fast as plain, or faster, on every CPU
+# measured but one (benchmarks/RESULTS.md, "The step's matmul";
+# `benchmarks/step_matmul.py` times both on a machine). Fixed when this
+# module is imported: the environment variable, else fused.
 STEP_MATMUL_ENV = "KERAS_SEQ_STEP_MATMUL"
 
 
 def step_matmul_form(environ) -> str:
-    """The form `KERAS_SEQ_STEP_MATMUL` names in ``environ``, else ``"plain"``."""
-    form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "plain"
+    """The form `KERAS_SEQ_STEP_MATMUL` names in ``environ``, else ``"fused"``."""
+    form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "fused"
     if form not in ("plain", "fused"):
         raise ValueError(
             f"Environment variable {STEP_MATMUL_ENV}: expected 'plain' or 'fused' (or unset), "
@@ -133,17 +134,9 @@ class TensorFlowOps:
         return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
     @staticmethod
-    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
-        """Whether the input projection of all steps runs before the loop (one
-        large matmul) rather than inside each step.
-
-        Hoisted, except for a cell that asks (``LoopHints.projects_in_step_under_xla``)
-        at inference under XLA with no GPU visible: there the step's elementwise
-        work and its ``x_t @ W`` compile together.
-        """
-        if not projects_in_step_under_xla or training is True or not TensorFlowOps.compiled_by_xla():
-            return True
-        return bool(tf.config.list_logical_devices("GPU"))
+    def device() -> str:
+        """``"gpu"`` where TensorFlow sees a GPU (when the function is traced), else ``"cpu"``."""
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
 
     @staticmethod
     def fresh_states(states: list, stateful: bool) -> list:
@@ -156,10 +149,20 @@ class TensorFlowOps:
         builtin ops (`ConvertibleLSTM` runs it in place of Keras' own loop)."""
         return training is not True
 
+    # The hand-written derivatives' training loop exists here (`run_manual_gradient`).
+    MANUAL_GRADIENT_LOOP = True
+    # The step loop under XLA is a while loop of TensorArrays, measured slower
+    # to train than the parallel forms (benchmarks/RESULTS.md, "Parallel
+    # recurrences"): no cell trains in it for speed.
+    FUSED_STEP_LOOP = False
+
     @staticmethod
-    def bptt_available(training) -> bool:
-        """Whether a cell's TensorFlow gradient companion may train this call."""
-        return training is True
+    def run_manual_gradient(gradient, xs, initial_states, **options):
+        """A cell's training loop with its hand-written derivative
+        (`keras_seq.layers.recurrent.bptt_tensorflow.run_bptt_recurrence`)."""
+        from keras_seq.layers.recurrent.bptt_tensorflow import run_bptt_recurrence
+
+        return run_bptt_recurrence(gradient, xs, initial_states, **options)
 
     @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
@@ -188,13 +191,6 @@ class TensorFlowOps:
         return _scan_convertible(body, sequences, carry, templates, collect, k)
 
     @staticmethod
-    def trains_in_parallel(hints) -> bool:
-        """Always: TensorFlow's step loop is not fused (measured slower to
-        train than every parallel form: benchmarks/RESULTS.md, "Parallel
-        recurrences")."""
-        return True
-
-    @staticmethod
     def linear_scan(a, b, h0):
         """``h_t = a_t ⊙ h_{t-1} + b_t`` over axis 1 of ``(B, T, n)`` tensors,
         from ``h0 (B, n)``; returns ``h (B, T, n)``.
@@ -209,8 +205,7 @@ class TensorFlowOps:
         (`_differentiable_linear_scan`). ``keras.ops.associative_scan`` is not
         used: on TensorFlow it fails under XLA and for a dynamic length.
         """
-        parallel = bool(tf.config.list_logical_devices("GPU"))
-        return _differentiable_linear_scan(a, b, h0, parallel)
+        return _differentiable_linear_scan(a, b, h0, TensorFlowOps.device() == "gpu")
 
 def _layer_norm_ops(v, gamma, beta, epsilon):
     centred = v - tf.reduce_mean(v, axis=-1, keepdims=True)

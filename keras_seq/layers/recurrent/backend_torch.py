@@ -63,9 +63,10 @@ class TorchOps:
         return False
 
     @staticmethod
-    def hoists_projection(training, projects_in_step_under_xla: bool = False) -> bool:
-        """The input projection of all steps runs before the loop (one matmul)."""
-        return True
+    def device() -> str:
+        """``"gpu"`` where PyTorch sees a CUDA device (Keras puts its tensors
+        there), else ``"cpu"``."""
+        return "gpu" if torch.cuda.is_available() else "cpu"
 
     @staticmethod
     def fresh_states(states: list, stateful: bool) -> list:
@@ -79,10 +80,11 @@ class TorchOps:
         """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
         return False
 
-    @staticmethod
-    def bptt_available(training) -> bool:
-        """Hand-written gradients are TensorFlow's; autograd trains the loop."""
-        return False
+    # Hand-written derivatives are TensorFlow's; autograd trains the loop.
+    MANUAL_GRADIENT_LOOP = False
+    run_manual_gradient = None
+    # The loop runs op by op, eagerly.
+    FUSED_STEP_LOOP = False
 
     @staticmethod
     def scan(body: BodyFn, sequences, carry, templates, collect: bool = True, training=None,
@@ -100,11 +102,6 @@ class TorchOps:
         if not collected:  # zero steps
             return [ops.zeros((t.shape[0], 0, *t.shape[1:]), t.dtype) for t in templates], carry
         return [torch.stack(list(o), dim=1) for o in zip(*collected)], carry
-
-    @staticmethod
-    def trains_in_parallel(hints) -> bool:
-        """Always: PyTorch runs a step loop op by op."""
-        return True
 
     @staticmethod
     def linear_scan(a, b, h0):

@@ -1,23 +1,20 @@
 """Training with a hand-written gradient: backpropagation through time (BPTT) under XLA.
 
-A cell may name a TensorFlow companion (`LoopHints.manual_gradient`): a
-`ManualGradient` subclass that knows the cell's derivative. On TensorFlow,
-when training, `RNN` runs `run_bptt_recurrence` with it instead of the
-autodiff loop: the forward loop keeps what the backward loop needs, the
-backward loop does one matmul per step (``dr_t @ Uᵀ``), and the recurrent
-kernel's gradient is one large matmul over all steps after the loop instead
-of one small matmul and an accumulation per step. Both loops are compiled
-with XLA, which fuses a step's elementwise work. They take the companion,
-and with it the cell's functions, as an argument; TensorFlow's trace cache
-keys them by the companion's class and the cell's configuration
-(`ManualGradient.__tf_tracing_type__`), so the two directions of a
-``Bidirectional`` layer, stacked layers of one width, or a new model of the
-same configuration compile once per shape.
-
-The derivatives use the activations here: `fast_tanh` and `fast_sigmoid`
-(rational approximations that XLA fuses with the rest of a step) and
-`sigmoid_grad` / `tanh_grad`. The measurements behind these choices are in
-``benchmarks/RESULTS.md`` ("Run 4: hand-written gradient").
+A cell whose ``manual_gradient()`` returns a
+`keras_seq.layers.recurrent.manual_gradient.ManualGradient` (its step and
+that step's derivative, beside the cell in its file) trains on TensorFlow
+with `run_bptt_recurrence` instead of autodiff of the loop: the forward loop
+keeps what the backward loop needs, the backward loop does one matmul per
+step (``dr_t @ Uᵀ``), and the recurrent kernel's gradient is one large
+matmul over all steps after the loop instead of one small matmul and an
+accumulation per step. Both loops are compiled with XLA, which fuses a
+step's elementwise work. They take the derivative object, and with it the
+cell's functions, as an argument; TensorFlow's trace cache keys it by its
+class and the cell's configuration (`_Derivative`), so the two directions
+of a ``Bidirectional`` layer, stacked layers of one width, or a new model
+of the same configuration compile once per shape. The measurements behind
+these choices are in ``benchmarks/RESULTS.md`` ("Run 4: hand-written
+gradient", "One formulation per cell").
 """
 
 from __future__ import annotations
@@ -28,116 +25,32 @@ from collections.abc import Sequence
 import tensorflow as tf
 from tensorflow.types.experimental import TraceType
 
+from keras_seq.layers.recurrent.manual_gradient import ManualGradient
 from keras_seq.layers.recurrent.rnn import mask_step
 
-# Odd rational approximation of tanh on [-c, c] (c = 7.9053111, where float32
-# tanh is ±1): tanh(x) ≈ x·P(x²)/Q(x²). These are the coefficients of the
-# float32 tanh in Eigen, which TensorFlow's CPU kernels use. Max error
-# against tf.tanh: 4e-7 over [-20, 20].
-_TANH_CLAMP = 7.90531110763549805
-_TANH_P = (
-    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-    5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-    4.89352455891786e-03,
-)
-_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-           4.89352518554385e-03)
 
+class _Derivative:
+    """A `ManualGradient` as the compiled loops' argument: derivatives of
+    equal cells compute alike (their weights are the loops' tensor
+    arguments), so the loops' traces are shared between them, keyed by the
+    derivative's class and the cell's configuration."""
 
-def fast_tanh(x):
-    """tanh from multiplies, adds and one division (float64: exact ``tf.tanh``).
-
-    Inside the XLA-compiled training loops XLA's own tanh and sigmoid cost
-    several times the rest of a step's elementwise work on CPU (see
-    benchmarks/RESULTS.md); this fuses with it. Low-precision inputs are
-    evaluated in float32.
-    """
-    if x.dtype == tf.float64:
-        return tf.tanh(x)
-    y = tf.clip_by_value(tf.cast(x, tf.float32), -_TANH_CLAMP, _TANH_CLAMP)
-    y2 = y * y
-    p = _TANH_P[0]
-    for coefficient in _TANH_P[1:]:
-        p = p * y2 + coefficient
-    q = _TANH_Q[0]
-    for coefficient in _TANH_Q[1:]:
-        q = q * y2 + coefficient
-    return tf.cast(y * p / q, x.dtype)
-
-
-def fast_sigmoid(x):
-    """σ(x) = (1 + tanh(x / 2)) / 2 with `fast_tanh`."""
-    return 0.5 + 0.5 * fast_tanh(0.5 * x)
-
-
-def sigmoid_grad(y, dy):
-    """``dy ⊙ y ⊙ (1 − y)`` for ``y = σ(x)``, in one op."""
-    return tf.raw_ops.SigmoidGrad(y=y, dy=dy)
-
-
-def tanh_grad(y, dy):
-    """``dy ⊙ (1 − y²)`` for ``y = tanh(x)``, in one op."""
-    return tf.raw_ops.TanhGrad(y=y, dy=dy)
-
-
-class ManualGradient:
-    """A cell's hand-written derivative, for `run_bptt_recurrence`.
-
-    A subclass names what one step keeps and how it is differentiated; the
-    cell names the subclass in ``LoopHints(manual_gradient="module.Class")``.
-
-    - ``supported() -> bool``: whether the derivative holds for the cell's
-      configuration (e.g. tanh/sigmoid only). Default False.
-    - ``project(xs) -> xw``: ``(T, B, P)`` input projection of a time-major
-      sequence, with the whole bias.
-    - ``weights() -> [U, *params]``: the ``(units, P)`` recurrent kernel,
-      then the other weights ``forward`` and ``backward`` read, as stored
-      (their gradients are summed by the loop).
-    - ``saved_widths``: the width of each ``(B, width)`` tensor that
-      ``forward`` keeps per step.
-    - ``d_r_is_d_xw``: True when the gradients of ``xw_t`` and of
-      ``r_t = h @ U`` are the same tensor (the loop then keeps one).
-    - ``forward(xw_t, r_t, states, params) -> (new_states, saved)``: the
-      step; h must be ``new_states[0]``. Written with `fast_sigmoid` /
-      `fast_tanh`.
-    - ``backward(saved, states_prev, states, d_states, params) -> (d_xw_t,
-      d_r_t, d_states_prev, d_params_t)``: from the gradients of the step's
-      new states; ``d_r_t`` may be ``d_xw_t`` itself, an entry of
-      ``d_states_prev`` may be None (no direct path); ``d_params_t`` are
-      this step's per-example ``(B, ...)`` gradients of ``params``.
-    """
-
-    saved_widths: Sequence[int] = ()
-    d_r_is_d_xw: bool = False
-
-    def __init__(self, cell):
-        self.cell = cell
-
-    def supported(self) -> bool:
-        return False
-
-    def run(self, xs, initial_states, **options):
-        """The cell's training loop over ``xs`` (`run_bptt_recurrence`)."""
-        return run_bptt_recurrence(self, xs, initial_states, **options)
-
-    def read(self, variable):
-        """A weight in the cell's compute dtype."""
-        return tf.cast(variable, self.cell.compute_dtype)
+    def __init__(self, gradient: ManualGradient):
+        self.gradient = gradient
 
     def __tf_tracing_type__(self, context):
-        """Companions of equal cells compute alike (their weights are the
-        loops' tensor arguments): the compiled loops are shared between them,
-        keyed by the companion's class and the cell's configuration."""
-        config = {k: v for k, v in self.cell.get_config().items() if k != "name"}
-        return _SameComputation(self, (type(self).__qualname__, self.cell.compute_dtype,
+        cell = self.gradient.cell
+        config = {k: v for k, v in cell.get_config().items() if k != "name"}
+        kind = type(self.gradient)
+        return _SameComputation(self, (kind.__module__, kind.__qualname__, cell.compute_dtype,
                                        _hashable(config)))
 
 
 class _SameComputation(TraceType):
-    """The tracing type of a `ManualGradient`: equal keys trace alike."""
+    """The tracing type of a `_Derivative`: equal keys trace alike."""
 
-    def __init__(self, companion, key):
-        self.companion, self.key = companion, key
+    def __init__(self, derivative, key):
+        self.derivative, self.key = derivative, key
 
     def is_subtype_of(self, other):
         return self == other
@@ -146,13 +59,13 @@ class _SameComputation(TraceType):
         return self if all(self == other for other in others) else None
 
     def placeholder_value(self, placeholder_context):
-        return self.companion
+        return self.derivative
 
     def to_tensors(self, value):
         return []
 
     def from_tensors(self, tensors):
-        return self.companion
+        return self.derivative
 
     def flatten(self):
         return []
@@ -177,7 +90,7 @@ def _hashable(value):
 
 
 def run_bptt_recurrence(
-    companion: ManualGradient,
+    gradient: ManualGradient,
     xs: tf.Tensor,
     initial_states: Sequence[tf.Tensor],
     mask: tf.Tensor | None = None,
@@ -189,13 +102,13 @@ def run_bptt_recurrence(
     """The training loop of a cell with a hand-written gradient.
 
     The forward loop keeps the states before and after every step and what
-    the companion saves, stacked over time; the backward loop reads them
+    the derivative saves, stacked over time; the backward loop reads them
     back, does one matmul per step and sums the per-step gradients of the
     cell's other weights. The recurrent kernel's gradient is one
     ``(units, T·B) @ (T·B, P)`` matmul after the loop.
 
     Args:
-        companion: the cell's `ManualGradient`.
+        gradient: the cell's `ManualGradient`.
         xs: ``(T, B, in)`` inputs, time-major.
         initial_states: list of ``(B, units)`` tensors, h first.
         mask, go_backwards, return_sequences, zero_output_for_mask: as in
@@ -206,8 +119,9 @@ def run_bptt_recurrence(
     Returns:
         ``(last_output, outputs, final_states)`` as ``run_loop``.
     """
-    xw = companion.project(xs)
-    kernel, *params = companion.weights()
+    xw = gradient.project(xs)
+    kernel, *params = gradient.weights()
+    derivative = _Derivative(gradient)
     if mask is not None:
         # expand_dims, not [..., None]: a bool strided slice is not a TFLite builtin.
         mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.bool)), -1)
@@ -227,7 +141,7 @@ def run_bptt_recurrence(
         # The gradient is the backward loop below: keep tapes off the forward loop.
         inputs = tf.nest.map_structure(tf.stop_gradient, [xw, kernel, states0, weights])
         last_output, final_states, outputs, saved, history = _forward_loop(
-            companion, *inputs, mask, recurrent_mask, zero_output_for_mask, return_sequences
+            derivative, *inputs, mask, recurrent_mask, zero_output_for_mask, return_sequences
         )
 
         def grad(*upstream):
@@ -237,7 +151,7 @@ def run_bptt_recurrence(
             if d_last is None:
                 d_last = tf.zeros_like(states0[0])
             d_xw, d_r, d_states0, d_params = _backward_loop(
-                companion, xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
+                derivative, xw, kernel, states0, weights, mask, recurrent_mask, saved, history,
                 d_last, d_states, d_outputs, zero_output_for_mask,
             )
             # One (units, T·B) @ (T·B, P) matmul, outside the compiled loop: a
@@ -291,16 +205,17 @@ def mask_step_backward(mask_t, d_new_states, d_output, zero_output_for_mask: boo
 
 
 # The two loops, each compiled with XLA once per shape and computation (see
-# `ManualGradient.__tf_tracing_type__`): fusing the elementwise work of a step
+# `_Derivative`): fusing the elementwise work of a step
 # into a few kernels is what makes the hand-written gradient pay off on CPU
 # (run op by op, a step's ~30 small ops cost more than its matmul).
 _COMPILED = dict(jit_compile=True, autograph=False, reduce_retracing=True)
 
 
 @functools.partial(tf.function, **_COMPILED)
-def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
+def _forward_loop(derivative, xw, kernel, states0, params, mask, recurrent_mask,
                   zero_output_for_mask, return_sequences):
     """Forward loop; also returns what the backward loop needs, stacked over time."""
+    gradient = derivative.gradient
     steps = _num_steps(xw)
     n_states = len(states0)
     batch = states0[0].shape[0]
@@ -308,7 +223,7 @@ def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
     def array(shape, size=steps):
         return tf.TensorArray(xw.dtype, size=size, element_shape=shape)
 
-    saved_tas = [array((batch, width)) for width in companion.saved_widths]
+    saved_tas = [array((batch, width)) for width in gradient.saved_widths]
     # states[t] are the states before step t; states[t + 1] those after it.
     state_tas = [array(s.shape, steps + 1).write(0, s) for s in states0]
     collect_outputs = mask is not None and return_sequences
@@ -321,7 +236,7 @@ def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
     def body(t, saved_tas, state_tas, out_ta, *carry):
         states = list(carry[:n_states])
         h_in = states[0] if recurrent_mask is None else states[0] * recurrent_mask
-        new_states, saved = companion.forward(
+        new_states, saved = gradient.forward(
             tf.gather(xw, t), tf.matmul(h_in, kernel), states, params
         )
         output = new_states[0]
@@ -358,14 +273,15 @@ def _forward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
 
 
 @functools.partial(tf.function, **_COMPILED)
-def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask, saved,
+def _backward_loop(derivative, xw, kernel, states0, params, mask, recurrent_mask, saved,
                    history, d_last, d_states, d_outputs, zero_output_for_mask):
     """Backward loop: gradients of xw and r (stacked), the initial states and params."""
+    gradient = derivative.gradient
     steps = _num_steps(xw)
     n_states = len(states0)
     d_xw_ta = tf.TensorArray(xw.dtype, size=steps, element_shape=xw.shape[1:])
     d_r_ta = tf.TensorArray(
-        xw.dtype, size=0 if companion.d_r_is_d_xw else steps, element_shape=xw.shape[1:]
+        xw.dtype, size=0 if gradient.d_r_is_d_xw else steps, element_shape=xw.shape[1:]
     )
     carry = list(d_states)
     if mask is None:
@@ -387,7 +303,7 @@ def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
             d_new, through, d_prev_output = mask_step_backward(
                 tf.gather(mask, t), d_new, d_output, zero_output_for_mask
             )
-        d_xw_t, d_r_t, d_prev, d_params_t = companion.backward(
+        d_xw_t, d_r_t, d_prev, d_params_t = gradient.backward(
             [tf.gather(s, t) for s in saved],
             [tf.gather(h, t) for h in history],
             [tf.gather(h, t + 1) for h in history],
@@ -403,7 +319,7 @@ def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
             d_prev = [d + p for d, p in zip(d_prev, through)]
             d_prev.append(d_prev_output)
         d_xw_ta = d_xw_ta.write(t, d_xw_t)
-        if not companion.d_r_is_d_xw:
+        if not gradient.d_r_is_d_xw:
             d_r_ta = d_r_ta.write(t, d_r_t)
         d_params = [a + g for a, g in zip(d_params, d_params_t)]
         return (t - 1, d_xw_ta, d_r_ta, d_params, *d_prev)
@@ -419,7 +335,7 @@ def _backward_loop(companion, xw, kernel, states0, params, mask, recurrent_mask,
         parallel_iterations=32,
     )
     d_xw = result[1].stack()
-    d_r = d_xw if companion.d_r_is_d_xw else result[2].stack()
+    d_r = d_xw if gradient.d_r_is_d_xw else result[2].stack()
     d_params = [tf.reduce_sum(g, 0) for g in result[3]]
     d_states0 = list(result[4 : 4 + n_states])
     return d_xw, d_r, d_states0, d_params

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_seq._validation import check_bool
 from keras_seq.layers.recurrent import backend
@@ -11,6 +12,13 @@ from keras_seq.layers.recurrent.gated_cell import (
     LSTMCellBase,
     delegate_to_cell,
     validate_recurrent_args,
+)
+from keras_seq.layers.recurrent.manual_gradient import (
+    ManualGradient,
+    fast_sigmoid,
+    fast_tanh,
+    sigmoid_grad,
+    tanh_grad,
 )
 from keras_seq.layers.recurrent.rnn import LoopHints
 
@@ -65,11 +73,7 @@ class CoupledGateLSTMCell(LSTMCellBase):
             self.output_peephole = self.add_peephole("output_peephole")
         self.built = True
 
-    loop_hints = LoopHints(
-        pointwise_projection=True,
-        output_is_first_state=True,
-        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.CoupledGateLSTMGradient",
-    )
+    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True)
 
     def project(self, sequence):
         return backend.project(sequence, self.kernel)  # W x; the step adds b with U h
@@ -93,8 +97,67 @@ class CoupledGateLSTMCell(LSTMCellBase):
         h = o * self.activation(c)
         return h, [h, c]
 
+    def manual_gradient(self):
+        """`step` and its derivative for TensorFlow's training loop (`CoupledGateLSTMGradient`)."""
+        return CoupledGateLSTMGradient(self)
+
     def get_config(self):
         return {**super().get_config(), "use_peepholes": self.use_peepholes}
+
+
+class CoupledGateLSTMGradient(ManualGradient):
+    """`CoupledGateLSTMCell.step` and its derivative (`ManualGradient`), with
+    and without peepholes. Saved per step: f, g = tanh(z_c), o."""
+
+    d_r_is_d_xw = True
+
+    @property
+    def saved_widths(self):
+        return [self.cell.units] * 3
+
+    def supported(self):
+        return self.cell.standard_activations()
+
+    def project(self, xs):
+        cell = self.cell
+        bias = self.read(cell.bias) if cell.use_bias else None
+        return backend.project(xs, self.read(cell.kernel), bias)
+
+    def weights(self):
+        cell = self.cell
+        peepholes = (cell.forget_peephole, cell.output_peephole) if cell.use_peepholes else ()
+        return [self.read(w) for w in (cell.recurrent_kernel, *peepholes)]
+
+    def forward(self, xw_t, r_t, states, params):
+        c_prev = states[1]
+        z_f, z_c, z_o = backend.split(xw_t + r_t, 3)
+        if params:
+            z_f = z_f + params[0] * c_prev
+        f = fast_sigmoid(z_f)
+        g = fast_tanh(z_c)
+        c = g + f * (c_prev - g)
+        if params:
+            z_o = z_o + params[1] * c
+        o = fast_sigmoid(z_o)
+        return [o * fast_tanh(c), c], [f, g, o]
+
+    def backward(self, saved, states_prev, states, d_states, params):
+        f, g, o = saved
+        c_prev = states_prev[1]
+        tanh_c = fast_tanh(states[1])  # cheaper to recompute than to store and read back
+        d_h, d_c = d_states
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o)
+        if params:
+            d_c = d_c + d_zo * params[1]  # o sees c through p_o
+        d_zf = sigmoid_grad(f, d_c * (c_prev - g))
+        d_c_f = d_c * f
+        d_zc = tanh_grad(g, d_c - d_c_f)  # ∂c/∂g = 1 − f
+        d_z = ops.concatenate([d_zf, d_zc, d_zo], axis=-1)
+        if not params:
+            return d_z, d_z, [None, d_c_f], []
+        d_c_prev = d_c_f + d_zf * params[0]
+        return d_z, d_z, [None, d_c_prev], [d_zf * c_prev, d_zo * states[1]]
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

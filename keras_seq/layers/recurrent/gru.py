@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_seq._validation import check_bool
 from keras_seq.layers.recurrent import backend
@@ -11,6 +12,13 @@ from keras_seq.layers.recurrent.gated_cell import (
     GatedRNN,
     delegate_to_cell,
     validate_recurrent_args,
+)
+from keras_seq.layers.recurrent.manual_gradient import (
+    ManualGradient,
+    fast_sigmoid,
+    fast_tanh,
+    sigmoid_grad,
+    tanh_grad,
 )
 from keras_seq.layers.recurrent.rnn import LoopHints
 
@@ -74,11 +82,7 @@ class GRUCell(GatedCell):
             )
         self.built = True
 
-    loop_hints = LoopHints(
-        pointwise_projection=True,
-        output_is_first_state=True,
-        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.GRUGradient",
-    )
+    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True)
 
     def project(self, sequence):
         """``W x`` plus the input bias (row 0 with ``reset_after``): the
@@ -111,8 +115,66 @@ class GRUCell(GatedCell):
         h = h_tilde + z * (h_tm1 - h_tilde)  # = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ, one op less
         return h, [h]
 
+    def manual_gradient(self):
+        """`step` and its derivative for TensorFlow's training loop (`GRUGradient`)."""
+        return GRUGradient(self)
+
     def get_config(self):
         return {**super().get_config(), "reset_after": self.reset_after}
+
+
+class GRUGradient(ManualGradient):
+    """`GRUCell.step` and its derivative (`ManualGradient`), ``reset_after=True``
+    only (``reset_after=False`` trains with autodiff). Saved per step: [z, r],
+    h̃, U_h h + b_h."""
+
+    @property
+    def saved_widths(self):
+        u = self.cell.units
+        return [2 * u, u, u]
+
+    def supported(self):
+        return self.cell.reset_after and self.cell.standard_activations()
+
+    def project(self, xs):
+        """``W x`` with the input bias and the recurrent biases of z and r
+        (plain sums); only the recurrent b_h stays inside r ⊙ (...)."""
+        cell = self.cell
+        if not cell.use_bias:
+            return backend.project(xs, self.read(cell.kernel))
+        bias = self.read(cell.bias)
+        u = cell.units
+        extra = ops.concatenate([bias[1, : 2 * u], ops.zeros((u,), bias.dtype)], 0)
+        return backend.project(xs, self.read(cell.kernel), bias[0] + extra)
+
+    def weights(self):
+        cell = self.cell
+        U = self.read(cell.recurrent_kernel)
+        return [U, self.read(cell.bias)[1, 2 * cell.units :]] if cell.use_bias else [U]
+
+    def forward(self, xw_t, r_t, states, params):
+        h_prev = states[0]
+        u = self.cell.units
+        x_zr, x_h = backend.split(xw_t, [2 * u, u])
+        r_zr, r_h = backend.split(r_t, [2 * u, u])
+        if params:
+            r_h = r_h + params[0]
+        zr = fast_sigmoid(x_zr + r_zr)
+        z, r = backend.split(zr, 2)
+        h_tilde = fast_tanh(x_h + r * r_h)
+        return [h_tilde + z * (h_prev - h_tilde)], [zr, h_tilde, r_h]
+
+    def backward(self, saved, states_prev, states, d_states, params):
+        zr, h_tilde, r_h = saved
+        d_h = d_states[0]
+        z, r = backend.split(zr, 2)
+        d_h_z = d_h * z
+        d_a = tanh_grad(h_tilde, d_h - d_h_z)  # ∂h/∂h̃ = 1 − z
+        d_zr = sigmoid_grad(zr, ops.concatenate([d_h * (states_prev[0] - h_tilde), d_a * r_h], -1))
+        d_r_h = d_a * r
+        d_xw = ops.concatenate([d_zr, d_a], axis=-1)
+        d_r = ops.concatenate([d_zr, d_r_h], axis=-1)
+        return d_xw, d_r, [d_h_z], [d_r_h] if params else []
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -13,6 +13,13 @@ from keras_seq.layers.recurrent.gated_cell import (
     delegate_to_cell,
     validate_recurrent_args,
 )
+from keras_seq.layers.recurrent.manual_gradient import (
+    ManualGradient,
+    fast_sigmoid,
+    fast_tanh,
+    sigmoid_grad,
+    tanh_grad,
+)
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -123,7 +130,6 @@ class LayerNormLSTMCell(GatedCell):
         # Under XLA on the CPU, x_t W and LN_x next to the step's other work
         # measured faster (benchmarks/RESULTS.md, "More cells").
         projects_in_step_under_xla=True,
-        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.LayerNormLSTMGradient",
     )
 
     def summed_betas(self):
@@ -154,6 +160,10 @@ class LayerNormLSTMCell(GatedCell):
         h = o * self.activation(c)
         return h, [h, c]
 
+    def manual_gradient(self):
+        """`step` and its derivative for TensorFlow's training loop (`LayerNormLSTMGradient`)."""
+        return LayerNormLSTMGradient(self)
+
     def get_config(self):
         config = {
             "unit_forget_bias": self.unit_forget_bias,
@@ -162,6 +172,82 @@ class LayerNormLSTMCell(GatedCell):
             "norm_beta_initializer": initializers.serialize(self.norm_beta_initializer),
         }
         return {**super().get_config(), **config}
+
+
+class LayerNormLSTMGradient(ManualGradient):
+    """`LayerNormLSTMCell.step` and its derivative (`ManualGradient`), float32
+    and float64. Saved per step: the normalised h U and its 1/σ, the gates
+    (i, f, c̃, o), the normalised cell input and its 1/σ."""
+
+    @property
+    def saved_widths(self):
+        u = self.cell.units
+        return [4 * u, 1, 4 * u, u, 1]
+
+    def supported(self):
+        # The statistics of float16 inputs are taken in float32: the
+        # hand-written step is for float32 and float64.
+        cell = self.cell
+        return cell.standard_activations() and cell.compute_dtype in ("float32", "float64")
+
+    def project(self, xs):
+        """LN_x(x W) + b of every step (β_h is the loop's)."""
+        cell = self.cell
+        beta = self.read(cell.kernel_norm_beta)
+        if cell.use_bias:
+            beta = beta + self.read(cell.bias)
+        return backend.layer_norm(backend.project(xs, self.read(cell.kernel)),
+                                  self.read(cell.kernel_norm_gamma), beta, cell.norm_epsilon)
+
+    def weights(self):
+        cell = self.cell
+        return [self.read(w) for w in (
+            cell.recurrent_kernel, cell.recurrent_norm_gamma, cell.recurrent_norm_beta,
+            cell.state_norm_gamma, cell.state_norm_beta,
+        )]
+
+    def forward(self, xw_t, r_t, states, params):
+        eps = self.cell.norm_epsilon
+        gamma_h, beta_h, gamma_c, beta_c = params
+        n_h, rstd_h = _normalise(r_t, eps)
+        z_i, z_f, z_c, z_o = backend.split(xw_t + gamma_h * n_h + beta_h, 4)
+        i, f, o = fast_sigmoid(z_i), fast_sigmoid(z_f), fast_sigmoid(z_o)
+        g = fast_tanh(z_c)
+        n_c, rstd_c = _normalise(f * states[1] + i * g, eps)
+        c = gamma_c * n_c + beta_c
+        h = o * fast_tanh(c)
+        return [h, c], [n_h, rstd_h, ops.concatenate([i, f, g, o], axis=-1), n_c, rstd_c]
+
+    def backward(self, saved, states_prev, states, d_states, params):
+        n_h, rstd_h, gates, n_c, rstd_c = saved
+        i, f, g, o = backend.split(gates, 4)
+        gamma_h, _, gamma_c, _ = params
+        d_h, d_c = d_states
+        tanh_c = fast_tanh(states[1])  # recomputed rather than stored
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o)
+        d_s = _normalise_grad(d_c * gamma_c, n_c, rstd_c)  # through LN_c
+        d_zi = sigmoid_grad(i, d_s * g)
+        d_zf = sigmoid_grad(f, d_s * states_prev[1])
+        d_zc = tanh_grad(g, d_s * i)
+        d_z = ops.concatenate([d_zi, d_zf, d_zc, d_zo], axis=-1)
+        d_r = _normalise_grad(d_z * gamma_h, n_h, rstd_h)  # through LN_h
+        return d_z, d_r, [None, d_s * f], [d_z * n_h, d_z, d_c * n_c, d_c]
+
+
+def _normalise(v, epsilon: float):
+    """``((v − mean v) / σ, 1/σ)`` over the last axis, σ = sqrt(var v + ε)."""
+    centred = v - ops.mean(v, axis=-1, keepdims=True)
+    inverse_sigma = ops.rsqrt(ops.mean(ops.square(centred), axis=-1, keepdims=True) + epsilon)
+    return centred * inverse_sigma, inverse_sigma
+
+
+def _normalise_grad(d_normed, normed, inverse_sigma):
+    """The gradient of v from that of n = (v − mean v)/σ:
+    (1/σ)(dn − mean(dn) − n·mean(dn ⊙ n))."""
+    mean = ops.mean(d_normed, axis=-1, keepdims=True)
+    projection = ops.mean(d_normed * normed, axis=-1, keepdims=True)
+    return inverse_sigma * (d_normed - mean - normed * projection)
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -47,7 +47,7 @@ def linear_recurrence(a, b, h0, mask=None):
 
 def run_parallel(cell, sequences, states, mask=None, go_backwards: bool = False,
                  return_sequences: bool = False, zero_output_for_mask: bool = False,
-                 training=None):
+                 training=None, output_is_first_state: bool = False):
     """Runs ``cell.parallel`` over ``sequences`` with Keras' semantics.
 
     The cell sees the projected sequence in processing order (flipped for
@@ -62,6 +62,8 @@ def run_parallel(cell, sequences, states, mask=None, go_backwards: bool = False,
         states: list of ``(B, size)`` initial states.
         mask, go_backwards, return_sequences, zero_output_for_mask, training:
             as in `keras_seq.layers.recurrent.rnn.run_loop`.
+        output_is_first_state: the cell's output is its first state
+            (`keras_seq.layers.recurrent.rnn.output_is_first_state`).
 
     Returns:
         ``(last_output, outputs, final_states)`` as `run_loop` returns them.
@@ -77,7 +79,7 @@ def run_parallel(cell, sequences, states, mask=None, go_backwards: bool = False,
         keep = ops.expand_dims(mask, -1)
         if zero_output_for_mask:
             outputs = ops.where(keep, outputs, ops.zeros_like(outputs))
-        elif cell.loop_hints.output_is_first_state:
+        elif output_is_first_state:
             # The cell carried h over masked steps: only the steps before the
             # first valid one differ (Keras' loop outputs zeros there, not h0).
             seen = ops.cumsum(ops.cast(keep, "int32"), axis=1) > 0

@@ -7,7 +7,6 @@ from keras import ops
 
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.kernel_cell import KernelCell, KernelRNN, positive_candidate
-from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -22,11 +21,12 @@ class MinGRUCell(KernelCell):
     ```
 
     Neither gate reads h_{t-1}: the update is linear in the state, h_t =
-    a_t ⊙ h_{t-1} + b_t with a_t = 1 − z, b_t = z ⊙ h̃, so a whole sequence
-    is one scan over time (`parallel`, what `RNN` runs in training); ``step``
-    runs at inference, in `keras_seq.export.streaming_model` and in the
-    TFLite and ONNX exports. Both compute the same numbers (to float
-    round-off). Weights: ``kernel (in, 2u)``, columns z then h̃, and ``bias
+    a_t ⊙ h_{t-1} + b_t with a_t = 1 − z, b_t = z ⊙ h̃. It is a linear cell
+    (`keras_seq.layers.RecurrentCell`): it defines ``coefficients``, and the
+    base class derives from them ``step`` (inference,
+    `keras_seq.export.streaming_model`, the TFLite and ONNX exports) and the
+    parallel form, one scan over time (what `RNN` trains with). Both compute
+    the same numbers (to float round-off). Weights: ``kernel (in, 2u)``, columns z then h̃, and ``bias
     (2u,)``. State ``[h]``, starting at zero.
 
     Args:
@@ -45,8 +45,7 @@ class MinGRUCell(KernelCell):
         Needed?", 2024.
     """
 
-    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True,
-                           steps_fuse_on_cpu=True)
+    loop_hints = LoopHints(pointwise_projection=True, steps_fuse_on_cpu=True)
 
     def __init__(self, units: int, **kwargs):
         super().__init__(units, **kwargs)
@@ -67,16 +66,6 @@ class MinGRUCell(KernelCell):
         z_pre, h_pre = backend.split(projected, 2)
         # 1 − σ(v) as σ(−v): no cancellation when z is close to 1.
         return ops.sigmoid(-z_pre), ops.sigmoid(z_pre) * positive_candidate(h_pre)
-
-    def step(self, inputs, states, training=False):
-        a, b = self.coefficients(inputs)
-        h = a * states[0] + b
-        return h, [h]
-
-    def parallel(self, inputs, states, mask=None, training=False):
-        a, b = self.coefficients(inputs)
-        h = linear_recurrence(a, b, states[0], mask)
-        return h, [h[:, -1]]
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -7,7 +7,6 @@ from keras import ops
 
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.kernel_cell import KernelCell, KernelRNN, positive_candidate
-from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -24,9 +23,10 @@ class MinLSTMCell(KernelCell):
     with g(v) = v + 0.5 (v ≥ 0), σ(v) (v < 0). The normalised gates are
     computed as f' = σ(log f − log i) and i' = σ(log i − log f) (log σ(v) =
     −softplus(−v)): the same numbers, without 0/0 when both gates underflow.
-    The update is linear in the state (a_t = f', b_t = i' ⊙ h̃), so a whole
-    sequence is one scan over time (`parallel`, what `RNN` runs in
-    training); ``step`` runs at inference, in streaming and in export.
+    The update is linear in the state (a_t = f', b_t = i' ⊙ h̃): a linear
+    cell, whose ``step`` (inference, streaming, export) and parallel form
+    (one scan over time, what `RNN` trains with) the base class derives from
+    ``coefficients``.
     Weights: ``kernel (in, 3u)``, columns f, i, h̃, and ``bias (3u,)``. State
     ``[h]``, starting at zero.
 
@@ -46,8 +46,7 @@ class MinLSTMCell(KernelCell):
         Needed?", 2024.
     """
 
-    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True,
-                           steps_fuse_on_cpu=True)
+    loop_hints = LoopHints(pointwise_projection=True, steps_fuse_on_cpu=True)
 
     def __init__(self, units: int, **kwargs):
         super().__init__(units, **kwargs)
@@ -69,16 +68,6 @@ class MinLSTMCell(KernelCell):
         # log f − log i = softplus(−ĩ) − softplus(−f̃).
         log_ratio = ops.softplus(-i_pre) - ops.softplus(-f_pre)
         return ops.sigmoid(log_ratio), ops.sigmoid(-log_ratio) * positive_candidate(h_pre)
-
-    def step(self, inputs, states, training=False):
-        a, b = self.coefficients(inputs)
-        h = a * states[0] + b
-        return h, [h]
-
-    def parallel(self, inputs, states, mask=None, training=False):
-        a, b = self.coefficients(inputs)
-        h = linear_recurrence(a, b, states[0], mask)
-        return h, [h[:, -1]]
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

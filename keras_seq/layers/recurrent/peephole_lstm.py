@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.gated_cell import (
@@ -10,6 +11,13 @@ from keras_seq.layers.recurrent.gated_cell import (
     LSTMCellBase,
     delegate_to_cell,
     validate_recurrent_args,
+)
+from keras_seq.layers.recurrent.manual_gradient import (
+    ManualGradient,
+    fast_sigmoid,
+    fast_tanh,
+    sigmoid_grad,
+    tanh_grad,
 )
 from keras_seq.layers.recurrent.rnn import LoopHints
 
@@ -80,11 +88,7 @@ class PeepholeLSTMCell(LSTMCellBase):
         self.output_peephole = self.add_peephole("output_peephole")
         self.built = True
 
-    loop_hints = LoopHints(
-        pointwise_projection=True,
-        output_is_first_state=True,
-        manual_gradient="keras_seq.layers.recurrent.gradients_tensorflow.PeepholeLSTMGradient",
-    )
+    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True)
 
     def project(self, sequence):
         return backend.project(sequence, self.kernel)  # W x; the step adds b with U h
@@ -103,6 +107,60 @@ class PeepholeLSTMCell(LSTMCellBase):
         o = self.recurrent_activation(z_o + self.output_peephole * c)
         h = o * self.activation(c)
         return h, [h, c]
+
+    def manual_gradient(self):
+        """`step` and its derivative for TensorFlow's training loop (`PeepholeLSTMGradient`)."""
+        return PeepholeLSTMGradient(self)
+
+
+class PeepholeLSTMGradient(ManualGradient):
+    """`PeepholeLSTMCell.step` and its derivative (`ManualGradient`). Saved
+    per step: i, f, g = tanh(z_c), o (tanh(c) is recomputed)."""
+
+    d_r_is_d_xw = True
+
+    @property
+    def saved_widths(self):
+        return [self.cell.units] * 4
+
+    def supported(self):
+        return self.cell.standard_activations()
+
+    def project(self, xs):
+        cell = self.cell
+        bias = self.read(cell.bias) if cell.use_bias else None
+        return backend.project(xs, self.read(cell.kernel), bias)
+
+    def weights(self):
+        cell = self.cell
+        return [self.read(w) for w in (cell.recurrent_kernel, cell.input_peephole,
+                                       cell.forget_peephole, cell.output_peephole)]
+
+    def forward(self, xw_t, r_t, states, params):
+        c_prev = states[1]
+        p_i, p_f, p_o = params
+        z_i, z_f, z_c, z_o = backend.split(xw_t + r_t, 4)
+        i = fast_sigmoid(z_i + p_i * c_prev)
+        f = fast_sigmoid(z_f + p_f * c_prev)
+        g = fast_tanh(z_c)
+        c = f * c_prev + i * g
+        o = fast_sigmoid(z_o + p_o * c)
+        return [o * fast_tanh(c), c], [i, f, g, o]
+
+    def backward(self, saved, states_prev, states, d_states, params):
+        i, f, g, o = saved
+        c_prev, c = states_prev[1], states[1]
+        tanh_c = fast_tanh(c)  # cheaper to recompute than to store and read back
+        d_h, d_c = d_states
+        p_i, p_f, p_o = params
+        d_zo = sigmoid_grad(o, d_h * tanh_c)
+        d_c = d_c + tanh_grad(tanh_c, d_h * o) + d_zo * p_o  # o sees c through p_o
+        d_zi = sigmoid_grad(i, d_c * g)
+        d_zf = sigmoid_grad(f, d_c * c_prev)
+        d_zc = tanh_grad(g, d_c * i)
+        d_z = ops.concatenate([d_zi, d_zf, d_zc, d_zo], axis=-1)
+        d_c_prev = d_c * f + d_zi * p_i + d_zf * p_f
+        return d_z, d_z, [None, d_c_prev], [d_zi * c_prev, d_zf * c_prev, d_zo * c]
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -8,7 +8,6 @@ from keras import ops
 from keras_seq._validation import check_float, shape_error
 from keras_seq.layers.recurrent import backend
 from keras_seq.layers.recurrent.kernel_cell import KernelCell, KernelRNN
-from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 # σ(Λ)^c is drawn uniformly in this range when the layer is built (De et al.).
@@ -40,9 +39,9 @@ class RGLRUCell(KernelCell):
     t = tanh(log a) (= −expm1(2 log a), exact for a close to 1), and its
     square root with a gradient bounded
     near a = 1 as in recurrentgemma (the forward value is unchanged). The
-    update is linear in the state, so a whole sequence is one scan over
-    time (`parallel`, what `RNN` runs in training); ``step`` runs at
-    inference, in streaming and in export. Weights:
+    update is linear in the state: a linear cell, whose ``step`` (inference,
+    streaming, export) and parallel form (one scan over time, what `RNN`
+    trains with) the base class derives from ``coefficients``. Weights:
     ``recurrence_gate_kernel (u, u)``, ``recurrence_gate_bias (u,)``,
     ``input_gate_kernel (u, u)``, ``input_gate_bias (u,)``, ``a_param (u,)``.
     State ``[h]``, starting at zero.
@@ -65,7 +64,7 @@ class RGLRUCell(KernelCell):
         Attention for Efficient Language Models", 2024.
     """
 
-    loop_hints = LoopHints(pointwise_projection=True, output_is_first_state=True)
+    loop_hints = LoopHints(pointwise_projection=True)
 
     def __init__(self, units: int, c: float = 8.0, **kwargs):
         super().__init__(units, **kwargs)
@@ -110,16 +109,6 @@ class RGLRUCell(KernelCell):
         t = ops.tanh(log_a)
         multiplier = _sqrt_bounded_gradient(-2.0 * t / (1.0 - t))  # √(1 − a²)
         return ops.exp(log_a), multiplier * (ops.sigmoid(i_pre) * x)
-
-    def step(self, inputs, states, training=False):
-        a, b = self.coefficients(inputs)
-        h = a * states[0] + b
-        return h, [h]
-
-    def parallel(self, inputs, states, mask=None, training=False):
-        a, b = self.coefficients(inputs)
-        h = linear_recurrence(a, b, states[0], mask)
-        return h, [h[:, -1]]
 
     def get_config(self):
         return {**super().get_config(), "c": self.c}

@@ -12,7 +12,6 @@ inputs); the loop's few backend-specific operations are in
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import keras
 from keras import ops, tree
@@ -22,8 +21,8 @@ from keras import ops, tree
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
-from keras_seq.layers.recurrent import backend
-from keras_seq.layers.recurrent.linear_recurrence import run_parallel
+from keras_seq.layers.recurrent import backend, fast_paths
+from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence, run_parallel
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -31,13 +30,14 @@ from keras_seq.layers.recurrent.zoneout import (
     zoneout_rates,
 )
 
-__all__ = ["LoopHints", "RNN", "RecurrentCell", "run_loop", "scan"]
+__all__ = ["LoopHints", "RNN", "RecurrentCell", "output_is_first_state", "run_loop", "scan"]
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopHints:
     """What a cell tells the loop so that it may take a faster path; the
-    numbers stay the same. Every field is optional (a user's cell needs none).
+    numbers stay the same. Every field is optional (a user's cell needs
+    none); `keras_seq.layers.recurrent.fast_paths` reads them.
 
     Attributes:
         pointwise_projection: ``project`` acts on each step alone (a product
@@ -45,29 +45,23 @@ class LoopHints:
             a time-major sequence, or each step inside the loop.
         output_is_first_state: ``step``'s output is always its first new
             state, so the loop need not carry the previous output when there
-            is no mask.
+            is no mask (a linear cell's is, without saying so).
         steps_per_iteration: steps per iteration of TensorFlow's while loops,
             for a cell whose step is so large that copies of it only make
             the graph bigger (default: the backend's).
         projects_in_step_under_xla: on TensorFlow, at inference under XLA
             with no GPU, project each step inside the loop (measured faster
             for `LayerNormLSTMCell`; needs ``pointwise_projection``).
-        manual_gradient: ``"module.Class"`` of a TensorFlow companion that
-            trains the cell with a hand-written gradient
-            (`keras_seq.layers.recurrent.bptt_tensorflow`), imported when
-            first used.
-        steps_fuse_on_cpu: the cell's ``parallel`` form is a scan of a step
+        steps_fuse_on_cpu: the cell's parallel form is a scan of a step
             that is a few elementwise operations: where a compiled loop
             fuses them (JAX's CPU), the step loop trains faster than the
-            parallel form, and `RNN` trains with it there
-            (``backend.trains_in_parallel``).
+            parallel form, and `RNN` trains with it there.
     """
 
     pointwise_projection: bool = False
     output_is_first_state: bool = False
     steps_per_iteration: int | None = None
     projects_in_step_under_xla: bool = False
-    manual_gradient: str | None = None
     steps_fuse_on_cpu: bool = False
 
 
@@ -87,6 +81,12 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       not depend on the states, computed for every step at once before the
       loop (default: the identity).
 
+    A *linear cell* defines ``coefficients(projected) -> (a, b)`` instead of
+    ``step``: it declares h_t = a_t ⊙ h_{t-1} + b_t (output h_t, states
+    ``[h]``), for the whole projected sequence ``(B, T, k)`` or one step's
+    row ``(B, k)``, and this class derives ``step`` and the parallel
+    training form (`linear_recurrence`, Keras' masking rule) from it.
+
     This class supplies ``call(inputs, states, training=None)`` (``step`` on
     the projected single step), so the cell also works in
     ``keras.layers.RNN``; ``get_initial_state`` (zeros) and Keras' own
@@ -95,17 +95,26 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     saving on every backend; on TensorFlow `keras_seq.export` streams and
     converts it with builtin ops.
 
-    Optional, for a recurrence that has a form over the whole sequence
-    (``MinGRUCell``, ``MLSTMCell``, ...): ``parallel(inputs, states,
-    mask=None, training=False) -> (outputs (B, T, u), new_states)`` over the
-    whole projected sequence ``(B, T, k)``, in processing order. It must
-    compute what ``step`` computes step by step, carrying the states over
-    the steps where ``mask`` (``(B, T)`` bool, or None) is False; `RNN` runs
-    it when training (`keras_seq.layers.recurrent.linear_recurrence.run_parallel`)
-    and ``step`` otherwise (inference, streaming, export; and where
-    ``backend.trains_in_parallel`` says the step loop trains faster).
+    Optional second forms, each for a measured gain and each checked against
+    ``step`` by the tests; a subclass that redefines ``step`` or
+    ``project`` without redefining a form runs its step loop instead
+    (`keras_seq.layers.recurrent.fast_paths`, which also says where each
+    form runs):
 
-    Optional: a ``dropout`` rate (input dropout, one mask per sequence,
+    - ``parallel(inputs, states, mask=None, training=False) -> (outputs
+      (B, T, u), new_states)``: the whole projected sequence ``(B, T, k)``
+      at once, in processing order, carrying the states over the steps
+      where ``mask`` (``(B, T)`` bool, or None) is False; what `RNN` trains
+      with (a linear cell's is derived);
+    - ``manual_gradient() -> ManualGradient``: ``step`` with its derivative
+      in closed form, what TensorFlow trains with when there is no parallel
+      form (`keras_seq.layers.recurrent.manual_gradient`);
+    - ``operator_form() -> LSTMForm | GRUForm | SimpleRNNForm | None``: the
+      standard recurrence this cell computes, in Keras' weight layout, that
+      `keras_seq.export` writes as one ONNX ``LSTM``/``GRU``/``RNN`` node or
+      TFLite's fused LSTM (`keras_seq.layers.recurrent.operator_forms`).
+
+    Optional too: a ``dropout`` rate (input dropout, one mask per sequence,
     applied before ``project``), ``recurrent_dropout`` (the cell applies
     ``self.get_recurrent_dropout_mask(h)`` in ``step`` when training), both
     with a ``seed_generator``, as Keras' cells have them; a ``zoneout`` rate
@@ -131,28 +140,69 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         ...         return h, [h]
         >>> RNN(ElmanCell(4))(np.ones((2, 5, 3), "float32")).shape
         TensorShape([2, 4])
+
+        A linear cell, QRNN's f-pooling (Bradbury et al. 2017):
+
+        >>> class QRNNCell(RecurrentCell):
+        ...     def __init__(self, units, **kwargs):
+        ...         super().__init__(**kwargs)
+        ...         self.units, self.state_size = units, units
+        ...     def build(self, input_shape):
+        ...         self.kernel = self.add_weight(shape=(input_shape[-1], 2 * self.units))
+        ...     def project(self, sequence):
+        ...         return ops.matmul(sequence, self.kernel)
+        ...     def coefficients(self, projected):
+        ...         f, z = ops.split(projected, 2, axis=-1)
+        ...         f = ops.sigmoid(f)
+        ...         return f, (1.0 - f) * ops.tanh(z)
+        >>> RNN(QRNNCell(4))(np.ones((2, 5, 3), "float32")).shape
+        TensorShape([2, 4])
     """
 
     loop_hints = LoopHints()
-    # No form over the whole sequence unless a cell defines one.
-    parallel = None
+    # A linear cell defines coefficients(projected) -> (a, b).
+    coefficients = None
     # Class defaults for Keras' dropout mixin: a cell without dropout has none.
     dropout = 0.0
     recurrent_dropout = 0.0
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if type(self).step is RecurrentCell.step:
+        if type(self).step is RecurrentCell.step and self.coefficients is None:
             raise TypeError(f"{type(self).__name__} must define `step(inputs, states, "
-                            "training=False) -> (output, new_states)`.")
+                            "training=False) -> (output, new_states)`, or `coefficients("
+                            "projected) -> (a, b)` for a linear cell.")
 
     def project(self, sequence):
         """The state-independent part of every step: the identity here."""
         return sequence
 
     def step(self, inputs, states, training=False):
-        """One time step (see the class docstring); every cell defines it."""
-        raise TypeError(f"{type(self).__name__} must define `step`.")
+        """One time step (see the class docstring). A linear cell's:
+        h_t = a ⊙ h_{t-1} + b from its ``coefficients``."""
+        if self.coefficients is None:
+            raise TypeError(f"{type(self).__name__} must define `step`.")
+        a, b = self.coefficients(inputs)
+        h = a * states[0] + b
+        return h, [h]
+
+    def parallel(self, inputs, states, mask=None, training=False):
+        """A linear cell's parallel form: `linear_recurrence` of its
+        coefficients over the whole sequence (a masked step carries h)."""
+        if self.coefficients is None:
+            raise TypeError(f"{type(self).__name__} has no parallel form: it defines "
+                            "neither `parallel` nor `coefficients`.")
+        a, b = self.coefficients(inputs)
+        h = linear_recurrence(a, b, states[0], mask)
+        return h, [h[:, -1]]
+
+    def manual_gradient(self):
+        """None here: no hand-written derivative (see the class docstring)."""
+        return None
+
+    def operator_form(self):
+        """None here: no standard recurrence declared (see the class docstring)."""
+        return None
 
     def call(self, inputs, states, training=None):
         """One time step as in Keras' cells: ``(output, new_states)``."""
@@ -171,7 +221,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 keep = zoneout_masks(rates, self.state_size, (ops.shape(x)[0],),
                                      self.seed_generator, self.compute_dtype)
             new_states = apply_zoneout(rates, states, new_states, keep)
-            if self.loop_hints.output_is_first_state:
+            if output_is_first_state(self):
                 output = new_states[0]
         if not nested and len(new_states) == 1:
             return output, new_states[0]
@@ -372,31 +422,31 @@ class RNN(keras.layers.RNN):
             sequences = sequences * cell.get_dropout_mask(sequences[:, 0, :])[:, None, :]
         rates = zoneout_rates_of(cell)
         zoneout_training = bool(training) and bool(rates)
-        if (cell.parallel is not None and training is True and not zoneout_training
-                and backend.trains_in_parallel(hints)):
-            # The static rule: a cell's form over the whole sequence trains.
+        form = fast_paths.STEP_LOOP
+        if training is True:
+            form = fast_paths.training_form(cell, zoneout_training)
+        first_state_out = output_is_first_state(cell)
+        if form == fast_paths.PARALLEL:
             return run_parallel(
                 cell, sequences, states, mask=mask, go_backwards=self.go_backwards,
                 return_sequences=self.return_sequences,
                 zero_output_for_mask=self.zero_output_for_mask, training=training,
+                output_is_first_state=first_state_out,
             )
-        companion = None
-        if hints.manual_gradient and backend.bptt_available(training) and not zoneout_training:
-            companion = manual_gradient(cell)
-        if companion is not None:
+        if form == fast_paths.MANUAL_GRADIENT:
             recurrent_mask = None
-            if training and cell.recurrent_dropout > 0.0:
+            if cell.recurrent_dropout > 0.0:
                 recurrent_mask = cell.get_recurrent_dropout_mask(states[0])
             # (T, B, in): transposing x is cheaper than transposing x W.
-            return companion.run(
-                ops.transpose(sequences, (1, 0, 2)), states, mask=mask,
+            return backend.run_manual_gradient(
+                cell.manual_gradient(), ops.transpose(sequences, (1, 0, 2)), states, mask=mask,
                 recurrent_mask=recurrent_mask, go_backwards=self.go_backwards,
                 return_sequences=self.return_sequences,
                 zero_output_for_mask=self.zero_output_for_mask,
             )
         if hints.pointwise_projection:
             xs = ops.transpose(sequences, (1, 0, 2))  # (T, B, in), cheaper than (T, B, k)
-            hoisted = backend.hoists_projection(training, hints.projects_in_step_under_xla)
+            hoisted = fast_paths.projects_before_loop(cell, training)
             if hoisted:
                 xs = cell.project(xs)
         else:
@@ -420,10 +470,10 @@ class RNN(keras.layers.RNN):
             drawn = iter(xs_t[1:])
             masks = [None if m is None else next(drawn) for m in keep] if keep else None
             new_states = apply_zoneout(rates, states, list(new_states), masks)
-            return (new_states[0] if hints.output_is_first_state else output), new_states
+            return (new_states[0] if first_state_out else output), new_states
 
         initial_output = None
-        if not hints.output_is_first_state:
+        if not first_state_out:
             initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
                                        dtype=cell.compute_dtype)
         return run_loop(
@@ -466,16 +516,12 @@ def _output_size(cell) -> int:
     return int(size)
 
 
-def manual_gradient(cell):
-    """The cell's TensorFlow gradient companion (`LoopHints.manual_gradient`),
-    made once per cell, or None where it does not apply to the cell's
-    configuration (e.g. other activations)."""
-    companion = cell.__dict__.get("_manual_gradient_companion")
-    if companion is None:
-        module, _, name = cell.loop_hints.manual_gradient.rpartition(".")
-        companion = getattr(importlib.import_module(module), name)(cell)
-        cell.__dict__["_manual_gradient_companion"] = companion
-    return companion if companion.supported() else None
+def output_is_first_state(cell) -> bool:
+    """Whether the cell's output is always its first new state: declared in
+    its `LoopHints`, or a linear cell with the base class's ``step``."""
+    if cell.loop_hints.output_is_first_state:
+        return True
+    return cell.coefficients is not None and type(cell).step is RecurrentCell.step
 
 
 # --- the loop, the same on every backend ---
