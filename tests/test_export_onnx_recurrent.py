@@ -397,3 +397,42 @@ def test_convert_to_onnx_rejects_a_bad_native_recurrent(value, error, tmp_path):
                                     "True, False or 'portable'"):
         convert_to_onnx(model, tmp_path / "x.onnx", native_recurrent=value)
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_a_conversion_changes_nothing_that_another_thread_computes(tmp_path, rng):
+    """While `convert_to_onnx` traces a model holding Keras' own LSTM (which
+    gets a per-layer hook for the conversion) and this package's layers,
+    another thread calls another Keras LSTM model and the converted model
+    itself, eagerly: both compute Keras' numbers throughout."""
+    import threading
+
+    inputs = keras.Input((None, 3))
+    h = keras.layers.LSTM(4, return_sequences=True)(inputs)
+    h = keras.layers.Bidirectional(layers.GRU(3, return_sequences=True))(h)
+    converted = keras.Model(inputs, layers.PeepholeLSTM(2)(h))
+    other = keras.Sequential([keras.Input((None, 3)), keras.layers.LSTM(5)])
+    x = rng.normal(size=(2, 6, 3)).astype("float32")
+    expected = [np.asarray(converted(x)), np.asarray(other(x))]
+    stop, errors, differences = threading.Event(), [], []
+
+    def call_them():
+        while not stop.is_set():
+            try:
+                for model, want in zip((converted, other), expected):
+                    differences.append(float(np.max(np.abs(np.asarray(model(x)) - want))))
+            except Exception as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+                return
+
+    thread = threading.Thread(target=call_them)
+    thread.start()
+    try:
+        model_proto, _ = _convert(converted, tmp_path / "m.onnx")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert differences and max(differences) == 0.0
+    ops = [node.op_type for node in model_proto.graph.node if node.op_type in NATIVE]
+    assert ops == ["LSTM", "GRU", "LSTM"]  # the Bidirectional GRU as one node
+    assert "inner_loop" not in vars(converted.layers[1])  # Keras' LSTM's hook is gone

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
 from keras_seq._validation import check_positive_int
 from keras_seq.export._checks import check_seq2seq
+
+
+def with_models(function, *models):
+    """``function``, naming the Keras models it calls (`models_of`)."""
+    function.keras_models = models
+    return function
+
+
+def models_of(model) -> list:
+    """The Keras models a converter traces: ``model`` itself, or those a
+    callable of this package names (`with_models`); none for another callable.
+    An export's lowering looks for Keras' own recurrent layers and
+    ``Bidirectional`` pairs in them (`keras_seq.export._lowering`)."""
+    import keras
+
+    if isinstance(model, keras.Model):
+        return [model]
+    return list(getattr(model, "keras_models", ()))
 
 
 def default_signature(model, batch_size: int | None = None) -> list[tf.TensorSpec]:
@@ -110,7 +127,7 @@ def seq2seq_forward(model):
             {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, training=False
         )
 
-    return forward
+    return with_models(forward, model)
 
 
 def decoder_step_functions(where: str, model, target_length: int):
@@ -158,7 +175,7 @@ def decoder_step_functions(where: str, model, target_length: int):
         logits, state = steps.step(tokens, t, constants, state)
         return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
 
-    return encode, [source_spec], step, step_signature
+    return with_models(encode, model), [source_spec], with_models(step, model), step_signature
 
 
 def language_model_step_function(where: str, model, context: int):
@@ -197,39 +214,4 @@ def language_model_step_function(where: str, model, context: int):
         _, state = start(tf.zeros([batch_size, 1], tf.int32))
         return [s.numpy() for s in tf.nest.flatten(state)]
 
-    return step, signature, initial_state
-
-
-@contextlib.contextmanager
-def routed_inner_loops(classes: Sequence[type], route: Callable):
-    """Routes the ``inner_loop`` of recurrent layer ``classes`` through ``route`` (restored on exit).
-
-    ``route(original, layer, sequences, initial_state, mask, training)``
-    returns what ``inner_loop`` returns; ``original`` is the ``inner_loop``
-    the layer would have run. The patch is on the classes, so it reaches
-    layers inside functions and nested models; a layer's own loop that calls
-    a parent's ``inner_loop`` (``super()``) reaches the parent's original
-    form, not ``route`` again. Do not call these layers from other threads
-    while a conversion runs.
-    """
-    # (class, its own inner_loop or None, the inner_loop it runs), before any patch.
-    patches = [(cls, cls.__dict__.get("inner_loop"), cls.inner_loop) for cls in classes]
-
-    def routed(original):
-        def inner_loop(self, sequences, initial_state, mask, training=False):
-            if type(self).inner_loop is not inner_loop:  # a super() call from a subclass's loop
-                return original(self, sequences, initial_state, mask, training=training)
-            return route(original, self, sequences, initial_state, mask, training)
-
-        return inner_loop
-
-    try:
-        for cls, _, original in patches:
-            cls.inner_loop = routed(original)
-        yield
-    finally:
-        for cls, own, _ in patches:
-            if own is None:
-                del cls.inner_loop
-            else:
-                cls.inner_loop = own
+    return with_models(step, model), signature, initial_state

@@ -6,10 +6,14 @@ converter creates it only from a function marked ``api_implements="lstm_<id>"``
 in Keras 2's calling convention, and only as a plain LSTM with ``cell_clip=10``.
 So `convert_fused_lstm`:
 
-1. traces the model with each such layer's `inner_loop` routed (at class level,
-   for the duration of the trace) to that function: a plain LSTM, which CIFG
-   layers call with a 4-gate kernel whose input-gate block is zero; peepholes
-   have no argument. Every Keras variable is read as a constant;
+1. traces the model with `_FusedLSTM` as its lowering
+   (`keras_seq.export._lowering`): each layer whose cell declares an LSTM
+   operator form (`LSTMForm`: `PeepholeLSTM`, `CoupledGateLSTM`,
+   ``keras.layers.LSTM``, their subclasses that keep their cell's step, a
+   user's cell that declares one) calls that function instead of its loop:
+   a plain LSTM, which CIFG layers call with a 4-gate kernel whose
+   input-gate block is zero; peepholes have no argument. Every Keras
+   variable is read as a constant;
 2. converts it through a SavedModel, where the converter finds the functions
    (the frozen-graph route inlines them first) and puts a fused op in each;
 3. edits the flatbuffer (`keras_seq.export._flatbuffer`): each fused op is
@@ -27,10 +31,7 @@ input; this includes ``mask_zero`` embeddings and ``keras.layers.Masking``),
 ``return_state=True`` (the op does not output the final cell state), an
 ``initial_state``, ``stateful=True``, zoneout (at inference each state is
 mixed with its previous one, which the kernel cannot do), activations other
-than tanh/sigmoid, a compute dtype other than float32, or a dynamic batch. Subclasses of the three
-layers that define their own `inner_loop` are routed too and assumed to compute
-their parent's recurrence. Do not call these layers from other threads while a
-conversion runs.
+than tanh/sigmoid, a compute dtype other than float32, or a dynamic batch.
 
 References:
     TFLite kernel: ``tensorflow/lite/kernels/unidirectional_sequence_lstm.cc``
@@ -62,13 +63,15 @@ from keras_seq.export._flatbuffer import (
     FusedLayer,
     edit_fused_ops,
 )
+from keras_seq.export._lowering import Lowering
 from keras_seq.export._tflite_converter import convert_with_signature
 from keras_seq.export._tracing import (
     flat_outputs,
-    routed_inner_loops,
+    models_of,
     signature_specs,
     traceable,
 )
+from keras_seq.layers.recurrent.operator_forms import LSTMForm, operator_form
 
 _GATES = "ifco"  # Keras' order of the blocks of kernel, recurrent_kernel and bias
 
@@ -145,10 +148,11 @@ def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_
     # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
     specs, names = signature_specs(specs)
     layers: dict[str, FusedLayer] = {}
-    with _FrozenVariables() as frozen, routed_inner_loops(
-        _lstm_classes(), _route_to_fused(layers, frozen)
-    ):
-        concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
+    with _FrozenVariables() as frozen:
+        lowering = _FusedLSTM(layers, frozen)
+        with lowering.keras_layers(models_of(model)):
+            concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(
+                *specs)
     # The SavedModel route keeps the "lstm_<id>" functions for the converter to
     # fuse. Its trackable object holds any variable not read through Keras.
     return convert_with_signature(concrete, names, quantize), layers
@@ -201,46 +205,29 @@ class _FrozenVariables(keras.StatelessScope):
         return tf.constant(self.array(variable))
 
 
-def _lstm_classes() -> list[type]:
-    """Classes whose `inner_loop` is routed.
+class _FusedLSTM(Lowering):
+    """The lowering of `convert_fused_lstm`: the fused kernel where it computes the layer."""
 
-    The three LSTM layers, and their subclasses whose `inner_loop` is not
-    their parent's (defined in the class or in a mixin, such as the model
-    builders' `ConvertibleLSTM`); a subclass is assumed to compute its
-    parent's recurrence.
-    """
-    from keras_seq.layers import CoupledGateLSTM, PeepholeLSTM
+    def __init__(self, layers: dict[str, FusedLayer], frozen: _FrozenVariables):
+        self.layers, self.frozen = layers, frozen
 
-    classes = [PeepholeLSTM, CoupledGateLSTM, keras.layers.LSTM]
-    todo = [(sub, cls) for cls in classes for sub in cls.__subclasses__()]
-    while todo:
-        cls, parent = todo.pop()
-        if cls not in classes and cls.inner_loop is not parent.inner_loop:
-            classes.append(cls)
-        todo.extend((sub, cls) for sub in cls.__subclasses__())
-    return classes
-
-
-def _route_to_fused(layers: dict[str, FusedLayer], frozen: _FrozenVariables):
-    """The `routed_inner_loops` route: the fused kernel where it computes the layer."""
-
-    def route(original, layer, sequences, initial_state, mask, training):
-        reason = _why_not_fused(layer, sequences, initial_state, mask, training)
+    def lower(self, layer, sequences, initial_state, mask, training):
+        form = operator_form(getattr(layer, "cell", None))
+        if not isinstance(form, LSTMForm):
+            return None
+        reason = _why_not_fused(layer, form, sequences, initial_state, mask, training)
         if reason is None:
-            return _fused_inner_loop(layer, sequences, layers, frozen)
+            return _fused_inner_loop(layer, form, sequences, self.layers, self.frozen)
         warnings.warn(
             f"convert_fused_lstm: {type(layer).__name__} '{layer.name}' keeps its "
             f"loop (a WHILE op), not the fused LSTM kernel: {reason}.",
             stacklevel=4,
         )
-        return original(layer, sequences, initial_state, mask, training=training)
-
-    return route
+        return None
 
 
-def _why_not_fused(layer, sequences, initial_state, mask, training) -> str | None:
+def _why_not_fused(layer, form, sequences, initial_state, mask, training) -> str | None:
     """Why the fused kernel cannot compute this layer call (None: it can)."""
-    cell = layer.cell
     if isinstance(mask, (list, tuple)):
         mask = mask[0]
     if mask is not None:
@@ -251,12 +238,12 @@ def _why_not_fused(layer, sequences, initial_state, mask, training) -> str | Non
         return "stateful=True"
     if training is True:
         return "training=True"
-    if getattr(layer, "zoneout", 0.0):
+    if any(np.ravel(getattr(layer, "zoneout", 0.0) or 0.0)):
         # At inference each state mixes with its previous value: not the kernel's LSTM.
         return "zoneout > 0 and the kernel computes a plain LSTM"
     if not (
-        cell.activation is keras.activations.tanh
-        and cell.recurrent_activation is keras.activations.sigmoid
+        form.activation is keras.activations.tanh
+        and form.recurrent_activation is keras.activations.sigmoid
     ):
         return "the kernel computes only activation='tanh', recurrent_activation='sigmoid'"
     if layer.compute_dtype != "float32" or sequences.dtype != tf.float32:
@@ -270,27 +257,20 @@ def _why_not_fused(layer, sequences, initial_state, mask, training) -> str | Non
     return None
 
 
-def _fused_inner_loop(layer, sequences, layers: dict[str, FusedLayer], frozen):
+def _fused_inner_loop(layer, form: LSTMForm, sequences, layers: dict[str, FusedLayer], frozen):
     """`inner_loop` through a function that the converter replaces by the fused op."""
-    from keras_seq.layers import CoupledGateLSTM, PeepholeLSTM
-
-    cell, units = layer.cell, layer.cell.units
-    kernel = frozen.array(cell.kernel)
-    recurrent_kernel = frozen.array(cell.recurrent_kernel)
-    bias = frozen.array(cell.bias) if cell.use_bias else np.zeros(kernel.shape[1], "float32")
-    cifg = isinstance(layer, CoupledGateLSTM)
-    peepholes = {}
-    if isinstance(layer, PeepholeLSTM):
-        peepholes = {
-            CELL_TO_GATE["i"]: frozen.array(cell.input_peephole),
-            CELL_TO_GATE["f"]: frozen.array(cell.forget_peephole),
-            CELL_TO_GATE["o"]: frozen.array(cell.output_peephole),
-        }
-    elif cifg and cell.use_peepholes:
-        peepholes = {
-            CELL_TO_GATE["f"]: frozen.array(cell.forget_peephole),
-            CELL_TO_GATE["o"]: frozen.array(cell.output_peephole),
-        }
+    units = form.recurrent_kernel.shape[0]
+    kernel = frozen.array(form.kernel)
+    recurrent_kernel = frozen.array(form.recurrent_kernel)
+    bias = (np.zeros(kernel.shape[1], "float32") if form.bias is None
+            else frozen.array(form.bias))
+    cifg = form.coupled_input_forget
+    peepholes = {
+        CELL_TO_GATE[gate]: frozen.array(p)
+        for gate, p in (("i", form.input_peephole), ("f", form.forget_peephole),
+                        ("o", form.output_peephole))
+        if p is not None
+    }
     if cifg:
         # Gates f, c, o -> Keras 2's i, f, c, o with an input-gate block that
         # the edit removes (the op's CIFG mode computes i = 1 - f).

@@ -18,6 +18,7 @@ from keras_seq._validation import check_positive_int, invalid_type, invalid_valu
 from keras_seq.export._checks import check_seq2seq
 from keras_seq.export._tracing import (
     decoder_step_functions,
+    models_of,
     seq2seq_forward,
     seq2seq_signature,
     traceable,
@@ -89,13 +90,13 @@ def convert_to_onnx(
     native_recurrent = check_native_recurrent(where, native_recurrent)
     call, specs = traceable(model, input_signature)
     path = os.fspath(path)
-    function = tf.function(call)
     if native_recurrent is False:
-        model_proto = _from_function(function, specs, int(opset))
+        model_proto = _from_function(tf.function(call), specs, int(opset))
     else:
         native = NativeRecurrence(where, portable=native_recurrent == "portable")
-        with native.routing():
-            model_proto = _from_function(function, specs, int(opset), native.handlers())
+        with native.routing(models_of(model)):
+            model_proto = _from_function(tf.function(native.traced(call)), specs, int(opset),
+                                         native.handlers())
     # tf2onnx only logs TensorFlow ops it cannot map and leaves them in the
     # graph, giving a file no runtime loads: fail here instead.
     unsupported = sorted(_unknown_onnx_ops(model_proto.graph))

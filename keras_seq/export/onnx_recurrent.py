@@ -5,31 +5,38 @@ ONNX has operators for whole recurrent layers: ``LSTM`` with peepholes (input
 ``linear_before_reset`` (Keras' ``reset_after``) and the Elman ``RNN``, with
 optional initial states, final states (``Y_h``, ``Y_c``) and per-row lengths
 (``sequence_lens``). `convert_to_onnx` (``native_recurrent=True``) traces the
-model with each layer that they express routed here: the layer's
-``inner_loop`` (and ``keras.layers.Bidirectional.call``, so that both
-directions share one node) builds its inputs and outputs in TensorFlow ops
-around one placeholder op (a ``tf.numpy_function`` that never runs), and
-tf2onnx's custom-op handler (`NativeRecurrence.handlers`) turns each
-placeholder into the ONNX node, the layer's weights becoming initializers.
+model with `NativeRecurrence` as its lowering (`keras_seq.export._lowering`):
+each recurrent layer whose cell declares an operator form
+(``operator_form()``: `PeepholeLSTMCell`, `CoupledGateLSTMCell`, `GRUCell`,
+their subclasses that keep their step, a user's cell that declares one, and
+Keras' own ``LSTMCell``, ``GRUCell`` and ``SimpleRNNCell``) builds its
+inputs and outputs in TensorFlow ops around one placeholder op (a
+``tf.numpy_function`` that never runs), and tf2onnx's custom-op handler
+(`NativeRecurrence.handlers`) turns each placeholder into the ONNX node, the
+layer's weights becoming initializers. Both halves of a
+``keras.layers.Bidirectional`` found in the converted models share one node.
 
 Weights, in ONNX's gate order (``W`` rows i, o, f, c for the LSTM; z, r, h
-for the GRU, as Keras; ``B`` = [Wb, Rb]; ``P`` = [p_i, p_o, p_f]):
+for the GRU, as Keras; ``B`` = [Wb, Rb]; ``P`` = [p_i, p_o, p_f]), from the
+cell's `LSTMForm`, `GRUForm` or `SimpleRNNForm`:
 
-- `PeepholeLSTM`, ``keras.layers.LSTM``, `ConvertibleLSTM`: Keras' blocks
-  i, f, c, o reordered; Keras' bias as Wb, Rb zero; ``P`` from the peepholes.
-- `CoupledGateLSTM` (f = σ(a), i = 1 − f, a = W_f x + U_f h [+ p_f ⊙ c] + b_f):
-  ``input_forget=1``. onnxruntime then computes i from the input-gate slot and
-  sets f = 1 − i, ignoring the forget-gate slot
-  (``UniDirectionalLstm::GateComputations``). So the input-gate slot holds
-  −a's weights (−W_f, −U_f, −b_f, peephole −p_f): i = σ(−a) = 1 − σ(a) and
-  f = 1 − i = σ(a), Keras' f. The forget-gate slot holds +a's weights too, so
-  that a runtime that ignores ``input_forget`` computes f = σ(a) and
-  i = σ(−a) = 1 − f: the same numbers.
-- `GRU`, ``keras.layers.GRU``: ``linear_before_reset`` = ``reset_after``,
-  always written (cuDNN computes only 1, and onnxruntime's CUDA provider
-  sends the node to the CPU only when the attribute says 0); with
-  ``reset_after`` the bias rows are Wb and Rb, without it Wb and zeros.
-- ``keras.layers.SimpleRNN``, `ConvertibleSimpleRNN`: ``RNN`` (tanh).
+- an LSTM (`PeepholeLSTM`, ``keras.layers.LSTM``, `ConvertibleLSTM`): Keras'
+  blocks i, f, c, o reordered; Keras' bias as Wb, Rb zero; ``P`` from the
+  peepholes.
+- the coupled input-forget gate (`CoupledGateLSTM`; f = σ(a), i = 1 − f,
+  a = W_f x + U_f h [+ p_f ⊙ c] + b_f): ``input_forget=1``. onnxruntime then
+  computes i from the input-gate slot and sets f = 1 − i, ignoring the
+  forget-gate slot (``UniDirectionalLstm::GateComputations``). So the
+  input-gate slot holds −a's weights (−W_f, −U_f, −b_f, peephole −p_f):
+  i = σ(−a) = 1 − σ(a) and f = 1 − i = σ(a), Keras' f. The forget-gate slot
+  holds +a's weights too, so that a runtime that ignores ``input_forget``
+  computes f = σ(a) and i = σ(−a) = 1 − f: the same numbers.
+- a GRU (`GRU`, ``keras.layers.GRU``): ``linear_before_reset`` =
+  ``reset_after``, always written (cuDNN computes only 1, and onnxruntime's
+  CUDA provider sends the node to the CPU only when the attribute says 0);
+  with ``reset_after`` the bias rows are Wb and Rb, without it Wb and zeros.
+- the Elman recurrence (``keras.layers.SimpleRNN``, `ConvertibleSimpleRNN`):
+  ``RNN`` (tanh).
 
 Masks: the valid steps of each row are gathered to the front of the
 sequence, in the layer's processing order (a ``TopK`` of the positions), and
@@ -52,9 +59,9 @@ masks the outputs afterwards.
 A layer keeps its ``Loop`` (with a `UserWarning` naming it) when the
 operators cannot compute it: zoneout (at inference each state mixes with the
 previous one), activations other than tanh/sigmoid, a compute dtype other
-than float32, ``training=True``. Only the classes above (not subclasses,
-which may compute something else) and their own cells are routed; every
-other recurrent layer stays a ``Loop``, with the same outputs.
+than float32, ``training=True``. A layer whose cell declares no operator
+form (`LayerNormLSTM`, the NTM, the parallel recurrences, a subclass that
+redefines its cell's step) stays a ``Loop``, with the same outputs.
 
 Execution providers (read from their source; the table and the details are in
 ``docs/contract.md``): the OpenVINO provider's ONNX importer drops ``P``, so
@@ -75,7 +82,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_seq.export._tracing import routed_inner_loops
+from keras_seq.export._lowering import Lowering, layers_of
+from keras_seq.layers.recurrent.operator_forms import GRUForm, LSTMForm, operator_form
 
 # The placeholder's outputs: Y, Y_h[, Y_c].
 _OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2}
@@ -131,45 +139,42 @@ def _blocks(matrix: np.ndarray, gates: int) -> list[np.ndarray]:
     return [block.T for block in np.split(matrix, gates, axis=-1)]
 
 
-def _bias(cell, size: int) -> np.ndarray:
-    return _read(cell.bias) if cell.use_bias else np.zeros(size, np.float32)
+def _bias(bias, size: int) -> np.ndarray:
+    return np.zeros(size, np.float32) if bias is None else _read(bias)
 
 
-def _lstm(cell, peepholes=None) -> NodeForm:
-    """Keras' LSTM blocks i, f, c, o as ONNX's i, o, f, c; ``peepholes`` (p_i, p_f, p_o)."""
-    units = cell.units
+def _lstm(form: LSTMForm) -> NodeForm:
+    """Keras' LSTM blocks i, f, c, o as ONNX's i, o, f, c, peepholes as ``P``."""
+    units = form.recurrent_kernel.shape[0]
+    if form.coupled_input_forget:
+        return _coupled_gate_lstm(form, units)
     order = (0, 3, 1, 2)  # i, o, f, c from i, f, c, o
 
     def onnx_order(matrix):
         blocks = _blocks(matrix, 4)
         return np.concatenate([blocks[g] for g in order])
 
-    bias = np.split(_bias(cell, 4 * units), 4)
+    bias = np.split(_bias(form.bias, 4 * units), 4)
     P = None
-    if peepholes is not None:
-        p_i, p_f, p_o = peepholes
+    if form.has_peepholes or form.input_peephole is not None:
+        p_i, p_f, p_o = (_bias(p, units) for p in (form.input_peephole, form.forget_peephole,
+                                                   form.output_peephole))
         P = np.concatenate([p_i, p_o, p_f])
     return NodeForm(
         "LSTM", units, (),
-        onnx_order(_read(cell.kernel)), onnx_order(_read(cell.recurrent_kernel)),
+        onnx_order(_read(form.kernel)), onnx_order(_read(form.recurrent_kernel)),
         np.concatenate([*(bias[g] for g in order), np.zeros(4 * units, np.float32)]), P,
     )
 
 
-def _peephole_lstm(cell) -> NodeForm:
-    return _lstm(cell, [_read(p) for p in (cell.input_peephole, cell.forget_peephole,
-                                          cell.output_peephole)])
-
-
-def _coupled_gate_lstm(cell) -> NodeForm:
+def _coupled_gate_lstm(form: LSTMForm, units: int) -> NodeForm:
     """CIFG as ``input_forget=1``: slot i holds −a (f = 1 − σ(−a) = σ(a)), slot f +a."""
-    units = cell.units
-    w_f, w_c, w_o = _blocks(_read(cell.kernel), 3)
-    r_f, r_c, r_o = _blocks(_read(cell.recurrent_kernel), 3)
-    b_f, b_c, b_o = np.split(_bias(cell, 3 * units), 3)
+    w_f, w_c, w_o = _blocks(_read(form.kernel), 3)
+    r_f, r_c, r_o = _blocks(_read(form.recurrent_kernel), 3)
+    b_f, b_c, b_o = np.split(_bias(form.bias, 3 * units), 3)
     P = None
-    if cell.use_peepholes:
-        p_f, p_o = _read(cell.forget_peephole), _read(cell.output_peephole)
+    if form.has_peepholes:
+        p_f, p_o = _bias(form.forget_peephole, units), _bias(form.output_peephole, units)
         P = np.concatenate([-p_f, p_o, p_f])
     return NodeForm(
         "LSTM", units, (("input_forget", 1),),
@@ -178,53 +183,50 @@ def _coupled_gate_lstm(cell) -> NodeForm:
     )
 
 
-def _gru(cell) -> NodeForm:
+def _gru(form: GRUForm) -> NodeForm:
     """Keras' z, r, h blocks as they are; Keras' bias rows (input, recurrent) as Wb, Rb."""
-    units = cell.units
-    if cell.reset_after:
-        bias = _bias(cell, 6 * units).reshape(-1)  # (2, 3u): input row, then recurrent row
+    units = form.recurrent_kernel.shape[0]
+    if form.reset_after:
+        bias = _bias(form.bias, 6 * units).reshape(-1)  # (2, 3u): input row, then recurrent row
     else:
-        bias = np.concatenate([_bias(cell, 3 * units), np.zeros(3 * units, np.float32)])
+        bias = np.concatenate([_bias(form.bias, 3 * units), np.zeros(3 * units, np.float32)])
     return NodeForm(
-        "GRU", units, (("linear_before_reset", int(cell.reset_after)),),
-        _read(cell.kernel).T, _read(cell.recurrent_kernel).T, bias,
+        "GRU", units, (("linear_before_reset", int(form.reset_after)),),
+        _read(form.kernel).T, _read(form.recurrent_kernel).T, bias,
     )
 
 
-def _simple_rnn(cell) -> NodeForm:
-    units = cell.units
+def _simple_rnn(form) -> NodeForm:
+    units = form.recurrent_kernel.shape[0]
     return NodeForm(
         "RNN", units, (),
-        _read(cell.kernel).T, _read(cell.recurrent_kernel).T,
-        np.concatenate([_bias(cell, units), np.zeros(units, np.float32)]),
+        _read(form.kernel).T, _read(form.recurrent_kernel).T,
+        np.concatenate([_bias(form.bias, units), np.zeros(units, np.float32)]),
     )
 
 
-def _native_classes() -> dict[type, tuple[type, str, object]]:
-    """Layer class -> (its cell class, the ONNX op, the cell's `NodeForm`). Exact classes only."""
-    from keras_seq import layers
-
-    return {
-        layers.PeepholeLSTM: (layers.PeepholeLSTMCell, "LSTM", _peephole_lstm),
-        layers.CoupledGateLSTM: (layers.CoupledGateLSTMCell, "LSTM", _coupled_gate_lstm),
-        layers.GRU: (layers.GRUCell, "GRU", _gru),
-        layers.ConvertibleLSTM: (keras.layers.LSTMCell, "LSTM", _lstm),
-        layers.ConvertibleSimpleRNN: (keras.layers.SimpleRNNCell, "RNN", _simple_rnn),
-        keras.layers.LSTM: (keras.layers.LSTMCell, "LSTM", _lstm),
-        keras.layers.GRU: (keras.layers.GRUCell, "GRU", _gru),
-        keras.layers.SimpleRNN: (keras.layers.SimpleRNNCell, "RNN", _simple_rnn),
-    }
+def _node_form(form) -> NodeForm:
+    """The ONNX node of a cell's operator form."""
+    if isinstance(form, LSTMForm):
+        return _lstm(form)
+    if isinstance(form, GRUForm):
+        return _gru(form)
+    return _simple_rnn(form)
 
 
-def _why_not_native(layer, training) -> str | None:
-    """Why the ONNX operator cannot compute this call of a routed layer (None: it can)."""
-    cell = layer.cell
+def _op(form) -> str:
+    return "LSTM" if isinstance(form, LSTMForm) else "GRU" if isinstance(form, GRUForm) else "RNN"
+
+
+def _why_not_native(layer, form, training) -> str | None:
+    """Why the ONNX operator cannot compute this call of a layer with an
+    operator form (None: it can)."""
     if training is True:
         return "it is called with training=True"
     if any(np.ravel(getattr(layer, "zoneout", 0.0) or 0.0)):
         return "zoneout > 0 (at inference each state mixes with its previous value)"
-    recurrent = getattr(cell, "recurrent_activation", keras.activations.sigmoid)
-    if cell.activation is not keras.activations.tanh or recurrent is not keras.activations.sigmoid:
+    recurrent = getattr(form, "recurrent_activation", keras.activations.sigmoid)
+    if form.activation is not keras.activations.tanh or recurrent is not keras.activations.sigmoid:
         return "the ONNX nodes written here use only activation='tanh' and " \
                "recurrent_activation='sigmoid'"
     if layer.compute_dtype != "float32":
@@ -232,8 +234,8 @@ def _why_not_native(layer, training) -> str | None:
     return None
 
 
-class NativeRecurrence:
-    """The native nodes of one conversion: the tracing routes and the tf2onnx handler.
+class NativeRecurrence(Lowering):
+    """The native nodes of one conversion: the lowering of its trace and the tf2onnx handler.
 
     Args:
         where: the converter's name, for messages.
@@ -245,46 +247,35 @@ class NativeRecurrence:
         self.where = where
         self.portable = portable
         self.nodes: dict[str, _Node] = {}  # placeholder token -> node
-        self._classes = _native_classes()
-        # id(layer) -> its inner_loop result, or its form when the other
-        # direction of its Bidirectional could not share its node.
+        # id(forward layer) -> its Bidirectional, id(backward layer) -> its Bidirectional.
+        self._forward_of: dict[int, object] = {}
+        self._backward_of: dict[int, object] = {}
+        # id(layer) -> its inner_loop result computed with the other direction,
+        # or its form when the other direction could not share its node.
         self._stash: dict[int, tuple] = {}
         self._forms: dict[int, NodeForm | None] = {}
         self._peephole_layers: list[str] = []
         self._placeholder_ops: set[str] = set()
 
     @contextlib.contextmanager
-    def routing(self):
-        """Routes the layers while the model is traced (and tf2onnx runs)."""
-        bidirectional = keras.layers.Bidirectional
-        own_call = bidirectional.__dict__.get("call")
-        original_call = bidirectional.call
-
-        def call(layer, sequences, initial_state=None, mask=None, training=None):
-            self._stash_pair(layer, sequences, initial_state, mask, training)
-            try:
-                return original_call(layer, sequences, initial_state=initial_state, mask=mask,
-                                     training=training)
-            finally:
-                for sub in (layer.forward_layer, layer.backward_layer):
-                    self._stash.pop(id(sub), None)
-                    self._forms.pop(id(sub), None)
-
+    def routing(self, models=()):
+        """While the model is traced (and tf2onnx runs): Keras' own recurrent
+        layers of ``models`` ask this lowering, and the directions of their
+        ``Bidirectional`` layers share one node."""
+        for layer in layers_of(models):
+            if isinstance(layer, keras.layers.Bidirectional):
+                self._forward_of[id(layer.forward_layer)] = layer
+                self._backward_of[id(layer.backward_layer)] = layer
         # TensorFlow knows no shapes for the placeholders (their shapes are
         # set after them), and tf2onnx logs a warning for each: not the user's concern.
         shape_log = logging.getLogger("tf2onnx.shape_inference")
         quiet = _Without(lambda message: any(op in message for op in self._placeholder_ops))
         try:
-            bidirectional.call = call
             shape_log.addFilter(quiet)
-            with routed_inner_loops(list(self._classes), self._route):
+            with self.keras_layers(models):
                 yield self
         finally:
             shape_log.removeFilter(quiet)
-            if own_call is None:
-                del bidirectional.call
-            else:
-                bidirectional.call = own_call
         if self._peephole_layers and not self.portable:
             warnings.warn(
                 f"{self.where}: {', '.join(self._peephole_layers)}: "
@@ -301,20 +292,20 @@ class NativeRecurrence:
     # Tracing
 
     def _form(self, layer, training, owner=None) -> NodeForm | None:
-        """The layer's `NodeForm`, or None (its loop runs; a warning says why).
+        """The layer's `NodeForm`, or None (its loop runs; a warning says why
+        when its cell has an operator form that this call cannot use).
 
         ``owner``: the ``Bidirectional`` that holds ``layer``, for messages.
         """
-        entry = self._classes.get(type(layer))
-        if entry is None or type(layer.cell) is not entry[0]:
+        declared = operator_form(getattr(layer, "cell", None))
+        if declared is None:
             return None
-        _, op, make_form = entry
         if owner is None:
             label = f"{type(layer).__name__} '{layer.name}'"
         else:
             label = f"Bidirectional '{owner.name}' ({type(layer).__name__})"
-        reason = _why_not_native(layer, training)
-        form = None if reason else make_form(layer.cell)
+        reason = _why_not_native(layer, declared, training)
+        form = None if reason else _node_form(declared)
         if form is not None and form.P is not None:
             if self.portable:
                 reason = f"native_recurrent='portable' and {PEEPHOLE_WARNING}"
@@ -323,45 +314,51 @@ class NativeRecurrence:
                 self._peephole_layers.append(label)
         if reason:
             warnings.warn(
-                f"{self.where}: {label} keeps its Loop, not an ONNX {op} node: "
+                f"{self.where}: {label} keeps its Loop, not an ONNX {_op(declared)} node: "
                 f"{reason}.",
                 stacklevel=5,
             )
         return form
 
-    def _route(self, original, layer, sequences, initial_state, mask, training):
-        stashed = self._stash.pop(id(layer), None)
-        if stashed is not None:  # computed with the other direction (Bidirectional)
-            return stashed
-        if id(layer) in self._forms:  # decided (and warned about) by its Bidirectional
-            form = self._forms.pop(id(layer))
+    def lower(self, layer, sequences, initial_state, mask, training):
+        key = id(layer)
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [
+            initial_state]
+        stashed = self._stash.pop(key, None)
+        if stashed is not None and all(_is_zero(s) for s in states):
+            return stashed  # computed with the forward direction (Bidirectional)
+        if key in self._forward_of and key not in self._forms:
+            paired = self._lower_pair(self._forward_of[key], sequences, states, mask, training)
+            if paired is not None:
+                return paired
+        if key in self._forms:  # decided (and warned about) with its Bidirectional
+            form = self._forms.pop(key)
         else:
-            form = self._form(layer, training)
+            form = self._form(layer, training, owner=self._backward_of.get(key))
         if form is None:
-            return original(layer, sequences, initial_state, mask, training=training)
-        return self._native([form], [layer], sequences, [list(initial_state)], mask)[0]
+            return None
+        return self._native([form], [layer], sequences, [states], mask)[0]
 
-    def _stash_pair(self, layer, sequences, initial_state, mask, training):
-        """Computes both directions of a ``Bidirectional`` in one node, for its layers' loops."""
-        forward, backward = layer.forward_layer, layer.backward_layer
-        if any(type(sub) not in self._classes for sub in (forward, backward)):
-            return
+    def _lower_pair(self, bidirectional, sequences, states, mask, training):
+        """Both directions of a ``Bidirectional`` in one node: the forward
+        layer's result (the backward one's is stashed for its own call), or
+        None (each direction decides alone)."""
+        forward, backward = bidirectional.forward_layer, bidirectional.backward_layer
+        if not all(_is_zero(s) for s in states):
+            return None  # states given to the Bidirectional: one node per direction
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        forms = [self._form(sub, training, owner=layer) for sub in (forward, backward)]
+        forms = [self._form(sub, training, owner=bidirectional) for sub in (forward, backward)]
         if (
             None in forms
             or not forms[0].pairs_with(forms[1])
             or (forms[0].op == "RNN" and mask is not None)  # two forward nodes (module docstring)
         ):
             self._forms[id(forward)], self._forms[id(backward)] = forms
-            return
-        states = [None, None]
-        if initial_state is not None:
-            half = len(initial_state) // 2
-            states = [list(initial_state[:half]), list(initial_state[half:])]
-        results = self._native(forms, [forward, backward], sequences, states, mask)
-        self._stash[id(forward)], self._stash[id(backward)] = results
+            return None
+        results = self._native(forms, [forward, backward], sequences, [None, None], mask)
+        self._stash[id(backward)] = results[1]
+        return results[0]
 
     def _native(self, forms, layers, sequences, initial_states, mask) -> list[tuple]:
         """``inner_loop``'s ``(last_output, outputs, states)`` of each layer, from one node.

@@ -1,7 +1,11 @@
 """Public layers of keras-seq (weight and state layouts: docs/contract.md)."""
 
 # --- recurrent family: the protocol, then the cells ---
-from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell  # noqa: F401
+from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence  # noqa: F401
+from keras_seq.layers.recurrent.manual_gradient import ManualGradient  # noqa: F401
+from keras_seq.layers.recurrent.operator_forms import GRUForm, LSTMForm, SimpleRNNForm  # noqa: F401
+from keras_seq.layers.recurrent.registry import register_cell  # noqa: F401
+from keras_seq.layers.recurrent.rnn import RNN, LoopHints, RecurrentCell  # noqa: F401
 
 # isort: split
 from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
@@ -58,13 +62,17 @@ __all__ = [
     "Folding",
     "GRU",
     "GRUCell",
+    "GRUForm",
     "Highway",
     "KMaxPooling",
+    "LSTMForm",
     "LayerNormLSTM",
     "LayerNormLSTMCell",
+    "LoopHints",
     "LuongAttention",
     "MLSTM",
     "MLSTMCell",
+    "ManualGradient",
     "MinGRU",
     "MinGRUCell",
     "MinLSTM",
@@ -85,9 +93,12 @@ __all__ = [
     "SLSTM",
     "SLSTMCell",
     "ScalarMix",
+    "SimpleRNNForm",
     "SinusoidalPositionalEncoding",
     "TokenEmbedding",
     "TransformerDecoder",
     "TransformerEncoder",
     "WideConvolution1D",
+    "linear_recurrence",
+    "register_cell",
 ]

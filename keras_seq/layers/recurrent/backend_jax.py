@@ -84,6 +84,11 @@ class JaxOps:
         return states
 
     @staticmethod
+    def export_lowering():
+        """None: the exporters are TensorFlow's."""
+        return None
+
+    @staticmethod
     def convertible_inference(training) -> bool:
         """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
         return False

@@ -63,6 +63,10 @@ def step_matmul_form(environ) -> str:
 
 STEP_MATMUL = step_matmul_form(os.environ)
 
+# The attribute of a traced graph that holds an exporter's lowering
+# (`TensorFlowOps.export_lowering`).
+LOWERING_ATTRIBUTE = "_keras_seq_lowering"
+
 
 class TensorFlowOps:
     """The recurrent loop's operations on TensorFlow."""
@@ -110,18 +114,12 @@ class TensorFlowOps:
 
     @staticmethod
     def layer_norm(v, gamma, beta, epsilon: float):
-        """``γ ⊙ (v − mean v) / sqrt(var v + ε) [+ β]`` over the last axis.
-
-        A whole sequence (rank 3) outside XLA goes through one XLA-compiled
-        kernel (`_fused_layer_norm`): run op by op, its eight passes over a
-        ``(T, B, n)`` tensor cost more than the fused one. A step's norm
-        stays plain ops: the call of a compiled kernel at every step of the
-        loop costs more than it saves (and under XLA the caller's
-        compilation fuses the ops anyway).
-        """
-        if len(v.shape) < 3 or TensorFlowOps.compiled_by_xla():
-            return _layer_norm_ops(v, gamma, beta, epsilon)
-        return _fused_layer_norm(v, gamma, beta, epsilon)
+        """``γ ⊙ (v − mean v) / sqrt(var v + ε) [+ β]`` over the last axis, in
+        plain ops. (An XLA-compiled kernel for a whole sequence was faster
+        at inference, but its call is an op that tf2onnx cannot convert:
+        `keras.Model.export(format="onnx")` of a `LayerNormLSTM` failed;
+        benchmarks/RESULTS.md, "One formulation per cell".)"""
+        return _layer_norm_ops(v, gamma, beta, epsilon)
 
     @staticmethod
     def compiled_by_xla() -> bool:
@@ -142,6 +140,25 @@ class TensorFlowOps:
     def fresh_states(states: list, stateful: bool) -> list:
         """The initial states as the loop may carry them (as they are)."""
         return states
+
+    @staticmethod
+    def export_lowering():
+        """The exporter's lowering of the function being traced, or None.
+
+        An exporter marks the graph of the function it converts with a
+        lowering (`keras_seq.export` sets `LOWERING_ATTRIBUTE` on it while
+        it traces); a recurrent layer traced in that graph, or in a graph
+        nested in it (a loop body), asks that lowering for its operator
+        form. The mark belongs to that trace alone: other functions, other
+        threads and eager calls see none.
+        """
+        graph = tf.compat.v1.get_default_graph()
+        while graph is not None:
+            lowering = getattr(graph, LOWERING_ATTRIBUTE, None)
+            if lowering is not None:
+                return lowering
+            graph = getattr(graph, "outer_graph", None)
+        return None
 
     @staticmethod
     def convertible_inference(training) -> bool:
@@ -215,12 +232,6 @@ def _layer_norm_ops(v, gamma, beta, epsilon):
     variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
     normed = scaled * tf.math.rsqrt(variance + epsilon)
     return normed if beta is None else normed + beta
-
-
-# One compiled kernel per shape and dtype (TensorFlow traces it like any
-# function; it holds no state of the package).
-_fused_layer_norm = tf.function(_layer_norm_ops, jit_compile=True, reduce_retracing=True,
-                                autograph=False)
 
 
 # --- the loops ---

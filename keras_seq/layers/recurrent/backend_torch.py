@@ -76,6 +76,11 @@ class TorchOps:
         return [ops.copy(s) for s in states] if stateful else states
 
     @staticmethod
+    def export_lowering():
+        """None: the exporters are TensorFlow's."""
+        return None
+
+    @staticmethod
     def convertible_inference(training) -> bool:
         """Never: the exporters are TensorFlow's (Keras' own loop runs here)."""
         return False

@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_seq._validation import check_zoneout
 from keras_seq.layers.recurrent import backend
-from keras_seq.layers.recurrent.rnn import run_loop
+from keras_seq.layers.recurrent.rnn import export_lowered, run_loop
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -43,6 +43,9 @@ class _ConvertibleInference:
     Without zoneout, JAX and PyTorch run Keras' own loop.
     """
 
+    # `inner_loop` asks the lowering of an export being traced (`export_lowered`).
+    asks_export_lowering = True
+
     def __init__(self, units, *args, zoneout=0.0, **kwargs):
         super().__init__(units, *args, **kwargs)
         # Whatever keras.layers.RNN sets (Keras 3.16 turns it off): the mask
@@ -61,6 +64,9 @@ class _ConvertibleInference:
         raise TypeError(f"{type(self).__name__} must define `inference_step`.")
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
+        lowered = export_lowered(self, sequences, initial_state, mask, training)
+        if lowered is not None:
+            return lowered
         convertible = backend.convertible_inference(training) and not self.unroll
         rates = self.zoneout_rates()
         zoned = has_zoneout(rates)

@@ -20,6 +20,7 @@ from keras_seq.layers.recurrent.manual_gradient import (
     sigmoid_grad,
     tanh_grad,
 )
+from keras_seq.layers.recurrent.operator_forms import LSTMForm
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -100,6 +101,15 @@ class CoupledGateLSTMCell(LSTMCellBase):
     def manual_gradient(self):
         """`step` and its derivative for TensorFlow's training loop (`CoupledGateLSTMGradient`)."""
         return CoupledGateLSTMGradient(self)
+
+    def operator_form(self):
+        """The LSTM with a coupled input-forget gate: one ONNX ``LSTM`` node
+        (``input_forget=1``) or TFLite's fused LSTM (CIFG) in the exports."""
+        peepholes = (self.forget_peephole, self.output_peephole) if self.use_peepholes else (
+            None, None)
+        return LSTMForm(self.kernel, self.recurrent_kernel, self.bias, None, *peepholes,
+                        coupled_input_forget=True, activation=self.activation,
+                        recurrent_activation=self.recurrent_activation)
 
     def get_config(self):
         return {**super().get_config(), "use_peepholes": self.use_peepholes}

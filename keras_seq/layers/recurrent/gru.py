@@ -20,6 +20,7 @@ from keras_seq.layers.recurrent.manual_gradient import (
     sigmoid_grad,
     tanh_grad,
 )
+from keras_seq.layers.recurrent.operator_forms import GRUForm
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -118,6 +119,12 @@ class GRUCell(GatedCell):
     def manual_gradient(self):
         """`step` and its derivative for TensorFlow's training loop (`GRUGradient`)."""
         return GRUGradient(self)
+
+    def operator_form(self):
+        """Keras' GRU: one ONNX ``GRU`` node in the exports."""
+        return GRUForm(self.kernel, self.recurrent_kernel, self.bias, self.reset_after,
+                       activation=self.activation,
+                       recurrent_activation=self.recurrent_activation)
 
     def get_config(self):
         return {**super().get_config(), "reset_after": self.reset_after}

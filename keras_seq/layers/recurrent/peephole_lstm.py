@@ -19,6 +19,7 @@ from keras_seq.layers.recurrent.manual_gradient import (
     sigmoid_grad,
     tanh_grad,
 )
+from keras_seq.layers.recurrent.operator_forms import LSTMForm
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -111,6 +112,14 @@ class PeepholeLSTMCell(LSTMCellBase):
     def manual_gradient(self):
         """`step` and its derivative for TensorFlow's training loop (`PeepholeLSTMGradient`)."""
         return PeepholeLSTMGradient(self)
+
+    def operator_form(self):
+        """Keras' LSTM with peepholes: one ONNX ``LSTM`` node (input ``P``) or
+        TFLite's fused LSTM in the exports."""
+        return LSTMForm(self.kernel, self.recurrent_kernel, self.bias, self.input_peephole,
+                        self.forget_peephole, self.output_peephole,
+                        activation=self.activation,
+                        recurrent_activation=self.recurrent_activation)
 
 
 class PeepholeLSTMGradient(ManualGradient):

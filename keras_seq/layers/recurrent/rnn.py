@@ -30,7 +30,8 @@ from keras_seq.layers.recurrent.zoneout import (
     zoneout_rates,
 )
 
-__all__ = ["LoopHints", "RNN", "RecurrentCell", "output_is_first_state", "run_loop", "scan"]
+__all__ = ["LoopHints", "RNN", "RecurrentCell", "export_lowered", "output_is_first_state", "run_loop",
+           "scan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +281,9 @@ class RNN(keras.layers.RNN):
         (TensorShape([2, 5, 8]), TensorShape([2, 8]))
     """
 
+    # `inner_loop` asks the lowering of an export being traced (`export_lowered`).
+    asks_export_lowering = True
+
     def __init__(self, cell, return_sequences: bool = False, return_state: bool = False,
                  go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
                  zero_output_for_mask: bool = False, **kwargs):
@@ -287,6 +291,7 @@ class RNN(keras.layers.RNN):
         # pass it; like Keras, get_config does not return it).
         kwargs.pop("implementation", None)
         owner = type(self).__name__
+        backend.check_supported(owner)
         for name, value in (("return_sequences", return_sequences),
                             ("return_state", return_state), ("go_backwards", go_backwards),
                             ("stateful", stateful), ("unroll", unroll)):
@@ -402,6 +407,9 @@ class RNN(keras.layers.RNN):
     # --- the loop ---
 
     def inner_loop(self, sequences, initial_state, mask, training=False):
+        lowered = export_lowered(self, sequences, initial_state, mask, training)
+        if lowered is not None:
+            return lowered
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         structure = initial_state
@@ -514,6 +522,16 @@ def _output_size(cell) -> int:
     if size is None:
         size = tree.flatten(cell.state_size)[0]
     return int(size)
+
+
+def export_lowered(layer, sequences, initial_state, mask, training):
+    """``inner_loop``'s result from the lowering of the export being traced
+    (`backend.export_lowering`: one ONNX node, TFLite's fused LSTM, for a
+    cell with an operator form), or None: the layer runs its own loop."""
+    lowering = backend.export_lowering()
+    if lowering is None:
+        return None
+    return lowering.lower(layer, sequences, initial_state, mask, training)
 
 
 def output_is_first_state(cell) -> bool:

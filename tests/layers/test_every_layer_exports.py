@@ -1,0 +1,183 @@
+"""Every recurrent layer through every exporter of `keras_seq.export`.
+
+The harness for exporters, as `layer_harness.run_layer_test` is for the
+layers: one case per public recurrent layer, per subclass of one, and per
+kind of user cell, each in a small functional model with random weights,
+converted with `convert_to_onnx` (native recurrent nodes) and
+`convert_to_tflite` (builtin ops only), both run and compared with Keras on
+a batch of another size and length than anything traced. The ONNX
+file must hold the operator the cell declares (``operator_form``), one per
+layer and no ``Loop``, or a ``Loop`` where the cell declares none. A layer
+that stops converting, or a subclass that loses its operator, fails here.
+"""
+
+import warnings
+
+import keras
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from keras import ops
+
+from keras_seq import layers
+from keras_seq.export import convert_to_onnx, convert_to_tflite, tflite_op_names
+from keras_seq.layers import LSTMForm
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.slow]
+
+F, U = 3, 4
+
+
+@keras.saving.register_keras_serializable(package="keras_seq_tests")
+class SubclassedPeepholeLSTM(layers.PeepholeLSTM):
+    pass
+
+
+@keras.saving.register_keras_serializable(package="keras_seq_tests")
+class SubclassedGRU(layers.GRU):
+    pass
+
+
+class ScaledStepCell(layers.PeepholeLSTMCell):
+    """Redefines the step (h scaled by 2): its parent's LSTM operator no longer holds."""
+
+    def step(self, inputs, states, training=False):
+        h, new_states = super().step(inputs, states, training=training)
+        return 2.0 * h, [2.0 * h, new_states[1]]
+
+
+class PlainLSTMCell(layers.RecurrentCell):
+    """A user's LSTM in keras.ops that declares the operator it computes."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.state_size = units, [units, units]
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 4 * self.units), name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, 4 * self.units),
+                                                name="recurrent_kernel")
+        self.bias = self.add_weight(shape=(4 * self.units,), name="bias")
+
+    def project(self, sequence):
+        return ops.matmul(sequence, self.kernel) + self.bias
+
+    def step(self, inputs, states, training=False):
+        h, c = states
+        i, f, g, o = ops.split(inputs + ops.matmul(h, self.recurrent_kernel), 4, axis=-1)
+        c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
+        h = ops.sigmoid(o) * ops.tanh(c)
+        return h, [h, c]
+
+    def operator_form(self):
+        return LSTMForm(self.kernel, self.recurrent_kernel, self.bias)
+
+
+class QRNNCell(layers.RecurrentCell):
+    """A user's linear cell: QRNN's f-pooling, `project` and `coefficients` only."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.state_size = units, units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 2 * self.units), name="kernel")
+
+    def project(self, sequence):
+        return ops.matmul(sequence, self.kernel)
+
+    def coefficients(self, projected):
+        f, z = ops.split(projected, 2, axis=-1)
+        f = ops.sigmoid(f)
+        return f, (1.0 - f) * ops.tanh(z)
+
+
+# name -> (layer factory, input width, the ONNX operator of each layer or None: a Loop)
+CASES = {
+    "PeepholeLSTM": (lambda: layers.PeepholeLSTM(U, return_sequences=True), F, "LSTM"),
+    "CoupledGateLSTM": (lambda: layers.CoupledGateLSTM(U, use_peepholes=True,
+                                                       return_sequences=True), F, "LSTM"),
+    "GRU": (lambda: layers.GRU(U, return_sequences=True), F, "GRU"),
+    "GRU reset before": (lambda: layers.GRU(U, reset_after=False, return_sequences=True), F,
+                         "GRU"),
+    "LayerNormLSTM": (lambda: layers.LayerNormLSTM(U, return_sequences=True), F, None),
+    "ConvertibleLSTM": (lambda: layers.ConvertibleLSTM(U, return_sequences=True), F, "LSTM"),
+    "ConvertibleSimpleRNN": (lambda: layers.ConvertibleSimpleRNN(U, return_sequences=True), F,
+                             "RNN"),
+    "keras LSTM": (lambda: keras.layers.LSTM(U, return_sequences=True), F, "LSTM"),
+    "keras GRU": (lambda: keras.layers.GRU(U, return_sequences=True), F, "GRU"),
+    "MinGRU": (lambda: layers.MinGRU(U, return_sequences=True), F, None),
+    "MinLSTM": (lambda: layers.MinLSTM(U, return_sequences=True), F, None),
+    "RGLRU": (lambda: layers.RGLRU(F, return_sequences=True), F, None),
+    "SLSTM": (lambda: layers.SLSTM(U, num_heads=2, return_sequences=True), F, None),
+    "MLSTM": (lambda: layers.MLSTM(U, num_heads=2, return_sequences=True), F, None),
+    "NTM": (lambda: layers.NTM(U, memory_size=4, memory_width=2, return_sequences=True), F,
+            None),
+    "subclass of PeepholeLSTM": (lambda: SubclassedPeepholeLSTM(U, return_sequences=True), F,
+                                 "LSTM"),
+    "subclass of GRU": (lambda: SubclassedGRU(U, return_sequences=True), F, "GRU"),
+    "subclass redefining the step": (
+        lambda: layers.RNN(ScaledStepCell(U), return_sequences=True), F, None),
+    "user cell with an operator form": (
+        lambda: layers.RNN(PlainLSTMCell(U), return_sequences=True), F, "LSTM"),
+    "user linear cell": (lambda: layers.RNN(QRNNCell(U), return_sequences=True), F, None),
+}
+RECURRENT_OPS = ("LSTM", "GRU", "RNN", "Loop")
+
+
+def _model(make, features):
+    """Two layers of the case, so that a subclass or a stack is tested too."""
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((None, features), name="x")
+    first = make()
+    h = first(inputs)
+    if h.shape[-1] != features:  # the RG-LRU's input width is its units
+        h = keras.layers.Dense(features)(h)
+    model = keras.Model(inputs, make()(h))
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.0, 0.5, weight.shape).astype(weight.dtype))
+    return model
+
+
+def _x(features):
+    return np.random.default_rng(2).normal(size=(3, 7, features)).astype("float32")
+
+
+def _ops(graph) -> list[str]:
+    return [node.op_type for node in graph.node if node.op_type in RECURRENT_OPS]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_onnx_writes_the_declared_operator_and_matches_keras(name, tmp_path):
+    make, features, op = CASES[name]
+    model = _model(make, features)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the OpenVINO note on peepholes
+        path = convert_to_onnx(model, tmp_path / "model.onnx")
+    found = _ops(onnx.load(path).graph)
+    if op is None:  # each layer's loop (a block of steps per iteration, then the rest)
+        assert found and set(found) == {"Loop"}, found
+    else:
+        assert found == [op, op], found
+    x = _x(features)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, model(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if not name.startswith("keras ")])
+def test_tflite_is_builtin_only_and_matches_keras(name):
+    """(Keras' own LSTM and GRU are left out: their TensorArray loop is not
+    builtin with a dynamic length; `streaming_model` and the builders use
+    `ConvertibleLSTM` and this package's `GRU`.)"""
+    make, features, _ = CASES[name]
+    model = _model(make, features)
+    flatbuffer = convert_to_tflite(model)
+    assert not [op for op in tflite_op_names(flatbuffer) if "FLEX" in op or "CUSTOM" in op]
+    x = _x(features)
+    runner = Interpreter(model_content=flatbuffer).get_signature_runner()
+    (got,) = runner(x=x).values()
+    np.testing.assert_allclose(got, model(x), atol=1e-5)
