@@ -121,8 +121,9 @@ def _keras_seq(cwd, env, *argv):
 @pytest.fixture(scope="module")
 def janet_run(tmp_path_factory):
     """A tiny classifier run with the user's JANET cell, trained in a process of
-    its own; its in-process labels of `TEXTS`, the module's folder, the
-    environment that finds it, and a working folder without it."""
+    its own: the run folder, the trained model's labels and probabilities of
+    `TEXTS` in that process, an environment whose PYTHONPATH finds the
+    module, and a working folder without it."""
     root = tmp_path_factory.mktemp("user_classes")
     modules, work = root / "modules", root / "work"
     modules.mkdir()
@@ -244,7 +245,6 @@ def test_a_module_that_fails_on_import_is_named_with_its_error(tmp_path, monkeyp
     with pytest.raises(UserModuleError, match=r"broken_cells.*No module named "
                        r"'no_such_dependency'"):
         read_run(run_dir, "test").load_model()
-    monkeypatch.delitem(sys.modules, "broken_cells", raising=False)
 
 
 @pytest.mark.parametrize("recorded", [["../cells"], [3], "janet_cell", ["a..b"]])
