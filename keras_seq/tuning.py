@@ -48,6 +48,7 @@ from keras_seq.layers.recurrent.registry import cell_names
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNERS
 from keras_seq.training.locking import folder_lock
+from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 
@@ -426,6 +427,7 @@ def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start
         # trial's weights into it; Keras warns that it skips the optimizer's.
         warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
         model = search_tuner.get_best_models(1)[0]
+    warn_about_script_classes(model, "search")
     with (strategy or tf.distribute.get_strategy()).scope():
         # A fresh optimizer state, saved complete so that loading the run is silent.
         model.optimizer.build(model.trainable_variables)

@@ -24,7 +24,8 @@ cross-entropy, `fit`, greedy decoding of the test split, then the run folder:
 - ``vocab.txt`` and ``tokenizer.json`` — the shared character vocabulary;
 - ``logs/`` — TensorBoard logs;
 - ``metrics.json`` — held-out exact-match accuracy (greedy decoding),
-  timings and the full configuration;
+  timings, the full configuration and ``user_modules``, the modules that
+  define the model's user classes (`user_modules`);
 - ``test.tsv`` — the held-out pairs it was scored on (`run_folder`);
 - ``attention.png`` — attention heatmaps for a few test examples (models with
   attention);
@@ -169,6 +170,7 @@ from keras_seq.training.prepare import (
     prepare_data,
     with_language_model,
 )
+from keras_seq.training.run_folder import UserModuleError, user_modules
 
 __all__ = [
     "ATTENTIONS",
@@ -195,6 +197,7 @@ __all__ = [
     "WORDPIECE_VOCAB_SIZE",
     "TrainingConfig",
     "TrainingResult",
+    "UserModuleError",
     "build_optimizer",
     "class_probabilities",
     "classification_scores",
@@ -215,6 +218,7 @@ __all__ = [
     "train",
     "translate_strings",
     "translate_texts",
+    "user_modules",
     "warn_about_inputs",
     "with_language_model",
 ]

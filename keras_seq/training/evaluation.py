@@ -11,7 +11,12 @@ from keras_seq._validation import check_positive_int
 from keras_seq.reserved_tokens import PAD_ID, START_ID, UNK_ID
 from keras_seq.training.inference import class_probabilities, make_decoder, translate_strings
 from keras_seq.training.prepare import PreparedData, PreparedLabels, PreparedText
-from keras_seq.training.run_folder import write_held_out, write_held_out_text
+from keras_seq.training.run_folder import (
+    USER_MODULES_KEY,
+    user_modules,
+    write_held_out,
+    write_held_out_text,
+)
 
 __all__ = [
     "classification_scores",
@@ -106,6 +111,7 @@ def evaluate_and_save(
             config, source_length=source_length, target_length=target_length,
             vocabulary_size=tokenizer.vocabulary_size, parameters=model.count_params(),
         ),
+        USER_MODULES_KEY: user_modules(model),
         **(extra or {}),
     }
     _write_metrics(run_dir, metrics)
@@ -235,8 +241,9 @@ def evaluate_text_and_save(
     (``"nats per character"``, or ``"nats per token"`` for a WordPiece
     tokenizer), ``val_characters`` (the predicted characters: all held-out
     characters but the first), ``val_tokens`` (the predicted tokens),
-    ``train_characters``, ``train_tokens``, ``steps``, ``seconds`` and
-    ``config`` (as `evaluate_and_save`), plus ``extra``. A biLM's run
+    ``train_characters``, ``train_tokens``, ``steps``, ``seconds``,
+    ``config`` (as `evaluate_and_save`) and ``user_modules`` (`user_modules`),
+    plus ``extra``. A biLM's run
     (``task="bilm"``) also gets ``val_forward_loss`` and
     ``val_backward_loss`` (`bidirectional_text_loss`), their perplexities,
     ``val_backward_tokens``, ``val_backward_characters`` (the characters of
@@ -296,6 +303,7 @@ def evaluate_text_and_save(
         "seconds": _timings(seconds, t_eval - t_evaluate, t_end - started),
         "config": _recorded_config(config, vocabulary_size=tokenizer.vocabulary_size,
                                    parameters=model.count_params()),
+        USER_MODULES_KEY: user_modules(model),
         **(extra or {}),
     }
     _write_metrics(run_dir, metrics)
@@ -371,8 +379,8 @@ def evaluate_classifier_and_save(
     -> weight, or None), ``truncated_texts`` (per split: texts longer than
     ``source_length`` tokens), ``unknown_tokens``, ``examples`` and
     ``errors`` (``{"text", "label", "predicted", "probability"}``),
-    ``seconds`` and ``config`` (with ``source_length``, ``vocabulary_size``
-    and ``parameters``), plus ``extra``.
+    ``seconds``, ``config`` (with ``source_length``, ``vocabulary_size``
+    and ``parameters``) and ``user_modules`` (`user_modules`), plus ``extra``.
     """
     require_tensorflow("keras_seq.training.evaluate_classifier_and_save")
     import numpy as np
@@ -434,6 +442,7 @@ def evaluate_classifier_and_save(
             config, source_length=prepared.source_length,
             vocabulary_size=prepared.tokenizer.vocabulary_size, parameters=model.count_params(),
         ),
+        USER_MODULES_KEY: user_modules(model),
         **(extra or {}),
     }
     _write_metrics(run_dir, metrics)

@@ -37,6 +37,7 @@ from keras_seq.training.evaluation import (
 from keras_seq.training.locking import folder_lock
 from keras_seq.training.model import build_model, compile_model
 from keras_seq.training.prepare import load_data, prepare_data, with_language_model
+from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TrainingResult", "train"]
 
@@ -163,6 +164,7 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
     with strategy.scope():
         model = build_model(config, tokenizer.vocabulary_size,
                             len(prepared.labels) if classify else None)
+        warn_about_script_classes(model, "train")
         compile_model(model, config, steps=config.epochs * steps_per_epoch)
         epoch, step = 0, 0
         if state is not None:

@@ -419,10 +419,13 @@ def with_language_model(config: TrainingConfig) -> TrainingConfig:
     ``init_from`` language model filled in (unchanged without ``init_from``).
 
     Reads only the language model's ``metrics.json`` and ``tokenizer.json``,
-    so that a mismatch stops the run before anything is built.
+    so that a mismatch stops the run before anything is built, and imports
+    the modules of its user classes (`RunFolder.import_user_modules`).
 
     Raises:
         FileNotFoundError: ``init_from`` is not a run folder.
+        UserModuleError: a module of the language model's user classes
+            cannot be imported.
         ValueError: naming both runs: ``init_from`` is not a language model
             (``task="lm"``), or ``config`` asks for another model kind, cell,
             width, depth or tokenizer than the language model has.
@@ -461,6 +464,7 @@ def with_language_model(config: TrainingConfig) -> TrainingConfig:
             f"classify run {target} asks for {_described(different)}. A fine-tuned classifier "
             "has its language model's kind and sizes: leave those options out."
         )
+    lm.import_user_modules()  # a user's cell: registers its name before the model is built
     return dataclasses.replace(config, **has)
 
 

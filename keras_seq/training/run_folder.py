@@ -5,20 +5,31 @@ writes: ``metrics.json`` (with the run's ``config``), ``model.keras``, the
 tokenizer files, and for translation runs ``test.tsv``, the held-out split
 the run was scored on, so that its pairs are read back as they were, never
 drawn again from the run's options.
+
+``metrics.json`` also records ``user_modules``: the modules that define the
+user classes of the model (`user_modules`), which `RunFolder.load_model`
+imports before it loads ``model.keras``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
+import warnings
 from collections.abc import Sequence
 
 __all__ = [
     "HELD_OUT_FILE",
     "HELD_OUT_TEXT_FILE",
     "RunFolder",
+    "SCRIPT_MODULE",
+    "USER_MODULES_KEY",
+    "UserModuleError",
     "read_run",
+    "user_modules",
+    "warn_about_script_classes",
     "write_held_out",
     "write_held_out_text",
 ]
@@ -27,6 +38,87 @@ HELD_OUT_FILE = "test.tsv"
 """The held-out (test) pairs of a translation run, ``source<TAB>target`` lines."""
 HELD_OUT_TEXT_FILE = "test.txt"
 """The held-out (test) text of a language-model run: the last 10% of its text."""
+USER_MODULES_KEY = "user_modules"
+"""The ``metrics.json`` entry that lists the modules of the model's user classes."""
+SCRIPT_MODULE = "__main__"
+"""The module of a class defined in the script being run, which no other process can import."""
+
+# Classes from these packages load without a user's module.
+_KNOWN_PACKAGES = frozenset({"builtins", "keras", "keras_seq", "tensorflow"})
+
+
+class UserModuleError(ImportError):
+    """A module that a run's model needs (``metrics.json``'s ``user_modules``)
+    cannot be imported, or the run's classes came from a script.
+
+    Attributes:
+        name: the module.
+        run_dir: the run folder.
+    """
+
+    def __init__(self, message: str, name: str, run_dir: str):
+        super().__init__(message, name=name)
+        self.run_dir = run_dir
+
+
+def _user_classes(model) -> list[type]:
+    """The classes of ``model``, its layers and their sub-layers (a recurrent
+    layer's cell, the cells of a `StackedRNNCells`, a wrapper's layer, ...)
+    and of their initializers, regularizers and constraints, that are not
+    Keras', TensorFlow's, Python's or this package's; in the order found."""
+    import keras
+
+    kinds = (keras.layers.Layer, keras.initializers.Initializer,
+             keras.regularizers.Regularizer, keras.constraints.Constraint)
+    found, seen, pending = [], set(), [model]
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        cls = type(obj)
+        if (cls.__module__ or "").split(".")[0] not in _KNOWN_PACKAGES and cls not in found:
+            found.append(cls)
+        if isinstance(obj, keras.layers.Layer):
+            # A layer's attributes hold its sub-layers, directly or in lists and dicts.
+            values = list(vars(obj).values())
+            while values:
+                value = values.pop()
+                if isinstance(value, kinds):
+                    pending.append(value)
+                elif isinstance(value, (list, tuple)):
+                    values.extend(value)
+                elif isinstance(value, dict):
+                    values.extend(value.values())
+    return found
+
+
+def user_modules(model) -> list[str]:
+    """The modules (sorted) that define the user classes of ``model``: the
+    classes of its layers, sub-layers and cells, at any depth, and of their
+    initializers, regularizers and constraints, that are not Keras',
+    TensorFlow's, Python's or keras_seq's. A class defined in the script
+    being run gives `SCRIPT_MODULE` (``"__main__"``).
+
+    A run records them in ``metrics.json`` (`USER_MODULES_KEY`), and
+    `RunFolder.load_model` imports them before it loads the model.
+    """
+    return sorted({cls.__module__ for cls in _user_classes(model)})
+
+
+def warn_about_script_classes(model, where: str) -> None:
+    """Warns (`UserWarning`) when classes of ``model`` are defined in the
+    script being run (module ``__main__``): the run works in this process,
+    but no ``keras-seq`` command can import them to load it."""
+    names = [cls.__name__ for cls in _user_classes(model) if cls.__module__ == SCRIPT_MODULE]
+    if names:
+        warnings.warn(
+            f"{where}: {', '.join(names)} {'is' if len(names) == 1 else 'are'} defined in the "
+            f"script being run (module {SCRIPT_MODULE}): this process can load the run, but "
+            "keras-seq commands cannot import the script. Define the classes in a module (a "
+            ".py file on PYTHONPATH) and import them from there.",
+            UserWarning, stacklevel=2,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +147,55 @@ class RunFolder:
         """A ``task="classify"`` run (its ``metrics.json`` has the ``labels``)."""
         return self.config.get("task") == "classify"
 
+    @property
+    def user_modules(self) -> list[str]:
+        """The modules that define the user classes of the run's model
+        (``metrics["user_modules"]``; none for a run written before the entry).
+
+        Raises:
+            ValueError: the entry is not a list of module names.
+        """
+        modules = self.metrics.get(USER_MODULES_KEY, [])
+        if not isinstance(modules, list) or not all(
+            isinstance(m, str) and all(part.isidentifier() for part in m.split("."))
+            for m in modules
+        ):
+            raise ValueError(
+                f"{os.path.join(self.path, 'metrics.json')}: `{USER_MODULES_KEY}` must be a list "
+                f"of module names, received {modules!r:.200}."
+            )
+        return modules
+
+    def import_user_modules(self) -> None:
+        """Imports `user_modules` (but ``__main__``), which register the run's classes.
+
+        Raises:
+            UserModuleError: a module cannot be imported (one line naming it
+                and the run).
+        """
+        for name in self.user_modules:
+            if name == SCRIPT_MODULE:
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # whatever the module raises, the user reads one line
+                reason = f"{type(error).__name__}: {error}".replace("\n", " ")
+                raise UserModuleError(
+                    f"cannot import the module {name}, which defines classes of the model of "
+                    f"the run {self.path} ({reason}); install it or add its folder to "
+                    "PYTHONPATH.", name, self.path,
+                ) from error
+
     def load_model(self, compile: bool = True):
         """``model.keras``, loaded with ``safe_mode=True`` (``compile=False``: for
-        inference only, without the optimizer)."""
+        inference only, without the optimizer), once `import_user_modules` has
+        imported the modules of its user classes.
+
+        Raises:
+            UserModuleError: a module of `user_modules` cannot be imported, or
+                the model's classes were defined in the script that trained it
+                and this process does not define them.
+        """
         import keras
 
         import keras_seq._cross_backend_optimizers  # noqa: F401  (a run trained on PyTorch)
@@ -65,9 +203,21 @@ class RunFolder:
         import keras_seq.metrics  # noqa: F401
         import keras_seq.models  # noqa: F401
 
-        return keras.saving.load_model(
-            os.path.join(self.path, "model.keras"), safe_mode=True, compile=compile
-        )
+        self.import_user_modules()
+        try:
+            return keras.saving.load_model(
+                os.path.join(self.path, "model.keras"), safe_mode=True, compile=compile
+            )
+        except TypeError as error:  # Keras: a class it cannot locate
+            if SCRIPT_MODULE not in self.user_modules:
+                raise
+            raise UserModuleError(
+                f"the model of the run {self.path} uses classes that were defined in the "
+                f"script that trained it (module {SCRIPT_MODULE}), which this process does not "
+                "define; move them into a module on PYTHONPATH and write its name in place of "
+                f"{SCRIPT_MODULE} in the run's metrics.json ({USER_MODULES_KEY}).",
+                SCRIPT_MODULE, self.path,
+            ) from error
 
     def load_tokenizer(self):
         """The run's tokenizer (`keras_seq.text.load_tokenizer`)."""
