@@ -22,7 +22,8 @@ def linear_recurrence(a, b, h0, mask=None):
     """``h_t = a_t ⊙ h_{t-1} + b_t`` for every step, from ``h0``.
 
     Args:
-        a, b: ``(B, T, n)`` coefficients.
+        a: ``(B, T, n)`` coefficients that multiply the state.
+        b: ``(B, T, n)`` coefficients added to it.
         h0: ``(B, n)`` state before the first step.
         mask: optional ``(B, T)`` bool, True = keep; a masked step carries the
             state (a_t = 1, b_t = 0 there), as Keras' masking rule does.
