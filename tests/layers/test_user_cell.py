@@ -173,3 +173,28 @@ def test_register_cell_checks_its_arguments():
         models.register_cell("bad", layers.GRU)
     with pytest.raises(TypeError, match="register_cell"):
         models.register_cell("bad", "not a class")
+
+
+def test_input_dropout_in_keras_rnn_is_one_mask_per_sequence_and_call():
+    """`RecurrentCell` takes its dropout masks from Keras' private
+    `DropoutRNNCell` base (docs/keras_internals.md): inside Keras' own
+    `keras.layers.RNN` a cell's input dropout mask must be one per sequence
+    (every step the same) and drawn afresh at every call, as for Keras'
+    `LSTMCell`. A Keras release that changes this fails here."""
+
+    class DroppedIdentity(layers.RecurrentCell):
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.state_size, self.dropout = units, 0.5
+            self.seed_generator = keras.random.SeedGenerator(1)
+
+        def step(self, inputs, states, training=False):
+            return inputs, [inputs]
+
+    rnn = keras.layers.RNN(DroppedIdentity(64), return_sequences=True)
+    x = np.ones((2, 5, 64), "float32")
+    first, second = (np.asarray(rnn(x, training=True)) for _ in range(2))
+    for out in (first, second):
+        assert set(np.unique(out)) == {0.0, 2.0}  # kept inputs scaled by 1 / (1 - 0.5)
+        np.testing.assert_array_equal(out, np.repeat(out[:, :1], 5, axis=1))
+    assert not np.array_equal(first, second)

@@ -26,7 +26,7 @@ import tensorflow as tf
 from tensorflow.types.experimental import TraceType
 
 from keras_seq.layers.recurrent.manual_gradient import ManualGradient
-from keras_seq.layers.recurrent.rnn import mask_step
+from keras_seq.layers.recurrent.masking import mask_step
 
 
 class _Derivative:

@@ -23,6 +23,7 @@ from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
 from keras_seq.layers.recurrent import backend, fast_paths
 from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence, run_parallel
+from keras_seq.layers.recurrent.masking import mask_step
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -543,18 +544,6 @@ def output_is_first_state(cell) -> bool:
 
 
 # --- the loop, the same on every backend ---
-
-
-def mask_step(mask_t, output, new_states, states, prev_output, zero_output=None):
-    """Keras' masking rule for one step.
-
-    Where ``mask_t`` (``(B, 1)`` bool) is False the states stay ``states``
-    and the output is ``prev_output``, or ``zero_output`` when given
-    (``zero_output_for_mask``).
-    """
-    new_states = [ops.where(mask_t, n, s) for n, s in zip(new_states, states)]
-    previous = prev_output if zero_output is None else zero_output
-    return ops.where(mask_t, output, previous), new_states
 
 
 def run_loop(step, sequences, initial_states, mask=None, go_backwards: bool = False,
