@@ -21,12 +21,14 @@ from keras_seq.layers import (
     DynamicKMaxPooling,
     KMaxPooling,
     MultiHeadAttention,
+    RecurrentCell,
     RecurrentDecoder,
     SinusoidalPositionalEncoding,
     TransformerDecoder,
     TransformerEncoder,
     WideConvolution1D,
 )
+from keras_seq.layers.recurrent.rnn import output_is_first_state
 
 __all__ = ["initial_streaming_states", "streaming_model"]
 
@@ -150,9 +152,11 @@ def streaming_model(model: keras.Model) -> keras.Model:
             result = copy(*args, **kwargs)
             new_states.extend(result[1:])
             output = result[0]
-            # Keras' own cells output h; a RecurrentCell says (its loop hints).
-            hints = getattr(copy.cell, "loop_hints", None)
-            if not copy.return_sequences and (hints is None or hints.output_is_first_state):
+            # Keras' own cells output h; a RecurrentCell says (its loop hints,
+            # or a linear cell's derived step).
+            first_state_out = (not isinstance(copy.cell, RecurrentCell)
+                               or output_is_first_state(copy.cell))
+            if not copy.return_sequences and first_state_out:
                 # The last valid step's output, also after a chunk that is all
                 # padding (whose own last output would be zeros).
                 output = result[1]
