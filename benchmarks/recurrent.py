@@ -120,17 +120,21 @@ class TensorFlowBackend:
     def layer_steps(self, layer, x, jit):
         tf = self.tf
 
+        # x is an argument, as Keras' predict and fit pass their batches: a
+        # tensor captured as a constant would let TensorFlow fold the input
+        # projection into a constant, which some kernels then read slowly
+        # (benchmarks/RESULTS.md, "One formulation per cell").
         @tf.function(jit_compile=jit)
-        def forward():
+        def forward(x):
             return layer(x, training=False)
 
         @tf.function(jit_compile=jit)
-        def train():
+        def train(x):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(layer(x, training=True)))
             return tape.gradient(loss, layer.trainable_weights)
 
-        return {"forward": forward, "train": train}
+        return {"forward": lambda: forward(x), "train": lambda: train(x)}
 
     def floor_steps(self, x, W, U, jit):
         tf = self.tf
@@ -140,7 +144,7 @@ class TensorFlowBackend:
         def block_sum(z):  # (B, P) -> (B, u), every column of z used
             return tf.reduce_sum(tf.reshape(z, (B, P // u, u)), axis=1)
 
-        def forward_loop():
+        def forward_loop(x):
             xw = tf.reshape(tf.reshape(x, (T * B, n_in)) @ W, (T, B, P))
             h = tf.zeros((B, u))
             hs = tf.TensorArray(tf.float32, size=T)
@@ -150,12 +154,12 @@ class TensorFlowBackend:
             return hs.stack()  # (T, B, u)
 
         @tf.function(jit_compile=jit)
-        def forward():
-            return forward_loop()
+        def forward(x):
+            return forward_loop(x)
 
         @tf.function(jit_compile=jit)
-        def train():
-            hs = forward_loop()
+        def train(x):
+            hs = forward_loop(x)
             dh = tf.zeros((B, u))
             dzs = tf.TensorArray(tf.float32, size=T)
             for t in tf.range(T - 1, -1, -1):
@@ -167,7 +171,7 @@ class TensorFlowBackend:
             dU = tf.matmul(tf.reshape(hs, (T * B, u)), dz, transpose_a=True)
             return dW, dU
 
-        return {"forward": forward, "train": train}
+        return {"forward": lambda: forward(x), "train": lambda: train(x)}
 
 
 class JaxBackend:
