@@ -90,7 +90,7 @@ def cell_names() -> tuple[str, ...]:
 
 
 def block_cell_names() -> tuple[str, ...]:
-    """The cells a `RecurrentBlock` holds (its ``cell=``), in registration order."""
+    """The cells a `RecurrentBlock` holds (its ``cell=``)."""
     return tuple(_BLOCK_CELLS)
 
 
