@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from keras_seq import model_kinds
 from keras_seq._validation import (
     check_bool,
     check_choice,
@@ -36,7 +37,7 @@ __all__ = [
     "CELLS",
     "DISTRIBUTIONS",
     "LM_DEFAULTS",
-    "LSTM_CELLS",
+    "LSTM_FAMILY_DEFAULTS",
     "MODELS",
     "MODEL_DEFAULTS",
     "NOT_IN_BACKUP",
@@ -76,7 +77,10 @@ MODEL_DEFAULTS = {
     "transformer": {"epochs": 4, "batch_size": 128, "learning_rate": 2e-3, "units": 96},
 }
 """Per model family (``rnn``, ``transformer``): the defaults of the translation tasks."""
-_LSTM_FAMILY_DEFAULTS = {"epochs": 4}
+LSTM_FAMILY_DEFAULTS = {"epochs": 4}
+"""Over ``MODEL_DEFAULTS["rnn"]``: the translation defaults of a cell of the LSTM
+family, one that carries h and c (two states in its ``state_size``,
+`keras_seq.layers.recurrent.registry.is_lstm_family`)."""
 # Character language models (task="lm"): nanoGPT's CPU recipe for tiny
 # Shakespeare (4 blocks of width 128 and 4 heads, context 64, batch 12,
 # dropout 0, warm-up and cosine decay, Adam beta_2 0.99), with 1250 steps
@@ -98,7 +102,7 @@ LM_DEFAULTS = {
     "rnn": {"epochs": 6, "steps_per_epoch": 250, "batch_size": 12,
             "learning_rate": 3e-3, "units": 256, "layers": 2, "context": 64,
             "validation_size": 256},
-    **{model: dict(_BLOCK_LM_DEFAULTS) for model in ("mingru", "minlstm", "rglru")},
+    **{kind: dict(_BLOCK_LM_DEFAULTS) for kind in model_kinds.BLOCK_MODELS},
     "xlstm": {**_BLOCK_LM_DEFAULTS, "epochs": 3},
 }
 """Per ``kind`` of language model: the defaults of ``task="lm"``."""
@@ -155,9 +159,10 @@ TASKS = ("dates", "translate", "lm", "bilm", "classify")
 TEXT_TASKS = ("lm", "bilm")
 """The tasks that train on a text (``data=`` a text file, by default tiny
 Shakespeare) in random windows of ``context`` characters."""
-BLOCK_MODELS = ("mingru", "minlstm", "rglru", "xlstm")
+BLOCK_MODELS = tuple(model_kinds.BLOCK_MODELS)
 """The `TrainingConfig.model` choices of ``task="lm"`` only: language models of
-residual recurrent blocks (`keras_seq.models.language_model`'s ``kind``)."""
+residual recurrent blocks (`keras_seq.models.language_model`'s ``kind``; the
+names of `keras_seq.model_kinds.BLOCK_MODELS`)."""
 MODELS = ("rnn", "transformer", *BLOCK_MODELS)
 """`TrainingConfig.model` choices."""
 
@@ -186,11 +191,8 @@ class _RegisteredCells(Sequence):
 
 
 CELLS = _RegisteredCells()
-"""`TrainingConfig.cell` choices: the registered cell names (`keras_seq.models.register_cell`)."""
-LSTM_CELLS = ("lstm", "peephole", "coupled")
-"""The LSTM family among `CELLS`: an (h, c) state, their own defaults, and
-TFLite's fused LSTM kernel applies (not to ``"layernorm_lstm"``, whose norms
-it cannot express, though it shares their defaults)."""
+"""`TrainingConfig.cell` choices: the registered cell names (`keras_seq.models.register_cell`),
+a view of the registry (`keras_seq.layers.recurrent.registry.cell_names`)."""
 ATTENTIONS = ("bahdanau", "luong", "none")
 """`TrainingConfig.attention` choices."""
 DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")
@@ -204,7 +206,8 @@ NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_
 """The `TrainingConfig` fields that may differ between a run and its resumption."""
 
 
-def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "dates") -> Any:
+def default_for(key: str, model: str = "rnn", cell: str | None = None,
+                task: str = "dates") -> Any:
     """The default of a per-family option of `TrainingConfig`.
 
     ``epochs``, ``batch_size``, ``learning_rate``, ``units``, ``layers`` and
@@ -212,7 +215,10 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
     and ``context`` for ``task="lm"`` (`LM_DEFAULTS`), where ``cell`` plays no
     part. ``task="classify"``: `CLASSIFY_DEFAULTS`, a classifier trained from
     scratch (a fine-tuned one takes `FINE_TUNE_DEFAULTS` and its language
-    model's sizes).
+    model's sizes). For ``model="rnn"`` translation, ``cell`` is a registered
+    cell name, whose family the registry tells (a cell of the LSTM family
+    takes `LSTM_FAMILY_DEFAULTS`; reading the registry imports Keras), or
+    None: the default cell, the GRU.
 
     Examples:
         >>> default_for("epochs"), default_for("epochs", cell="lstm"), default_for("units", "transformer")
@@ -234,8 +240,11 @@ def default_for(key: str, model: str = "rnn", cell: str = "gru", task: str = "da
                                 "'classify' (its split is 80/10/10 by label)", key)
         return CLASSIFY_DEFAULTS[model][key]
     defaults = {**MODEL_DEFAULTS[model], **_SEQ2SEQ_DEFAULTS}
-    if model == "rnn" and cell in (*LSTM_CELLS, "layernorm_lstm"):
-        defaults.update(_LSTM_FAMILY_DEFAULTS)
+    if model == "rnn" and cell is not None:
+        from keras_seq.layers.recurrent import registry
+
+        if registry.is_lstm_family(registry.check_cell(cell, "default_for")):
+            defaults.update(LSTM_FAMILY_DEFAULTS)
     return defaults[key]
 
 
@@ -255,9 +264,11 @@ class TrainingConfig:
             `models.language_model`, which may also be one of `BLOCK_MODELS`
             (``"mingru"``, ``"minlstm"``, ``"rglru"``, ``"xlstm"``). None:
             ``"rnn"``, or ``"transformer"`` for ``task="lm"``.
-        cell: recurrent cell of ``model="rnn"``: ``"gru"``, ``"lstm"``,
-            ``"peephole"``, ``"coupled"``, ``"simple"`` (Elman) or
-            ``"layernorm_lstm"``. None: ``"gru"``, or ``"lstm"`` for ``task="lm"``.
+        cell: recurrent cell of ``model="rnn"``, a name of `CELLS` (the cell
+            registry, `keras_seq.models.register_cell`): built in ``"gru"``,
+            ``"lstm"``, ``"peephole"``, ``"coupled"``, ``"simple"`` (Elman),
+            ``"layernorm_lstm"``, ``"mingru"``, ``"minlstm"``. None:
+            ``"gru"``, or ``"lstm"`` for ``task="lm"``.
         attention: ``"bahdanau"``, ``"luong"`` or ``"none"`` (``model="rnn"``,
             translation).
         zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
@@ -449,7 +460,8 @@ class TrainingConfig:
             if self.freeze_body:
                 defaults["learning_rate"] = LINEAR_PROBE_LEARNING_RATE
         else:
-            defaults = {key: default_for(key, model, cell, task) for key in keys}
+            # The cell as given: the default cell's defaults need no Keras.
+            defaults = {key: default_for(key, model, self.cell, task) for key in keys}
         values = {key: defaults[key] if getattr(self, key) is None else getattr(self, key)
                   for key in keys}
         if task not in TEXT_TASKS:

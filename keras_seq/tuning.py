@@ -52,7 +52,12 @@ from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 
-_ALL_CELLS = cell_names()
+
+def _check_cells(where: str, cells: Sequence[str] | None) -> list[str]:
+    """``cells`` among the registered names (None: all of them, read now, so
+    that a cell registered after this module was imported is searched too)."""
+    return check_selection(where, "cells", cell_names() if cells is None else cells,
+                           cell_names())
 
 
 def _check_int_choices(where: str, name: str, values: Sequence[int]) -> list[int]:
@@ -78,9 +83,9 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
     Args:
         source_vocabulary_size: int, number of source token ids.
         target_vocabulary_size: int, number of target token ids.
-        cells: cell types to choose from (``"gru"``, ``"lstm"``, ``"peephole"``,
-            ``"coupled"``, ``"simple"``, ``"layernorm_lstm"``: every registered
-            cell). Default all of them.
+        cells: cell types to choose from, names of the cell registry
+            (`keras_seq.models.register_cell`: ``"gru"``, ``"lstm"``,
+            ``"peephole"``, ...). None (default): every registered cell.
         units: recurrent widths to choose from. Default ``(64, 128, 256)``.
         embedding_dims: embedding widths to choose from. Default ``(32, 64)``.
         attention: attention choices among ``"bahdanau"``, ``"luong"`` and
@@ -105,7 +110,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         self,
         source_vocabulary_size: int,
         target_vocabulary_size: int,
-        cells: Sequence[str] = _ALL_CELLS,
+        cells: Sequence[str] | None = None,
         units: Sequence[int] = SEARCH_UNITS,
         embedding_dims: Sequence[int] = SEARCH_EMBEDDING_DIMS,
         attention: Sequence[str] = ("bahdanau", "luong", "none"),
@@ -122,7 +127,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         self.target_vocabulary_size = check_positive_int(
             where, "target_vocabulary_size", target_vocabulary_size
         )
-        self.cells = check_selection(where, "cells", cells, _ALL_CELLS)
+        self.cells = _check_cells(where, cells)
         self.units = _check_int_choices(where, "units", units)
         self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
         self.attention = check_selection(
@@ -166,7 +171,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         kinds: encoder kinds to choose from, ``"rnn"`` and/or ``"transformer"``.
             Default ``("rnn",)``.
         cells: recurrent cell types to choose from (used when kind is ``"rnn"``).
-            Default all five (`Seq2SeqHyperModel`'s).
+            None (default): every registered cell, as `Seq2SeqHyperModel`.
         units: widths to choose from (for a Transformer each must be divisible
             by ``num_heads``). Default ``(32, 64, 128)``.
         max_layers: int, upper end of the encoder depth range. Default 2.
@@ -186,7 +191,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         vocabulary_size: int,
         num_classes: int,
         kinds: Sequence[str] = ("rnn",),
-        cells: Sequence[str] = _ALL_CELLS,
+        cells: Sequence[str] | None = None,
         units: Sequence[int] = (32, 64, 128),
         max_layers: int = 2,
         num_heads: int = 4,
@@ -199,7 +204,7 @@ class ClassifierHyperModel(keras_tuner.HyperModel):
         self.vocabulary_size = check_positive_int(where, "vocabulary_size", vocabulary_size)
         self.num_classes = check_positive_int(where, "num_classes", num_classes)
         self.kinds = check_selection(where, "kinds", kinds, ("rnn", "transformer"))
-        self.cells = check_selection(where, "cells", cells, _ALL_CELLS)
+        self.cells = _check_cells(where, cells)
         self.units = _check_int_choices(where, "units", units)
         self.max_layers = check_positive_int(where, "max_layers", max_layers)
         self.num_heads = check_positive_int(where, "num_heads", num_heads)

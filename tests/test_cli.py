@@ -166,9 +166,11 @@ def test_train_help_shows_the_defaults_train_uses(capsys):
         main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"--batch-size BATCH_SIZE default: {training.default_for('batch_size')}" in help_text
-    assert (f"default: {training.default_for('epochs')} (gru, simple), "
-            f"{training.default_for('epochs', 'transformer')} (LSTM cells and transformer)"
+    assert (f"default: {training.default_for('epochs')} (rnn), "
+            f"{training.default_for('epochs', 'rnn', 'lstm')} (LSTM cells and transformer)"
             in help_text)
+    assert training.default_for("epochs", "rnn", "lstm") == training.default_for(
+        "epochs", "transformer")
     assert f"(default: {training.TrainingConfig().out})" in help_text
 
 
@@ -418,10 +420,13 @@ def test_the_lstm_family_is_the_registered_cells_of_two_states():
     from keras_seq.layers.recurrent import registry
 
     assert tuple(run_config.CELLS) == registry.cell_names()
-    # The (h, c) cells: the LSTM family TFLite's fused kernel takes, and the
-    # layer-normalised LSTM, whose norms it cannot express.
-    assert {c for c in ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm")
-            if registry.num_states(c) == 2} == {*run_config.LSTM_CELLS, "layernorm_lstm"}
+    # The (h, c) cells take the LSTM family's defaults, whatever their name.
+    lstm_family = {"lstm", "peephole", "coupled", "layernorm_lstm"}
+    for cell in ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm", "mingru",
+                 "minlstm"):
+        assert registry.is_lstm_family(cell) == (cell in lstm_family), cell
+        epochs = run_config.TrainingConfig(cell=cell).resolved().epochs
+        assert epochs == (4 if cell in lstm_family else 2), cell
 
 
 def test_export_prints_each_converter_warning_once_on_one_line(tmp_path, capsys, monkeypatch):

@@ -36,6 +36,7 @@ PAGES = {
     "keras_seq.training": "training",
     "keras_seq.run_config": "run_config",
     "keras_seq.reserved_tokens": "reserved_tokens",
+    "keras_seq.model_kinds": "model_kinds",
 }
 
 

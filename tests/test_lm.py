@@ -17,6 +17,7 @@ import tensorflow as tf
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import data, decoding, models, text, training
 from keras_seq.cli import main
+from keras_seq.model_kinds import LANGUAGE_MODEL_KINDS
 
 _TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -139,10 +140,10 @@ def _model(kind):
                                  intermediate_dim=16, cell="lstm", dropout=0.0)
 
 
-# The recurrent kinds sample one token at a time through their cells (the
-# residual blocks: a convolution state, then the cell's; an xLSTM's are an
-# mLSTM and an sLSTM).
-SAMPLED = ["transformer", "rnn", "xlstm", "mingru", "minlstm", "rglru"]
+# Every kind; the recurrent ones sample one token at a time through their
+# cells (the residual blocks: a convolution state, then the cell's; an
+# xLSTM's are an mLSTM and an sLSTM).
+SAMPLED = list(LANGUAGE_MODEL_KINDS)
 
 
 def _window_start(k, window):

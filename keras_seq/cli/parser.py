@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 
 from keras_seq import run_config
+from keras_seq.model_kinds import LANGUAGE_MODEL_KINDS
 
 __all__ = ["build_parser"]
 
 
 def _family_default(training, key: str, lm: bool = True) -> str:
-    """The default of a per-family option: "2 (gru, simple), 4 (LSTM cells and transformer);
+    """The default of a per-family option: "2 (rnn), 4 (LSTM cells and transformer);
     --task lm: 5 (transformer), 6 (rnn)"."""
 
     def listed(families):
@@ -20,13 +21,16 @@ def _family_default(training, key: str, lm: bool = True) -> str:
         return ", ".join(f"{value} ({' and '.join(names)})" for value, names in families.items())
 
     families = {}  # default -> the model families that have it
-    for family, model, cell in (
-        ("gru, simple", "rnn", "gru"), ("LSTM cells", "rnn", "lstm"),
-        ("transformer", "transformer", None),
-    ):
-        families.setdefault(training.default_for(key, model, cell), []).append(family)
+    rnn = training.default_for(key, "rnn")  # the default cell, the GRU
+    families.setdefault(rnn, []).append("rnn")
+    # The LSTM family (cells with states h and c) where its default differs:
+    # told apart without naming a cell, which would load Keras.
+    lstm = training.LSTM_FAMILY_DEFAULTS.get(key, rnn)
+    if lstm != rnn:
+        families.setdefault(lstm, []).append("LSTM cells")
+    families.setdefault(training.default_for(key, "transformer"), []).append("transformer")
     lm_families = {}
-    for model in ("transformer", "rnn", *training.BLOCK_MODELS):
+    for model in LANGUAGE_MODEL_KINDS:
         lm_families.setdefault(training.default_for(key, model, task="lm"), []).append(model)
     classify = {model: training.default_for(key, model, task="classify")
                 for model in ("rnn", "transformer")}
@@ -51,7 +55,7 @@ def _registered_cell(name: str) -> str:
 
 def _lm_default(training, key: str) -> str:
     values = {}  # default -> the models that have it
-    for model in ("transformer", "rnn", *training.BLOCK_MODELS):
+    for model in LANGUAGE_MODEL_KINDS:
         values.setdefault(training.default_for(key, model, task="lm"), []).append(model)
     if len(values) == 1:
         return str(next(iter(values)))

@@ -12,12 +12,10 @@ from keras_seq._validation import (
     invalid_type,
 )
 from keras_seq.layers import RNN, PaddingMask, RecurrentBlock
-from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
+from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer, takes_num_heads
+from keras_seq.model_kinds import BLOCK_MODELS, LANGUAGE_MODEL_KINDS
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
-BLOCK_KINDS = ("mingru", "minlstm", "rglru", "xlstm")
-"""The `language_model` kinds of residual `RecurrentBlock`s (the parallel recurrences)."""
-_KINDS = ("transformer", "rnn", *BLOCK_KINDS)
 _CLASSIFIER_KINDS = ("transformer", "rnn")
 
 
@@ -29,8 +27,8 @@ def language_model_kind(model) -> str | None:
     ``"token_position"``, ``"decoder_layer_{i}"`` and ``"logits"`` (Transformer);
     ``"embedding"``, ``"recurrent_{i}"``, ``"final_norm"`` (if any) and
     ``"logits"`` (``"rnn"``: every recurrent kind, the residual blocks of
-    `BLOCK_KINDS` included). This is the one place that knows those names. A
-    model loaded from a ``.keras`` file keeps them.
+    `keras_seq.model_kinds.BLOCK_MODELS` included). This is the one place
+    that knows those names. A model loaded from a ``.keras`` file keeps them.
 
     Examples:
         >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
@@ -146,7 +144,7 @@ def language_model(
     num_layers = check_positive_int(where, "num_layers", num_layers)
     units = check_positive_int(where, "units", units)
     dropout = check_rate(where, "dropout", dropout)
-    check_choice(where, "kind", kind, _KINDS)
+    check_choice(where, "kind", kind, LANGUAGE_MODEL_KINDS)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         check_cell(cell, where)
@@ -159,7 +157,7 @@ def language_model(
         x = keras.layers.Dropout(dropout, name="output_dropout")(x)
         logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
         return keras.Model(token_ids, logits, name=name)
-    if kind in BLOCK_KINDS:
+    if kind in BLOCK_MODELS:
         return _block_language_model(token_ids, vocabulary_size, kind, num_layers, units,
                                      num_heads, intermediate_dim, dropout, name)
 
@@ -264,20 +262,22 @@ def sequence_classifier(
 
 def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, num_heads,
                           intermediate_dim, dropout, name):
-    """`language_model` of residual `RecurrentBlock`s (``kind`` in `BLOCK_KINDS`).
+    """`language_model` of residual `RecurrentBlock`s (``kind`` in
+    `keras_seq.model_kinds.BLOCK_MODELS`, which names the block cells of its layers in turn).
 
     No padding mask: the model is causal, so right padding never reaches an
     earlier position, and a mask would only cost the blocks their masked
     form in training.
     """
     where = "language_model"
-    if kind == "xlstm":
-        num_heads = check_num_heads(where, "units", units, num_heads)
+    cells = BLOCK_MODELS[kind]
+    # Heads only where a cell takes them: the other kinds accept any num_heads.
+    headed = any(takes_num_heads(cell) for cell in cells)
+    num_heads = check_num_heads(where, "units", units, num_heads) if headed else 1
     intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
     x = keras.layers.Embedding(vocabulary_size, units, name="embedding")(token_ids)
     for i in range(num_layers):
-        cell = ("mlstm" if i % 2 == 0 else "slstm") if kind == "xlstm" else kind
-        block = RecurrentBlock(units, cell=cell, num_heads=num_heads if kind == "xlstm" else 1,
+        block = RecurrentBlock(units, cell=cells[i % len(cells)], num_heads=num_heads,
                                intermediate_dim=intermediate_dim)
         x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
         x = RNN(block, return_sequences=True, name=f"recurrent_{i}")(x)

@@ -6,11 +6,14 @@ constraints, dropout, seed) plus ``zoneout``, their validation and config,
 and the weight helpers of a gated cell (``kernel (in, P)``,
 ``recurrent_kernel (units, P)``, ``bias (P,)``). `LSTMCellBase` adds the
 LSTM family's (h, c) state, forget-gate bias and peepholes. `GatedRNN` is
-the layer over such a cell whose config is its cell's arguments, as
-``keras.layers.LSTM``'s is.
+the layer that builds its cell from its own arguments
+(`cell_and_rnn_arguments`, the one rule of every layer around a cell) and
+whose config is its cell's arguments, as ``keras.layers.LSTM``'s is.
 """
 
 from __future__ import annotations
+
+import re
 
 import keras
 from keras import activations, constraints, initializers, ops, regularizers
@@ -230,13 +233,61 @@ class LSTMCellBase(GatedCell):
         return {**super().get_config(), **config}
 
 
-class GatedRNN(RNN):
-    """`RNN` over a cell the layer builds from its own arguments.
+RNN_ARGUMENTS = ("return_sequences", "return_state", "go_backwards", "stateful", "unroll",
+                 "zero_output_for_mask", "implementation", "name", "dtype", "trainable",
+                 "autocast", "activity_regularizer", "input_shape", "input_dim",
+                 "batch_input_shape")
+"""The arguments of a layer built around a cell that go to `RNN` (Keras' RNN
+and layer arguments); all others are the cell's (`cell_and_rnn_arguments`)."""
 
-    Its config is the cell's arguments and the RNN's (as
-    ``keras.layers.LSTM``'s), not a nested cell; the cell's arguments read
-    as the layer's attributes (`delegate_to_cell`).
+
+def cell_and_rnn_arguments(cell_class: type, units: int, arguments: dict):
+    """``(cell, rnn_arguments)``: ``cell_class(units, ...)`` built from a layer's
+    ``arguments``, and the arguments of the `RNN` that drives it.
+
+    The one rule of every layer built around a cell (`GatedRNN` and the
+    registry's ``recurrent_layer``): `RNN_ARGUMENTS` go to `RNN`, the others
+    to the cell, which computes in the layer's dtype policy, is trainable
+    when the layer is, and is named after its class (``GRUCell``:
+    ``"gru_cell"``, as in Keras), so that weight paths do not depend on how
+    many layers a process made before.
     """
+    rnn_arguments = {k: v for k, v in arguments.items() if k in RNN_ARGUMENTS}
+    cell_arguments = {k: v for k, v in arguments.items() if k not in RNN_ARGUMENTS}
+    for key in ("dtype", "trainable"):
+        if key in rnn_arguments:
+            cell_arguments[key] = rnn_arguments[key]
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", cell_class.__name__)
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+    return cell_class(units, name=name, **cell_arguments), rnn_arguments
+
+
+class GatedRNN(RNN):
+    """`RNN` over a cell that the layer builds from its own arguments.
+
+    A layer names its cell class (``cell_class``) and passes its arguments
+    on; the cell is built in one place (`cell_and_rnn_arguments`). Its
+    config is the cell's arguments and the RNN's (as ``keras.layers.LSTM``'s
+    is), not a nested cell; the cell's arguments read as the layer's
+    attributes (`delegate_to_cell`).
+
+    Args:
+        units: int, the cell's ``units``.
+        return_sequences, return_state, go_backwards, stateful, unroll: as
+            in `RNN`.
+        **kwargs: the cell's arguments, and `RNN_ARGUMENTS` (``name``,
+            ``dtype``, ``trainable``, ``activity_regularizer``, ...).
+    """
+
+    cell_class: type = RecurrentCell
+
+    def __init__(self, units: int, return_sequences: bool = False, return_state: bool = False,
+                 go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
+                 **kwargs):
+        cell, rnn_arguments = cell_and_rnn_arguments(self.cell_class, units, kwargs)
+        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
+                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
+                         **rnn_arguments)
 
     def get_config(self):
         config = super().get_config()

@@ -214,6 +214,8 @@ class GRU(GatedRNN):
         for Statistical Machine Translation", EMNLP 2014.
     """
 
+    cell_class = GRUCell
+
     def __init__(
         self,
         units: int,
@@ -245,41 +247,18 @@ class GRU(GatedRNN):
         validate_recurrent_args(
             type(self).__name__, units, activation, recurrent_activation, dropout,
             recurrent_dropout, zoneout=zoneout, use_bias=use_bias, reset_after=reset_after,
-            return_sequences=return_sequences, return_state=return_state,
-            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
-        )
-        cell = GRUCell(
-            units,
-            reset_after=reset_after,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer,
-            bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer,
-            recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint,
-            recurrent_constraint=recurrent_constraint,
-            bias_constraint=bias_constraint,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-            seed=seed,
-            zoneout=zoneout,
-            dtype=kwargs.get("dtype"),
-            trainable=kwargs.get("trainable", True),
-            name="gru_cell",
         )
         super().__init__(
-            cell,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            stateful=stateful,
-            unroll=unroll,
-            activity_regularizer=activity_regularizer,
-            **kwargs,
+            units, reset_after=reset_after, activation=activation,
+            recurrent_activation=recurrent_activation, use_bias=use_bias,
+            kernel_initializer=kernel_initializer, recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer, kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+            dropout=dropout, recurrent_dropout=recurrent_dropout, seed=seed, zoneout=zoneout,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll, **kwargs,
         )
 
 

@@ -4,7 +4,7 @@
 "Parallel recurrences" (``units``, the kernel and bias initializers,
 regularizers and constraints, ``seed``), their validation, config and weight
 helpers. `KernelRNN` is the layer over such a cell whose config is its
-cell's arguments (a `GatedRNN`), built from the class's ``cell_class``.
+cell's arguments (a `GatedRNN`, which builds the class's ``cell_class``).
 `positive_candidate` is the g(·) of Feng et al.'s log-space form,
 `exponential_gates` the stabilised gates of the xLSTM cells.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import keras
 from keras import constraints, initializers, ops, regularizers
 
-from keras_seq._validation import check_bool, check_positive_int, shape_error
+from keras_seq._validation import check_positive_int, shape_error
 from keras_seq.layers.recurrent.gated_cell import GatedRNN
 from keras_seq.layers.recurrent.rnn import RecurrentCell
 
@@ -112,14 +112,10 @@ class KernelCell(RecurrentCell):
         return {**super().get_config(), **config}
 
 
-# The arguments of a KernelRNN that go to `RNN`; the others go to the cell.
-_RNN_ARGUMENTS = ("name", "dtype", "trainable", "activity_regularizer",
-                  "zero_output_for_mask", "input_shape", "batch_input_shape")
-
-
 class KernelRNN(GatedRNN):
-    """`RNN` over a new ``cell_class(units, **cell_arguments)``; its config is
-    the cell's arguments and the RNN's (`GatedRNN`).
+    """`RNN` over a new ``cell_class(units, **cell_arguments)`` (a `KernelCell`),
+    built as every `GatedRNN` builds its cell; its config is the cell's
+    arguments and the RNN's.
 
     Args:
         units: int, the cell's ``units``.
@@ -130,18 +126,3 @@ class KernelRNN(GatedRNN):
     """
 
     cell_class: type = KernelCell
-
-    def __init__(self, units: int, return_sequences: bool = False, return_state: bool = False,
-                 go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
-                 **kwargs):
-        owner = type(self).__name__
-        for name, value in (("return_sequences", return_sequences),
-                            ("return_state", return_state), ("go_backwards", go_backwards),
-                            ("stateful", stateful), ("unroll", unroll)):
-            check_bool(owner, name, value)
-        rnn_kwargs = {k: kwargs.pop(k) for k in _RNN_ARGUMENTS if k in kwargs}
-        cell = self.cell_class(units, dtype=rnn_kwargs.get("dtype"),
-                               trainable=rnn_kwargs.get("trainable", True), **kwargs)
-        super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
-                         go_backwards=go_backwards, stateful=stateful, unroll=unroll,
-                         **rnn_kwargs)

@@ -281,6 +281,8 @@ class LayerNormLSTM(GatedRNN):
         Ba, Kiros & Hinton, "Layer Normalization", arXiv:1607.06450, 2016.
     """
 
+    cell_class = LayerNormLSTMCell
+
     def __init__(
         self,
         units: int,
@@ -316,45 +318,21 @@ class LayerNormLSTM(GatedRNN):
         validate_recurrent_args(
             owner, units, activation, recurrent_activation, dropout,
             recurrent_dropout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
-            return_sequences=return_sequences, return_state=return_state,
-            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
         )
         _check_norm_epsilon(owner, norm_epsilon)
-        cell = LayerNormLSTMCell(
-            units,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer,
-            bias_initializer=bias_initializer,
-            unit_forget_bias=unit_forget_bias,
-            norm_epsilon=norm_epsilon,
-            norm_gamma_initializer=norm_gamma_initializer,
-            norm_beta_initializer=norm_beta_initializer,
-            kernel_regularizer=kernel_regularizer,
-            recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint,
-            recurrent_constraint=recurrent_constraint,
-            bias_constraint=bias_constraint,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-            seed=seed,
-            zoneout=zoneout,
-            dtype=kwargs.get("dtype"),
-            trainable=kwargs.get("trainable", True),
-            name="layernorm_lstm_cell",
-        )
         super().__init__(
-            cell,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            stateful=stateful,
-            unroll=unroll,
-            activity_regularizer=activity_regularizer,
-            **kwargs,
+            units, activation=activation, recurrent_activation=recurrent_activation,
+            use_bias=use_bias, kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
+            unit_forget_bias=unit_forget_bias, norm_epsilon=norm_epsilon,
+            norm_gamma_initializer=norm_gamma_initializer,
+            norm_beta_initializer=norm_beta_initializer, kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+            dropout=dropout, recurrent_dropout=recurrent_dropout, seed=seed, zoneout=zoneout,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll, **kwargs,
         )
 
 

@@ -420,6 +420,8 @@ class NTM(GatedRNN):
         Collier & Beel, "Implementing Neural Turing Machines", ICANN 2018.
     """
 
+    cell_class = NTMCell
+
     def __init__(
         self,
         controller_units: int,
@@ -463,51 +465,23 @@ class NTM(GatedRNN):
         validate_recurrent_args(
             owner, controller_units, activation, recurrent_activation, dropout,
             recurrent_dropout, zoneout=zoneout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
-            return_sequences=return_sequences, return_state=return_state,
-            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
         )
-        kwargs.pop("units", None)
-        cell = NTMCell(
-            controller_units,
-            memory_size=memory_size,
-            memory_width=memory_width,
-            num_read_heads=num_read_heads,
-            num_write_heads=num_write_heads,
-            shift_range=shift_range,
-            output_size=output_size,
-            clip_value=clip_value,
-            initial_memory=initial_memory,
-            unit_forget_bias=unit_forget_bias,
-            initial_read_initializer=initial_read_initializer,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer,
-            bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer,
-            recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint,
-            recurrent_constraint=recurrent_constraint,
-            bias_constraint=bias_constraint,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-            seed=seed,
-            zoneout=zoneout,
-            dtype=kwargs.get("dtype"),
-            trainable=kwargs.get("trainable", True),
-            name="ntm_cell",
-        )
+        kwargs.pop("units", None)  # the cell's config has it; `controller_units` is the layer's
         super().__init__(
-            cell,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            stateful=stateful,
-            unroll=unroll,
-            activity_regularizer=activity_regularizer,
-            **kwargs,
+            controller_units, memory_size=memory_size, memory_width=memory_width,
+            num_read_heads=num_read_heads, num_write_heads=num_write_heads,
+            shift_range=shift_range, output_size=output_size, clip_value=clip_value,
+            initial_memory=initial_memory, unit_forget_bias=unit_forget_bias,
+            initial_read_initializer=initial_read_initializer, activation=activation,
+            recurrent_activation=recurrent_activation, use_bias=use_bias,
+            kernel_initializer=kernel_initializer, recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer, kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+            dropout=dropout, recurrent_dropout=recurrent_dropout, seed=seed, zoneout=zoneout,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll, **kwargs,
         )
 
     def reset_state(self):

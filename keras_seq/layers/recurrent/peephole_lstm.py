@@ -209,6 +209,8 @@ class PeepholeLSTM(GatedRNN):
         Gers & Schmidhuber, "Recurrent nets that time and count", IJCNN 2000.
     """
 
+    cell_class = PeepholeLSTMCell
+
     def __init__(
         self,
         units: int,
@@ -243,44 +245,20 @@ class PeepholeLSTM(GatedRNN):
         validate_recurrent_args(
             type(self).__name__, units, activation, recurrent_activation, dropout,
             recurrent_dropout, zoneout=zoneout, use_bias=use_bias, unit_forget_bias=unit_forget_bias,
-            return_sequences=return_sequences, return_state=return_state,
-            go_backwards=go_backwards, stateful=stateful, unroll=unroll,
-        )
-        cell = PeepholeLSTMCell(
-            units,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer,
-            bias_initializer=bias_initializer,
-            peephole_initializer=peephole_initializer,
-            unit_forget_bias=unit_forget_bias,
-            kernel_regularizer=kernel_regularizer,
-            recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer,
-            peephole_regularizer=peephole_regularizer,
-            kernel_constraint=kernel_constraint,
-            recurrent_constraint=recurrent_constraint,
-            bias_constraint=bias_constraint,
-            peephole_constraint=peephole_constraint,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-            seed=seed,
-            zoneout=zoneout,
-            dtype=kwargs.get("dtype"),
-            trainable=kwargs.get("trainable", True),
-            name="peephole_lstm_cell",
         )
         super().__init__(
-            cell,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            stateful=stateful,
-            unroll=unroll,
-            activity_regularizer=activity_regularizer,
-            **kwargs,
+            units, activation=activation, recurrent_activation=recurrent_activation,
+            use_bias=use_bias, kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
+            peephole_initializer=peephole_initializer, unit_forget_bias=unit_forget_bias,
+            kernel_regularizer=kernel_regularizer, recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer, peephole_regularizer=peephole_regularizer,
+            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
+            peephole_constraint=peephole_constraint, dropout=dropout,
+            recurrent_dropout=recurrent_dropout, seed=seed, zoneout=zoneout,
+            return_sequences=return_sequences, return_state=return_state,
+            go_backwards=go_backwards, stateful=stateful, unroll=unroll, **kwargs,
         )
 
 

@@ -6,17 +6,8 @@ import keras
 from keras import ops
 
 from keras_seq._validation import check_choice, check_float, check_int, check_positive_int
-from keras_seq.layers.recurrent.m_lstm import MLSTMCell
-from keras_seq.layers.recurrent.min_gru import MinGRUCell
-from keras_seq.layers.recurrent.min_lstm import MinLSTMCell
-from keras_seq.layers.recurrent.rg_lru import RGLRUCell
+from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell
-from keras_seq.layers.recurrent.s_lstm import SLSTMCell
-
-# The temporal mixing a block can hold; the xLSTM cells take `num_heads`.
-BLOCK_CELLS = {"mingru": MinGRUCell, "minlstm": MinLSTMCell, "rglru": RGLRUCell,
-               "mlstm": MLSTMCell, "slstm": SLSTMCell}
-_HEADED = ("mlstm", "slstm")
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -47,8 +38,10 @@ class RecurrentBlock(RecurrentCell):
     Args:
         units: int, the width d of the stream (input and output).
         cell: ``"rglru"`` (default), ``"mingru"``, ``"minlstm"``,
-            ``"mlstm"`` or ``"slstm"``.
-        num_heads: int, heads of the xLSTM cells (must divide ``units``). Default 1.
+            ``"mlstm"`` or ``"slstm"`` (the registry's block cells,
+            `keras_seq.layers.recurrent.registry.block_cell_names`).
+        num_heads: int, heads of the cells that take them (the xLSTM cells;
+            must divide ``units``). Default 1.
         conv_width: int ≥ 2, steps of the causal convolution. Default 4.
         intermediate_dim: int ≥ 0, width of the MLP's hidden layer; 0: no
             MLP; None (default): 3·units.
@@ -73,7 +66,7 @@ class RecurrentBlock(RecurrentCell):
                  **kwargs):
         owner = type(self).__name__
         units = check_positive_int(owner, "units", units)
-        cell = check_choice(owner, "cell", cell, tuple(BLOCK_CELLS))
+        cell = check_choice(owner, "cell", cell, registry.block_cell_names())
         num_heads = check_positive_int(owner, "num_heads", num_heads)
         conv_width = check_int(owner, "conv_width", conv_width, minimum=2)
         intermediate_dim = check_int(owner, "intermediate_dim", intermediate_dim, minimum=0,
@@ -83,8 +76,7 @@ class RecurrentBlock(RecurrentCell):
         self.units, self.cell_name, self.num_heads = units, cell, num_heads
         self.conv_width, self.epsilon = conv_width, epsilon
         self.intermediate_dim = 3 * units if intermediate_dim is None else intermediate_dim
-        heads = {"num_heads": num_heads} if cell in _HEADED else {}
-        inner = BLOCK_CELLS[cell](units, dtype=self.dtype_policy, name="cell", **heads)
+        inner = registry.block_cell(cell, units, num_heads, dtype=self.dtype_policy, name="cell")
         self.recurrence = RNN(inner, return_sequences=True, return_state=True,
                               dtype=self.dtype_policy, name="recurrence")
         self.state_size = [(conv_width - 1) * units, *_sizes(inner.state_size)]

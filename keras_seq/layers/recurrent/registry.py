@@ -1,35 +1,49 @@
-"""The one registry of ``cell=`` names: the model builders, the training
-options, the command line and the tests all read it.
+"""The one registry of recurrent cells by name: the model builders, the
+training options, the command line and the tests all read it.
 
-A name maps to a cell class and, for the package's own cells, the layer
-class that drives it with the cell's arguments; a cell registered alone
-runs in `keras_seq.layers.RNN`. How many states a cell carries is read from
-its ``state_size``, never from its name.
+Two kinds of name: the ``cell=`` of the model builders (`cell_names`,
+`register_cell`; also `TrainingConfig.cell` and ``keras-seq train --cell``),
+each a cell class and, for the package's own cells, the layer class that
+drives it with the cell's arguments (a cell registered alone runs in
+`keras_seq.layers.RNN`); and the ``cell=`` of `RecurrentBlock`
+(`block_cell_names`), the cells of the block language models, whose kinds
+and cells are `keras_seq.model_kinds.BLOCK_MODELS` (a module without Keras:
+the command line reads it before loading Keras). What a cell carries is
+read from its class, never from its name: the number of states from its
+``state_size`` (`num_states`; two, h and c, make the LSTM family,
+`is_lstm_family`), the heads from its ``num_heads`` argument
+(`takes_num_heads`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import keras
 
 from keras_seq._validation import check_choice
 from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell
+from keras_seq.layers.recurrent.gated_cell import cell_and_rnn_arguments
 from keras_seq.layers.recurrent.gru import GRU, GRUCell
 from keras_seq.layers.recurrent.layernorm_lstm import LayerNormLSTM, LayerNormLSTMCell
+from keras_seq.layers.recurrent.m_lstm import MLSTMCell
 from keras_seq.layers.recurrent.min_gru import MinGRU, MinGRUCell
 from keras_seq.layers.recurrent.min_lstm import MinLSTM, MinLSTMCell
 from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMCell
+from keras_seq.layers.recurrent.rg_lru import RGLRUCell
 from keras_seq.layers.recurrent.rnn import RNN
+from keras_seq.layers.recurrent.s_lstm import SLSTMCell
 
-# name -> (layer class or None, cell class), in registration order.
+# ``cell=`` name of the builders -> (layer class or None, cell class), in
+# registration order; None: the cell runs in `RNN`.
 _CELLS: dict[str, tuple[type | None, type]] = {}
-
-# The arguments of a layer built around a registered cell that go to `RNN`;
-# the others go to the cell.
-_RNN_ARGUMENTS = ("return_sequences", "return_state", "go_backwards", "stateful", "unroll",
-                  "name", "dtype", "trainable", "activity_regularizer")
+# ``cell=`` name of `RecurrentBlock` -> cell class: the temporal mixing of
+# the block language models (`keras_seq.model_kinds.BLOCK_MODELS`). Fixed: a
+# block's saved config names its cell, which must keep meaning that class.
+_BLOCK_CELLS: dict[str, type] = {"mingru": MinGRUCell, "minlstm": MinLSTMCell,
+                                 "rglru": RGLRUCell, "mlstm": MLSTMCell, "slstm": SLSTMCell}
 
 
 def register_cell(name: str, *classes: type) -> None:
@@ -39,8 +53,9 @@ def register_cell(name: str, *classes: type) -> None:
     ...)`` in `keras_seq.layers.RNN`. ``register_cell(name, layer_class,
     cell_class)``: they build ``layer_class(units, return_sequences=...,
     return_state=...)`` for a sequence and ``cell_class(units)`` in the
-    seq2seq decoder. Together with the cell's own file, its test and its
-    line in `keras_seq.layers`, this is all a new cell needs.
+    seq2seq decoder. The name is then also a `TrainingConfig.cell` (`train`)
+    and a ``keras-seq train --cell``. Together with the cell's own file, its
+    test and its line in `keras_seq.layers`, this is all a new cell needs.
 
     Args:
         name: the ``cell=`` name, e.g. ``"mgu"``.
@@ -70,17 +85,22 @@ def register_cell(name: str, *classes: type) -> None:
 
 
 def cell_names() -> tuple[str, ...]:
-    """The registered names, in registration order."""
+    """The ``cell=`` names of the builders, in registration order."""
     return tuple(_CELLS)
 
 
+def block_cell_names() -> tuple[str, ...]:
+    """The cells a `RecurrentBlock` holds (its ``cell=``)."""
+    return tuple(_BLOCK_CELLS)
+
+
 def check_cell(cell: str, where: str) -> str:
-    """``cell`` if it is registered, else a ``ValueError`` naming ``where``."""
+    """``cell`` if it is a registered ``cell=`` name, else a ``ValueError`` naming ``where``."""
     return check_choice(where, "cell", cell, cell_names())
 
 
 def cell_class(cell: str) -> type:
-    """The cell class of a registered name."""
+    """The cell class of a registered ``cell=`` name."""
     return _CELLS[check_cell(cell, "cell_class")][1]
 
 
@@ -89,15 +109,15 @@ def recurrent_layer(cell: str, units: int, **kwargs):
 
     ``kwargs`` are the layer's arguments (``return_sequences``,
     ``return_state``, ``go_backwards``, ``name``, ...) and the cell's
-    (``zoneout``, ``dropout``, ...).
+    (``zoneout``, ``dropout``, ...). A cell registered without a layer runs
+    in `keras_seq.layers.RNN`, its arguments split from the RNN's as every
+    layer of the package splits them (`cell_and_rnn_arguments`).
     """
     layer_class, cls = _CELLS[check_cell(cell, "recurrent_layer")]
     if layer_class is not None:
         return layer_class(units, **kwargs)
-    rnn_kwargs = {k: kwargs.pop(k) for k in _RNN_ARGUMENTS if k in kwargs}
-    if "dtype" in rnn_kwargs:
-        kwargs["dtype"] = rnn_kwargs["dtype"]  # the cell computes in the layer's policy
-    return RNN(cls(units, **kwargs), **rnn_kwargs)
+    cell_instance, rnn_arguments = cell_and_rnn_arguments(cls, units, kwargs)
+    return RNN(cell_instance, **rnn_arguments)
 
 
 @functools.cache
@@ -111,18 +131,39 @@ def num_states(cell: str) -> int:
     return len(state_size) if isinstance(state_size, (list, tuple)) else 1
 
 
+def is_lstm_family(cell: str) -> bool:
+    """Whether the registered cell carries an LSTM's two states, h and c (from
+    its ``state_size``): the LSTM family, which shares the translation
+    defaults `keras_seq.run_config.LSTM_FAMILY_DEFAULTS`."""
+    return num_states(cell) == 2
+
+
+def takes_num_heads(cell: str) -> bool:
+    """Whether the `RecurrentBlock` cell ``cell`` takes ``num_heads`` (the
+    xLSTM cells), from its class's arguments."""
+    cls = _BLOCK_CELLS[check_choice("takes_num_heads", "cell", cell, block_cell_names())]
+    return "num_heads" in inspect.signature(cls).parameters
+
+
+def block_cell(cell: str, units: int, num_heads: int = 1, **kwargs):
+    """The `RecurrentBlock` cell ``cell`` with ``units`` (and ``num_heads``
+    when it takes heads); ``kwargs`` are Keras' layer arguments (``dtype``,
+    ``name``)."""
+    heads = {"num_heads": num_heads} if takes_num_heads(cell) else {}
+    return _BLOCK_CELLS[cell](units, **heads, **kwargs)
+
+
 register_cell("gru", GRU, GRUCell)
 register_cell("lstm", ConvertibleLSTM, keras.layers.LSTMCell)
 register_cell("peephole", PeepholeLSTM, PeepholeLSTMCell)
 register_cell("coupled", CoupledGateLSTM, CoupledGateLSTMCell)
 register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)
 register_cell("layernorm_lstm", LayerNormLSTM, LayerNormLSTMCell)
-# Every builder takes a registered cell, the seq2seq decoder too: its states
-# are (B, units) tensors with h first, each a Dense layer of the encoder's
-# final states. The RG-LRU (input width = units), the mLSTM (a matrix state,
-# no h) and the sLSTM (its normaliser n must stay positive: a bridged n
-# divides by anything, NaN within a few steps) do not fit it; the language
-# models hold them in `RecurrentBlock`s (`models.language_model(kind="rglru"
-# | "xlstm")`).
 register_cell("mingru", MinGRU, MinGRUCell)
 register_cell("minlstm", MinLSTM, MinLSTMCell)
+# The builders' cells are also the seq2seq decoder's: its states are (B,
+# units) tensors with h first, each a Dense layer of the encoder's final
+# states. The RG-LRU (input width = units), the mLSTM (a matrix state, no h)
+# and the sLSTM (its normaliser n must stay positive: a bridged n divides by
+# anything, NaN within a few steps) do not fit it: they are block cells only
+# (`models.language_model(kind="rglru" | "xlstm")`).
