@@ -486,10 +486,10 @@ def main():
         print(row, flush=True)
     after = f"load average after: {os.getloadavg()[0]:.1f}"
     if args.backend == "tensorflow":
-        # Plain unless KERAS_SEQ_STEP_MATMUL says otherwise.
-        from keras_seq.layers.recurrent.backend_tensorflow import STEP_MATMUL
+        # KERAS_SEQ_STEP_MATMUL, or the form timed once in this process (auto).
+        from keras_seq.layers.recurrent.backend_tensorflow import STEP_MATMUL, step_matmul_form
 
-        after = f"step matmul form: {STEP_MATMUL}; {after}"
+        after = f"step matmul form: {step_matmul_form()} ({STEP_MATMUL}); {after}"
     print(f"\n{after}")
 
 

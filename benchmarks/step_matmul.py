@@ -1,13 +1,14 @@
 """Which form of a step's ``h @ U + b`` is faster on this machine (TensorFlow, CPU).
 
 TensorFlow runs a recurrent step's matmul either as MatMul and BiasAdd,
-which oneDNN fuses with the step's next Add into one kernel (the default),
-or as a plain MatMul and Add. Which is faster depends on the CPU, by a
-factor of 3-6 at batch 1 in either direction on some (benchmarks/RESULTS.md,
-"The step's matmul"). This script times the layers whose step has that
-matmul at inference in both forms, in one process with interleaved
-repetitions, and prints the ratio; set ``KERAS_SEQ_STEP_MATMUL=plain``
-where the plain form wins.
+which oneDNN fuses with the step's next Add into one kernel, or as a plain
+MatMul and Add. Which is faster depends on the CPU, by a factor of 2-3 at
+batch 1 in either direction (benchmarks/RESULTS.md, "The step's matmul"),
+so by default each process times both once and keeps the faster
+(``KERAS_SEQ_STEP_MATMUL=auto``). This script times the layers whose step
+has that matmul at inference in both forms, in one process with
+interleaved repetitions (the input an argument with a static shape, as
+``predict`` traces it), and prints the ratio and the form ``auto`` picks.
 
     python benchmarks/step_matmul.py [--batches 1 64] [--repeats 21]
         [--layers PeepholeLSTM CoupledGateLSTM GRU]
@@ -30,14 +31,14 @@ from keras_seq import layers  # noqa: E402
 from keras_seq.layers.recurrent import backend_tensorflow  # noqa: E402
 
 
-def _traced(layer, form):
+def _traced(layer, form, shape):
     """A tf.function of the layer traced with the step's matmul in ``form``."""
     function = tf.function(lambda x: layer(x, training=False))
     backend_tensorflow.STEP_MATMUL = form  # read while tracing, restored below
     try:
-        return function.get_concrete_function(tf.TensorSpec((None, None, 128), tf.float32))
+        return function.get_concrete_function(tf.TensorSpec(shape, tf.float32))
     finally:
-        backend_tensorflow.STEP_MATMUL = backend_tensorflow.step_matmul_form(os.environ)
+        backend_tensorflow.STEP_MATMUL = backend_tensorflow.step_matmul_setting(os.environ)
 
 
 def main():
@@ -47,14 +48,15 @@ def main():
     parser.add_argument("--layers", nargs="*", default=["PeepholeLSTM", "CoupledGateLSTM", "GRU"])
     args = parser.parse_args()
     tf.config.set_visible_devices([], "GPU")
+    print(f"auto picks: {backend_tensorflow.calibrated_step_matmul()}")
     print("| layer | batch | plain median ms | fused median ms | fused / plain |")
     print("|---|---|---|---|---|")
     for name in args.layers:
         layer = getattr(layers, name)(256, return_sequences=True)
         layer.build((None, None, 128))
-        forms = {form: _traced(layer, form) for form in ("plain", "fused")}
         for batch in args.batches:
             x = tf.constant(np.random.default_rng(0).normal(size=(batch, 100, 128)), tf.float32)
+            forms = {form: _traced(layer, form, x.shape) for form in ("plain", "fused")}
             times = {form: [] for form in forms}
             for fn in forms.values():
                 fn(x)  # warm up

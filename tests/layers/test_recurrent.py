@@ -608,14 +608,38 @@ def test_both_step_matmul_forms_match_numpy_reference(case, form, rng, monkeypat
 
 
 @pytest.mark.tensorflow_only
-def test_step_matmul_form_comes_from_the_environment_else_fused():
-    from keras_seq.layers.recurrent.backend_tensorflow import step_matmul_form
+def test_step_matmul_form_comes_from_the_environment_else_auto():
+    from keras_seq.layers.recurrent.backend_tensorflow import step_matmul_setting
 
-    assert step_matmul_form({}) == "fused"
-    assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "plain"}) == "plain"
-    assert step_matmul_form({"KERAS_SEQ_STEP_MATMUL": " Fused"}) == "fused"
+    assert step_matmul_setting({}) == "auto"
+    assert step_matmul_setting({"KERAS_SEQ_STEP_MATMUL": "plain"}) == "plain"
+    assert step_matmul_setting({"KERAS_SEQ_STEP_MATMUL": " Fused"}) == "fused"
     with pytest.raises(ValueError, match="KERAS_SEQ_STEP_MATMUL.*'fast'"):
-        step_matmul_form({"KERAS_SEQ_STEP_MATMUL": "fast"})
+        step_matmul_setting({"KERAS_SEQ_STEP_MATMUL": "fast"})
+
+
+@pytest.mark.tensorflow_only
+def test_auto_step_matmul_takes_the_form_that_timing_both_finds_faster(monkeypatch):
+    """``auto`` (the default) times both forms once per process and keeps
+    the one whose worse ratio to the faster form, at batch 1 and 64, is smaller."""
+    from keras_seq.layers.recurrent import backend_tensorflow
+
+    time_both = backend_tensorflow._time_step_matmul_forms
+
+    def timed(times):
+        monkeypatch.setattr(backend_tensorflow, "_time_step_matmul_forms", lambda: times)
+        backend_tensorflow.calibrated_step_matmul.cache_clear()
+        return backend_tensorflow.calibrated_step_matmul()
+
+    monkeypatch.setattr(backend_tensorflow, "STEP_MATMUL", "auto")
+    try:
+        assert timed({"plain": {1: 2.0, 64: 13.0}, "fused": {1: 5.0, 64: 16.0}}) == "plain"
+        assert timed({"plain": {1: 7.0, 64: 50.0}, "fused": {1: 2.5, 64: 52.0}}) == "fused"
+        assert backend_tensorflow.step_matmul_form() == "fused"
+    finally:
+        backend_tensorflow.calibrated_step_matmul.cache_clear()
+    times = time_both(batches=(1,), steps=3, repeats=1)
+    assert set(times) == {"plain", "fused"} and all(t[1] > 0 for t in times.values())
 
 
 @pytest.mark.tensorflow_only

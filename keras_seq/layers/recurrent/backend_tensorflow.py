@@ -25,7 +25,10 @@ The measurements behind these choices are in ``benchmarks/RESULTS.md``
 
 from __future__ import annotations
 
+import functools
 import os
+import statistics
+import time
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -40,28 +43,100 @@ BodyFn = Callable[[list, list], tuple]
 # trade-off measured (benchmarks/RESULTS.md, "Inference since run 5").
 STEPS_PER_ITERATION = 8
 
-# ``"fused"`` (MatMul and BiasAdd, which oneDNN fuses with the step's next
-# Add into one kernel) or ``"plain"`` (MatMul, then Add): how
-# `recurrent_matmul` computes a step's ``h @ U + b``. Which is faster
-# depends on the CPU; fused is as fast as plain, or faster, on every CPU
-# measured but one (benchmarks/RESULTS.md, "The step's matmul";
-# `benchmarks/step_matmul.py` times both on a machine). Fixed when this
-# module is imported: the environment variable, else fused.
+# How `recurrent_matmul` computes a step's ``h @ U + b``: ``"fused"``
+# (MatMul and BiasAdd, which oneDNN fuses with the step's next Add into one
+# kernel) or ``"plain"`` (MatMul, then Add). Which is faster depends on the
+# CPU, by a factor of 2-3 at batch 1 either way on the CPUs measured
+# (benchmarks/RESULTS.md, "The step's matmul"), so neither is a default:
+# ``"auto"`` (`KERAS_SEQ_STEP_MATMUL` unset) times both once per process
+# (`calibrated_step_matmul`), and the variable fixes one instead. Read when
+# this module is imported.
 STEP_MATMUL_ENV = "KERAS_SEQ_STEP_MATMUL"
+STEP_MATMUL_FORMS = ("plain", "fused")
 
 
-def step_matmul_form(environ) -> str:
-    """The form `KERAS_SEQ_STEP_MATMUL` names in ``environ``, else ``"fused"``."""
-    form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "fused"
-    if form not in ("plain", "fused"):
+def step_matmul_setting(environ) -> str:
+    """``"plain"``, ``"fused"`` or ``"auto"``: what `KERAS_SEQ_STEP_MATMUL`
+    says in ``environ`` (unset or empty: ``"auto"``)."""
+    form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "auto"
+    if form not in (*STEP_MATMUL_FORMS, "auto"):
         raise ValueError(
-            f"Environment variable {STEP_MATMUL_ENV}: expected 'plain' or 'fused' (or unset), "
-            f"received {environ[STEP_MATMUL_ENV]!r}."
+            f"Environment variable {STEP_MATMUL_ENV}: expected 'plain', 'fused' or 'auto' "
+            f"(or unset), received {environ[STEP_MATMUL_ENV]!r}."
         )
     return form
 
 
-STEP_MATMUL = step_matmul_form(os.environ)
+STEP_MATMUL = step_matmul_setting(os.environ)
+
+
+def step_matmul_form() -> str:
+    """The form of a step's ``h @ U + b`` in this process: `STEP_MATMUL`, or
+    the calibrated one when it is ``"auto"``."""
+    return calibrated_step_matmul() if STEP_MATMUL == "auto" else STEP_MATMUL
+
+
+@functools.cache
+def calibrated_step_matmul() -> str:
+    """The faster form on this machine, timed once per process.
+
+    An LSTM-sized step (256 units) in the inference loop (`_scan_convertible`,
+    static shapes, as ``predict`` traces it), at batch 1 and 64, in both
+    forms, interleaved; the form whose worse ratio to the faster one of the
+    two batches is smaller. It runs eagerly the first time a layer's step is
+    traced with ``"auto"`` (about 0.3 s; docs/contract.md, "Which form runs
+    where"). With a GPU visible: ``"fused"``, untimed (oneDNN's kernels are
+    the CPU's).
+    """
+    if TensorFlowOps.device() == "gpu":
+        return "fused"
+    with tf.init_scope():
+        times = _time_step_matmul_forms()
+    worst = {form: max(times[form][b] / min(times[f][b] for f in STEP_MATMUL_FORMS)
+                       for b in times[form]) for form in STEP_MATMUL_FORMS}
+    return min(STEP_MATMUL_FORMS, key=lambda form: (worst[form], form != "fused"))
+
+
+def _time_step_matmul_forms(batches=(1, 64), steps=24, units=256, repeats=3) -> dict:
+    """``{form: {batch: median seconds}}`` of the step loop in both forms."""
+    generator = tf.random.Generator.from_seed(0)
+    U = generator.normal((units, 4 * units), stddev=0.05)
+    b = generator.normal((4 * units,), stddev=0.05)
+    times = {form: {} for form in STEP_MATMUL_FORMS}
+    for batch in batches:
+        xw = generator.normal((steps, batch, 4 * units))
+        h0 = tf.zeros((batch, units))
+        runs = {}
+        for form in STEP_MATMUL_FORMS:
+            def body(xs_t, carry, form=form):
+                z = xs_t[0] + _step_matmul(carry[0], U, b, form)
+                h = tf.tanh(z[:, :units]) * tf.sigmoid(z[:, units:2 * units])
+                return [h], [h]
+
+            runs[form] = tf.function(
+                lambda xw, h0=h0, body=body: _scan_convertible(
+                    body, [xw], [h0], [h0], True, STEPS_PER_ITERATION)[0][0],
+                input_signature=[tf.TensorSpec(xw.shape, xw.dtype)], autograph=False)
+            runs[form](xw)  # trace outside the timing
+        samples = {form: [] for form in STEP_MATMUL_FORMS}
+        for r in range(repeats):
+            for form in (STEP_MATMUL_FORMS if r % 2 == 0 else STEP_MATMUL_FORMS[::-1]):
+                start = time.perf_counter()
+                runs[form](xw).numpy()
+                samples[form].append(time.perf_counter() - start)
+        for form in STEP_MATMUL_FORMS:
+            times[form][batch] = statistics.median(samples[form])
+    return times
+
+
+def _step_matmul(h, kernel, bias, form: str):
+    """``h @ kernel + bias`` in ``form`` (see `STEP_MATMUL_ENV`)."""
+    if bias is None:
+        return tf.matmul(h, kernel)
+    if form == "fused":
+        return tf.nn.bias_add(tf.matmul(h, kernel), bias)
+    return tf.matmul(h, kernel) + bias
+
 
 # The attribute of a traced graph that holds an exporter's lowering
 # (`TensorFlowOps.export_lowering`).
@@ -92,13 +167,10 @@ class TensorFlowOps:
 
     @staticmethod
     def recurrent_matmul(h, kernel, bias):
-        """``h @ kernel + bias`` for one step, in the form `STEP_MATMUL` names
-        (under XLA both compile alike; they may differ in the last bit)."""
-        if bias is None:
-            return tf.matmul(h, kernel)
-        if STEP_MATMUL == "fused":
-            return tf.nn.bias_add(tf.matmul(h, kernel), bias)
-        return tf.matmul(h, kernel) + bias
+        """``h @ kernel + bias`` for one step, in this process's form
+        (`step_matmul_form`; under XLA both compile alike, and may differ in
+        the last bit)."""
+        return _step_matmul(h, kernel, bias, step_matmul_form())
 
     @staticmethod
     def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):

@@ -3,8 +3,8 @@
 Every form computes the numbers of the cell's ``step`` run step by step
 (to float round-off); this module alone decides which one a call runs, from
 what the cell declares and from a few facts of the backend
-(`keras_seq.layers.recurrent.backend`), when the layer is traced, never by
-timing. The table (``docs/contract.md``, "Which form runs where", says the
+(`keras_seq.layers.recurrent.backend`), when the layer is traced (never by
+timing, except the step's matmul below). The table (``docs/contract.md``, "Which form runs where", says the
 same):
 
 | backend | device | ``training=True`` | inference, streaming, export |
@@ -32,9 +32,12 @@ Inside those forms:
   GPU a log-depth parallel scan (TensorFlow and PyTorch: Hillis and
   Steele's doubling scan; JAX: ``lax.associative_scan``).
 - **A step's** ``h @ U + b`` on TensorFlow: MatMul and BiasAdd, which oneDNN
-  fuses with the step's next Add (``"fused"``, the default), or MatMul and
-  Add (``"plain"``); ``KERAS_SEQ_STEP_MATMUL=plain|fused`` overrides it when
-  the process starts (`backend_tensorflow.step_matmul_form`).
+  fuses with the step's next Add (``"fused"``), or MatMul and Add
+  (``"plain"``). Which is faster depends on the CPU, 2-3x at batch 1 either
+  way, so by default (``"auto"``) each process times both once, the first
+  time a step is traced, and keeps the faster
+  (`backend_tensorflow.calibrated_step_matmul`: the one documented choice
+  made by timing); ``KERAS_SEQ_STEP_MATMUL=plain|fused`` fixes it instead.
 
 The measurements behind each choice are in ``benchmarks/RESULTS.md``.
 """
