@@ -14,6 +14,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 OFF_TF=(tests/layers tests/backends)
+# The step's matmul form, which each process otherwise times once (`auto`,
+# under a second): the suite starts hundreds of processes, and its own test
+# covers the timing. Both forms are checked against NumPy.
+export KERAS_SEQ_STEP_MATMUL="${KERAS_SEQ_STEP_MATMUL:-plain}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

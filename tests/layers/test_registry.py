@@ -195,18 +195,3 @@ def test_a_registered_user_cell_is_searched_by_default(janet):
 
     assert janet in Seq2SeqHyperModel(5, 5).cells
     assert janet in ClassifierHyperModel(5, 2).cells
-
-
-@pytest.mark.tensorflow_only
-@pytest.mark.slow
-def test_a_registered_user_cell_trains_with_train(janet, tiny_run_options, tmp_path):
-    from keras_seq import training
-
-    result = training.train(training.TrainingConfig(cell=janet, out=str(tmp_path),
-                                                    name="janet", **tiny_run_options))
-    assert result.metrics["config"]["cell"] == janet
-    assert any(isinstance(layer, layers.RNN) and isinstance(layer.cell, JANETCell)
-               for layer in result.model._flatten_layers())
-    loaded = keras.saving.load_model(tmp_path / "janet" / "model.keras", safe_mode=True)
-    assert [w.shape for w in loaded.get_weights()] == [
-        w.shape for w in result.model.get_weights()]
