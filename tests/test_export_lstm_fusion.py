@@ -120,6 +120,29 @@ def test_stack_bidirectional_and_nested_model_fuse_every_layer(rng):
     _assert_matches_keras(flatbuffer, model, xs)
 
 
+def test_subclasses_fuse_as_their_parents_and_a_redefined_step_keeps_its_loop(rng):
+    """The kernel is found through the cell's operator form: a subclass that
+    keeps the step inherits it; one that redefines the step keeps its loop."""
+
+    class MyPeephole(layers.PeepholeLSTM):
+        pass
+
+    class DoubledCell(layers.CoupledGateLSTMCell):
+        def step(self, inputs, states, training=False):
+            h, (_, c) = super().step(inputs, states, training=training)
+            return 2.0 * h, [2.0 * h, c]
+
+    inputs = keras.Input((None, FEATURES))
+    h = MyPeephole(UNITS, return_sequences=True)(inputs)
+    outputs = layers.RNN(DoubledCell(UNITS))(h)
+    model = keras.Model(inputs, outputs)
+    _randomize(model)
+    flatbuffer = convert_to_tflite(model, fuse_lstm=True)
+    assert len(_fused_ops(flatbuffer)) == 1 and "WHILE" in tflite_op_names(flatbuffer)
+    xs = [rng.normal(size=(1, LENGTH, FEATURES)).astype("float32") for _ in range(2)]
+    _assert_matches_keras(flatbuffer, model, xs)
+
+
 @pytest.mark.parametrize("kind", ["keras_lstm", "peephole"])
 def test_cell_state_beyond_ten_is_not_clipped(kind, rng):
     length = 30

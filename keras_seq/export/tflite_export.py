@@ -48,7 +48,9 @@ def convert_to_tflite(
             dynamic-range quantization: no representative dataset) or
             ``"float16"`` (weights stored as float16, computed in float32).
         fuse_lstm: turn every `PeepholeLSTM`, `CoupledGateLSTM` and
-            `keras.layers.LSTM` into TFLite's fused ``UNIDIRECTIONAL_SEQUENCE_LSTM``
+            `keras.layers.LSTM` (every layer whose cell declares an
+            `LSTMForm`: their subclasses that keep the step, a user's cell)
+            into TFLite's fused ``UNIDIRECTIONAL_SEQUENCE_LSTM``
             with its peephole and coupled-input-gate inputs set (needs a static
             batch: `batch_size`, default 1); each ``invoke()`` starts from a
             zero state. A layer the kernel cannot express (one that receives a

@@ -6,7 +6,8 @@ needs, and that derivative in closed form. For every public cell that has
 one (found by asking each cell, not from a list), one step of ``forward``
 must give ``step``'s new states, and ``backward`` the gradients that the
 backend's autodiff of ``step`` gives, for the inputs, the states and every
-weight.
+weight. (On TensorFlow: the derivatives train there alone; they are
+written in ``keras.ops`` and pass on JAX and PyTorch too.)
 """
 
 import keras
@@ -65,6 +66,7 @@ def _with_derivative():
 
 
 CASES = _with_derivative()
+pytestmark = pytest.mark.tensorflow_only
 
 
 def test_the_cells_with_a_derivative_are_found_by_asking_them():
