@@ -127,14 +127,14 @@ def test_subclasses_fuse_as_their_parents_and_a_redefined_step_keeps_its_loop(rn
     class MyPeephole(layers.PeepholeLSTM):
         pass
 
-    class DoubledCell(layers.CoupledGateLSTMCell):
+    class HalvedCell(layers.CoupledGateLSTMCell):
         def step(self, inputs, states, training=False):
             h, (_, c) = super().step(inputs, states, training=training)
-            return 2.0 * h, [2.0 * h, c]
+            return 0.5 * h, [0.5 * h, c]
 
     inputs = keras.Input((None, FEATURES))
     h = MyPeephole(UNITS, return_sequences=True)(inputs)
-    outputs = layers.RNN(DoubledCell(UNITS))(h)
+    outputs = layers.RNN(HalvedCell(UNITS))(h)
     model = keras.Model(inputs, outputs)
     _randomize(model)
     flatbuffer = convert_to_tflite(model, fuse_lstm=True)

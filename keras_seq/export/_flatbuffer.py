@@ -108,12 +108,12 @@ def edit_fused_ops(flatbuffer: bytes, layers: dict[str, FusedLayer]) -> bytes:
                 weights_type = subgraph.tensors[op.inputs[INPUT_TO_GATE["f"]]].type
                 for index, vector in layer.peepholes.items():
                     op.inputs[index] = _add_constant(model_t, subgraph, vector, weights_type)
-                operators += [
-                    _fill_zeros(model_t, subgraph, op.inputs[i])
-                    for i in (_OUTPUT_STATE, _CELL_STATE)
-                ]
+                for i in (_OUTPUT_STATE, _CELL_STATE):
+                    op.inputs[i] = _own_state(model_t, subgraph, op.inputs[i])
+                    operators.append(_fill_zeros(model_t, subgraph, op.inputs[i]))
             operators.append(op)
         subgraph.operators = operators
+        subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
     missing = [layer.name for key, layer in layers.items() if key not in fused]
     if missing:
         raise RuntimeError(
@@ -237,6 +237,40 @@ def _add_constant(model_t, subgraph, vector: np.ndarray, weights_type: int) -> i
     raise RuntimeError(
         f"convert_fused_lstm: unexpected LSTM weight type {weights_type} (float32 or int8)."
     )
+
+
+def _without_unread_dequantizes(model_t, subgraph) -> list:
+    """The subgraph's ops but the DEQUANTIZEs whose outputs nothing reads: with
+    float16 weights, those that made the fused ops' former state tensors."""
+    read = set(int(i) for i in subgraph.outputs)
+    for op in subgraph.operators:
+        read.update(int(i) for i in op.inputs if i >= 0)
+    dequantize = _schema().BuiltinOperator.DEQUANTIZE
+    return [op for op in subgraph.operators
+            if _builtin_code(model_t, op) != dequantize or any(int(o) in read for o in op.outputs)]
+
+
+def _own_state(model_t, subgraph, index: int) -> int:
+    """A new variable tensor like tensor ``index``, for one fused op alone.
+
+    The converter may give an LSTM op's zero state and another op's zeros
+    (the initial state of a recurrent layer after it) one tensor; the op
+    writes its final state into it, which the other op then reads instead
+    of zeros.
+    """
+    schema = _schema()
+    source = subgraph.tensors[index]
+    tensor = schema.TensorT()
+    tensor.shape = np.array(source.shape, np.int32)
+    tensor.shapeSignature = source.shapeSignature
+    tensor.type = source.type
+    tensor.name = "state"
+    tensor.quantization = source.quantization
+    tensor.isVariable = True
+    model_t.buffers.append(schema.BufferT())
+    tensor.buffer = len(model_t.buffers) - 1
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 def _fill_zeros(model_t, subgraph, state_index: int):
