@@ -101,3 +101,34 @@ def test_the_layers_and_builders_import_no_tensorflow_on_other_backends(backend)
     )
     result = _run(backend, "-c", script)
     assert "TENSORFLOW False" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_on_a_backend_without_the_loop_the_layers_import_and_a_recurrent_layer_refuses():
+    """Keras' numpy backend runs no recurrent loop of this package: importing
+    `keras_seq.layers` still works and so do the other layers, and making a
+    recurrent layer is one line naming it and the backend."""
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from keras_seq import layers
+
+        context = layers.BahdanauAttention(4)(np.ones((2, 3), "float32"),
+                                             np.ones((2, 5, 3), "float32"))
+        print("ATTENTION", tuple(context.shape))
+        for make in (lambda: layers.GRU(3), lambda: layers.RNN(layers.MinGRUCell(3))):
+            try:
+                make()
+            except RuntimeError as error:
+                print("REFUSED |", error)
+        """
+    )
+    result = _run("numpy", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert "ATTENTION (2, 3)" in result.stdout
+    refused = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
+    assert refused == [
+        "REFUSED | GRU: the recurrent layers run on the TensorFlow, JAX and PyTorch backends; "
+        "Keras runs on 'numpy'. Set KERAS_BACKEND to one of them.",
+        "REFUSED | RNN: the recurrent layers run on the TensorFlow, JAX and PyTorch backends; "
+        "Keras runs on 'numpy'. Set KERAS_BACKEND to one of them.",
+    ]
