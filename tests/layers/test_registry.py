@@ -4,6 +4,9 @@ one way a layer builds its cell (`gated_cell.cell_and_rnn_arguments`).
 Every registered name builds a layer (or a `RecurrentBlock`) with the states
 its cell declares; a user's cell registered once reaches the builders,
 `TrainingConfig`, the command line, the tuner and `train`.
+
+Names and classes, the same on every backend: this runs on TensorFlow only
+(the layers it builds are tested on every backend in their own files).
 """
 
 import keras
@@ -17,6 +20,8 @@ from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.gated_cell import GatedRNN
 from keras_seq.layers.recurrent.kernel_cell import KernelRNN
 from keras_seq.model_kinds import BLOCK_MODELS, LANGUAGE_MODEL_KINDS
+
+pytestmark = pytest.mark.tensorflow_only
 
 B, T, IN, U = 2, 4, 3, 4
 
