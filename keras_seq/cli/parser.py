@@ -117,8 +117,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
-        "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once); --task classify: "
-        "labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
+        "UTF-8 text (FILE.txt; default: tiny Shakespeare, shipped with the package); "
+        "--task classify: labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
     )
     train.add_argument(
         "--test-data", metavar="FILE.tsv",
