@@ -23,7 +23,6 @@ import inspect
 import keras
 
 from keras_seq._validation import check_choice
-from keras_seq.model_kinds import BUILT_IN_CELLS
 from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell
 from keras_seq.layers.recurrent.gated_cell import cell_and_rnn_arguments
@@ -36,6 +35,7 @@ from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMC
 from keras_seq.layers.recurrent.rg_lru import RGLRUCell
 from keras_seq.layers.recurrent.rnn import RNN
 from keras_seq.layers.recurrent.s_lstm import SLSTMCell
+from keras_seq.model_kinds import BUILT_IN_CELLS
 
 # ``cell=`` name of the builders -> (layer class or None, cell class), in
 # registration order; None: the cell runs in `RNN`.
