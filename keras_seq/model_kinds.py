@@ -1,13 +1,19 @@
-"""The kinds of `keras_seq.models.language_model`, by name.
+"""The kinds of `keras_seq.models.language_model` and the built-in cells, by name.
 
 A module without dependencies, as `keras_seq.reserved_tokens` is: the
-command line offers and checks ``--model`` before it loads Keras. The
-builder, `keras_seq.run_config` and the tests read the kinds here; the
-cells a block model names are the `RecurrentBlock` cells of the one
-registry, `keras_seq.layers.recurrent.registry`.
+command line offers and checks ``--model`` and ``--cell`` before it loads
+Keras. The builder, `keras_seq.run_config` and the tests read the kinds
+here; the classes behind the names are in the one registry,
+`keras_seq.layers.recurrent.registry`, which registers `BUILT_IN_CELLS`
+(and the cells a block model names, its `RecurrentBlock` cells).
 """
 
-__all__ = ["BLOCK_MODELS", "LANGUAGE_MODEL_KINDS"]
+__all__ = ["BLOCK_MODELS", "BUILT_IN_CELLS", "LANGUAGE_MODEL_KINDS"]
+
+BUILT_IN_CELLS = ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm",
+                  "mingru", "minlstm")
+"""The ``cell=`` names the registry starts with (`register_cell` adds more in
+a Python process; the command line knows these)."""
 
 BLOCK_MODELS: dict[str, tuple[str, ...]] = {
     "mingru": ("mingru",),

@@ -112,6 +112,24 @@ def test_stack_streams_to_the_last_step_output_and_uses_convertible_keras_layers
     assert kinds["keras_gru"] is layers.GRU
 
 
+def test_the_returned_states_feed_the_next_call_as_they_are(stacked):
+    """The loop as a user writes it: ``outputs, *states = stream([chunk, *states])``,
+    the states tensors from the second chunk on, NumPy first, and any mix."""
+    model, stream, sequence = stacked
+    states = initial_streaming_states(stream, B)
+    for start, end in CHUNKS:
+        outputs, *states = stream([sequence[:, start:end], *states])
+    np.testing.assert_allclose(np.asarray(outputs), np.asarray(model(sequence)), atol=1e-5)
+    mixed = initial_streaming_states(stream, B)
+    for i, (start, end) in enumerate(CHUNKS):
+        chunk = sequence[:, start:end]
+        if i == 1:  # a tensor chunk, and every other state back to NumPy
+            chunk = keras.ops.convert_to_tensor(chunk)
+            mixed = [np.asarray(s) if j % 2 else s for j, s in enumerate(mixed)]
+        outputs, *mixed = stream([chunk, *mixed])
+    np.testing.assert_allclose(np.asarray(outputs), np.asarray(model(sequence)), atol=1e-5)
+
+
 def test_initial_states_are_zeros_and_the_ntms_start(stacked):
     _, stream, _ = stacked
     states = dict(zip([t.name for t in stream.inputs[1:]], initial_streaming_states(stream, 3)))

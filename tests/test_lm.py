@@ -92,6 +92,19 @@ def test_the_download_is_checked_against_its_sha256(tmp_path):
         data.tiny_shakespeare(cache_dir=tmp_path / "other", origin=origin, sha256="0" * 64)
 
 
+def test_tiny_shakespeare_ships_with_the_package_and_needs_no_network(monkeypatch):
+    def no_download(*args, **kwargs):
+        raise AssertionError("tiny_shakespeare() downloaded")
+
+    monkeypatch.setattr(keras.utils, "get_file", no_download)
+    path = data.tiny_shakespeare()
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert hashlib.sha256(raw).hexdigest() == data.TINY_SHAKESPEARE_SHA256
+    assert len(data.load_text(path)) == 1_115_394
+    assert data.load_text(path).startswith("First Citizen:\n")
+
+
 def test_offline_lm_without_data_says_to_pass_a_text_in_one_line(tmp_path, monkeypatch,
                                                                    capsys):
     import functools

@@ -38,8 +38,12 @@ def _check_train(args) -> None:
         "test_size", "learning_rate", "backup_every_steps", "context", "steps_per_epoch",
         "vocab_size",
     )
+    options = _config_options(args)
     try:
-        config = TrainingConfig(**_config_options(args)).resolved()
+        # First without the cell, whose defaults are read from its class (which
+        # loads Keras): every other option, and these combinations, are
+        # checked in well under a second.
+        config = TrainingConfig(**{**options, "cell": None}).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
     if args.cell is not None and config.model not in (None, "rnn"):
@@ -58,6 +62,11 @@ def _check_train(args) -> None:
             f"--attention chooses the attention of --model rnn translation models; "
             f"{what} have their own (leave --attention out)"
         )
+    if args.cell is not None:
+        try:
+            TrainingConfig(**options).resolved()
+        except (ValueError, TypeError) as error:
+            raise UsageError(str(error)) from None
 
 
 def _check_tune(args) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from keras_seq import run_config
-from keras_seq.model_kinds import LANGUAGE_MODEL_KINDS
+from keras_seq.model_kinds import BUILT_IN_CELLS, LANGUAGE_MODEL_KINDS
 
 __all__ = ["build_parser"]
 
@@ -41,15 +41,12 @@ def _family_default(training, key: str, lm: bool = True) -> str:
         f"; --task classify: {classify}, with --init-from: {fine_tune}")
 
 
-def _registered_cell(name: str) -> str:
-    """A ``--cell`` value: a name of the cell registry, read only when a name is
-    given (it imports the layers, and so Keras: ``--help`` does not)."""
-    from keras_seq.cli.quiet import import_keras_quietly
-
-    import_keras_quietly()
-    if name not in run_config.CELLS:
+def _built_in_cell(name: str) -> str:
+    """A ``--cell`` value: a built-in cell name (`keras_seq.model_kinds`), checked
+    without Keras (a cell registered from Python is not known to the command)."""
+    if name not in BUILT_IN_CELLS:
         raise argparse.ArgumentTypeError(
-            f"invalid choice: {name!r} (choose from {', '.join(run_config.CELLS)})")
+            f"invalid choice: {name!r} (choose from {', '.join(BUILT_IN_CELLS)})")
     return name
 
 
@@ -98,9 +95,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--cell",
-        type=_registered_cell, metavar="CELL",
-        help="recurrent cell of --model rnn: a name of the cell registry "
-        "(keras_seq.models.register_cell; docs/cli.md lists the built-in ones) "
+        type=_built_in_cell, metavar="CELL",
+        help=f"recurrent cell of --model rnn: {', '.join(BUILT_IN_CELLS)} "
         "(default: gru; lstm with --task lm)",
     )
     train.add_argument(
@@ -117,8 +113,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
-        "UTF-8 text (FILE.txt; default: tiny Shakespeare, downloaded once); --task classify: "
-        "labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
+        "UTF-8 text (FILE.txt; default: tiny Shakespeare, shipped with the package); "
+        "--task classify: labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
     )
     train.add_argument(
         "--test-data", metavar="FILE.tsv",
@@ -371,8 +367,8 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument(
         "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
     )
-    tune.add_argument("--cells", nargs="+", type=_registered_cell, metavar="CELL",
-                      help="cell types to search, names of the cell registry (default: all)")
+    tune.add_argument("--cells", nargs="+", type=_built_in_cell, metavar="CELL",
+                      help=f"cell types to search, of {', '.join(BUILT_IN_CELLS)} (default: all)")
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_UNITS))})")

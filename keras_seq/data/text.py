@@ -31,6 +31,9 @@ TINY_SHAKESPEARE_URL = (
 )
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 HELD_OUT_FRACTION = 0.1
+# The copy the package ships (Karpathy's char-rnn file, byte for byte).
+_PACKAGED_TINY_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                          "tinyshakespeare.txt")
 
 
 def tiny_shakespeare(
@@ -38,14 +41,18 @@ def tiny_shakespeare(
     origin: str = TINY_SHAKESPEARE_URL,
     sha256: str = TINY_SHAKESPEARE_SHA256,
 ) -> str:
-    """The path of tiny Shakespeare (1,115,394 characters), downloaded once.
+    """The path of tiny Shakespeare (1,115,394 characters, public domain).
 
-    `keras.utils.get_file` keeps the file in ``cache_dir/datasets/`` (default
-    ``~/.keras/datasets/``) and downloads it only when it is missing or its
-    SHA-256 differs from ``sha256``; a download whose hash differs is an error.
+    The package ships the text (``keras_seq/data/tinyshakespeare.txt``): with
+    the default ``origin`` and ``sha256`` its path is returned and nothing is
+    downloaded. Another ``origin`` (a mirror, a ``file://`` copy) goes through
+    `keras.utils.get_file`, which keeps the file in ``cache_dir/datasets/``
+    (default ``~/.keras/datasets/``) and downloads it only when it is missing
+    or its SHA-256 differs from ``sha256``; a download whose hash differs is
+    an error.
 
     Args:
-        cache_dir: the cache folder; None: Keras' default.
+        cache_dir: the cache folder of a download; None: Keras' default.
         origin: the URL (any scheme `urllib` reads, ``file://`` included).
         sha256: the expected SHA-256 of the file, as hex.
 
@@ -57,6 +64,8 @@ def tiny_shakespeare(
     References:
         Karpathy. char-rnn, ``data/tinyshakespeare/input.txt``. 2015.
     """
+    if origin == TINY_SHAKESPEARE_URL and sha256 == TINY_SHAKESPEARE_SHA256:
+        return _PACKAGED_TINY_SHAKESPEARE
     import urllib.error
 
     import keras

@@ -107,7 +107,7 @@ def streaming_model(model: keras.Model) -> keras.Model:
         ['gru_state_0']
         >>> seq = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
         >>> y1, state = stream([seq[:, :2], *initial_streaming_states(stream, 2)])
-        >>> y2, state = stream([seq[:, 2:], np.asarray(state)])  # arrays, not tensors and arrays
+        >>> y2, state = stream([seq[:, 2:], state])  # the returned state as it is
         >>> bool(np.allclose(np.concatenate([y1, y2], 1), model(seq), atol=1e-5))
         True
     """
@@ -175,11 +175,25 @@ class _StreamingModel(keras.Model):
     """The functional model `streaming_model` returns: before running, it
     checks that it is fed one tensor per input and states of the widths its
     recurrent layers carry (Keras alone would fail deep inside a cell, or
-    broadcast a state of width 1)."""
+    broadcast a state of width 1), and it takes any mix of arrays and tensors,
+    so that the states one call returns feed the next as they are (Keras
+    refuses a list that mixes the two)."""
 
     def __call__(self, inputs, *args, **kwargs):
         self._check_inputs(inputs)
-        return super().__call__(inputs, *args, **kwargs)
+        return super().__call__(self._as_tensors(inputs), *args, **kwargs)
+
+    def _as_tensors(self, inputs):
+        """A list or tuple of inputs with every array a tensor of its input's
+        dtype; symbolic inputs (a functional model built on this one) as they are."""
+        if not isinstance(inputs, (list, tuple)) or any(
+            isinstance(value, keras.KerasTensor) for value in inputs
+        ):
+            return inputs
+        return [
+            value if keras.ops.is_tensor(value) else keras.ops.convert_to_tensor(value, spec.dtype)
+            for value, spec in zip(inputs, self.inputs)
+        ]
 
     def _check_inputs(self, inputs):
         flat = keras.tree.flatten(inputs) if isinstance(inputs, (list, tuple)) else [inputs]

@@ -35,6 +35,7 @@ from keras_seq.layers.recurrent.peephole_lstm import PeepholeLSTM, PeepholeLSTMC
 from keras_seq.layers.recurrent.rg_lru import RGLRUCell
 from keras_seq.layers.recurrent.rnn import RNN
 from keras_seq.layers.recurrent.s_lstm import SLSTMCell
+from keras_seq.model_kinds import BUILT_IN_CELLS
 
 # ``cell=`` name of the builders -> (layer class or None, cell class), in
 # registration order; None: the cell runs in `RNN`.
@@ -153,14 +154,18 @@ def block_cell(cell: str, units: int, num_heads: int = 1, **kwargs):
     return _BLOCK_CELLS[cell](units, **heads, **kwargs)
 
 
-register_cell("gru", GRU, GRUCell)
-register_cell("lstm", ConvertibleLSTM, keras.layers.LSTMCell)
-register_cell("peephole", PeepholeLSTM, PeepholeLSTMCell)
-register_cell("coupled", CoupledGateLSTM, CoupledGateLSTMCell)
-register_cell("simple", ConvertibleSimpleRNN, keras.layers.SimpleRNNCell)
-register_cell("layernorm_lstm", LayerNormLSTM, LayerNormLSTMCell)
-register_cell("mingru", MinGRU, MinGRUCell)
-register_cell("minlstm", MinLSTM, MinLSTMCell)
+_BUILT_IN = {
+    "gru": (GRU, GRUCell),
+    "lstm": (ConvertibleLSTM, keras.layers.LSTMCell),
+    "peephole": (PeepholeLSTM, PeepholeLSTMCell),
+    "coupled": (CoupledGateLSTM, CoupledGateLSTMCell),
+    "simple": (ConvertibleSimpleRNN, keras.layers.SimpleRNNCell),
+    "layernorm_lstm": (LayerNormLSTM, LayerNormLSTMCell),
+    "mingru": (MinGRU, MinGRUCell),
+    "minlstm": (MinLSTM, MinLSTMCell),
+}
+for _name in BUILT_IN_CELLS:  # the names the command line knows without Keras
+    register_cell(_name, *_BUILT_IN[_name])
 # The builders' cells are also the seq2seq decoder's: its states are (B,
 # units) tensors with h first, each a Dense layer of the encoder's final
 # states. The RG-LRU (input width = units), the mLSTM (a matrix state, no h)
