@@ -405,9 +405,9 @@ def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp
     assert not _TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
 
 
-def test_an_argument_error_after_reading_the_cell_registry_prints_one_clean_line():
-    """``--cell`` reads the registry, which imports Keras while the arguments
-    are parsed: TensorFlow's start-up notes must not reach the user then either."""
+def test_a_cell_argument_error_prints_one_clean_line():
+    """``--cell`` with a model that has no cell: one line, and no TensorFlow
+    start-up note (the check runs before Keras is imported)."""
     import shutil
 
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
