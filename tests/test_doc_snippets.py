@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 import pytest
+from tensorflow_log import TENSORFLOW_LOG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two files share the pages (this one and test_doc_snippets_guides.py), so
@@ -162,16 +163,24 @@ def run_page(page, folder, trained_runs):
             runs.append((language, code))
     for language, code in runs:
         to_store = []
+        block_env = env
+        # A block of commands alone runs as a user runs them, without
+        # TF_CPP_MIN_LOG_LEVEL: the commands must print no TensorFlow log line.
+        commands_only = language == "bash" and "python" not in code
         if language == "bash":
             code, to_store = trained_runs.replay(code, folder)
+        if commands_only:
+            block_env = {k: v for k, v in env.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
         command = [sys.executable, "-c", code] if language == "python" else [
             "bash", "-e", "-o", "pipefail", "-c", code]
-        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=600)
+        done = subprocess.run(command, cwd=folder, env=block_env, capture_output=True,
+                              text=True, timeout=600)
         assert done.returncode == 0, (
             f"{page}: this block failed:\n{code}\n--- stdout\n{done.stdout[-2000:]}"
             f"\n--- stderr\n{done.stderr[-4000:]}"
         )
+        if commands_only:
+            assert not TENSORFLOW_LOG.search(done.stderr), f"{page}:\n{code}\n{done.stderr}"
         for line in to_store:
             trained_runs.store(line, folder)
     assert runs, f"{page} has no block to run"

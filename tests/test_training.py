@@ -112,8 +112,8 @@ def test_bad_precision_and_backup_options_are_rejected(tmp_path):
 @pytest.mark.slow
 def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys, tiny_run_options):
     # Under capsys standard output is not a terminal, as in a log file.
-    options = {**tiny_run_options, "verbose": 1, "epochs": 2, "train_size": 600}
-    steps = -(-600 // options["batch_size"])
+    options = {**tiny_run_options, "verbose": 1, "epochs": 2, "train_size": 160}
+    steps = -(-160 // options["batch_size"])
     training.train(out=str(tmp_path), name="log", **options)
     out = capsys.readouterr().out
     assert "\x1b[" not in out and "\b" not in out  # no terminal control codes

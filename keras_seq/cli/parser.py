@@ -4,6 +4,7 @@ defaults of `keras_seq.run_config` (no Keras, no TensorFlow)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from keras_seq import run_config
 from keras_seq.model_kinds import BUILT_IN_CELLS, LANGUAGE_MODEL_KINDS
@@ -41,12 +42,16 @@ def _family_default(training, key: str, lm: bool = True) -> str:
         f"; --task classify: {classify}, with --init-from: {fine_tune}")
 
 
-def _built_in_cell(name: str) -> str:
-    """A ``--cell`` value: a built-in cell name (`keras_seq.model_kinds`), checked
-    without Keras (a cell registered from Python is not known to the command)."""
-    if name not in BUILT_IN_CELLS:
+def _registered_cell(name: str) -> str:
+    """A ``--cell`` value: a name of the cell registry. Until the registry is
+    imported (which imports Keras) it holds the built-in names alone
+    (`keras_seq.model_kinds.BUILT_IN_CELLS`), so those are checked without
+    loading Keras; a process that registered a cell of its own has imported it."""
+    registry = sys.modules.get("keras_seq.layers.recurrent.registry")
+    names = BUILT_IN_CELLS if registry is None else registry.cell_names()
+    if name not in names:
         raise argparse.ArgumentTypeError(
-            f"invalid choice: {name!r} (choose from {', '.join(BUILT_IN_CELLS)})")
+            f"invalid choice: {name!r} (choose from {', '.join(names)})")
     return name
 
 
@@ -95,7 +100,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--cell",
-        type=_built_in_cell, metavar="CELL",
+        type=_registered_cell, metavar="CELL",
         help=f"recurrent cell of --model rnn: {', '.join(BUILT_IN_CELLS)} "
         "(default: gru; lstm with --task lm)",
     )
@@ -367,7 +372,7 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument(
         "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
     )
-    tune.add_argument("--cells", nargs="+", type=_built_in_cell, metavar="CELL",
+    tune.add_argument("--cells", nargs="+", type=_registered_cell, metavar="CELL",
                       help=f"cell types to search, of {', '.join(BUILT_IN_CELLS)} (default: all)")
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
