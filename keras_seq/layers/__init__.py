@@ -8,6 +8,7 @@ from keras_seq.layers.recurrent.registry import register_cell  # noqa: F401
 from keras_seq.layers.recurrent.rnn import RNN, LoopHints, RecurrentCell  # noqa: F401
 
 # isort: split
+from keras_seq.layers.recurrent.bidirectional import Bidirectional  # noqa: F401
 from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN  # noqa: F401
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell  # noqa: F401
 from keras_seq.layers.recurrent.gru import GRU, GRUCell  # noqa: F401
@@ -54,6 +55,7 @@ from keras_seq.layers.scalar_mix import ScalarMix  # noqa: F401
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
     "BahdanauAttention",
+    "Bidirectional",
     "ConvertibleLSTM",
     "ConvertibleSimpleRNN",
     "CoupledGateLSTM",

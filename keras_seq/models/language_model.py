@@ -11,7 +11,7 @@ from keras_seq._validation import (
     check_rate,
     invalid_type,
 )
-from keras_seq.layers import RNN, PaddingMask, RecurrentBlock
+from keras_seq.layers import RNN, Bidirectional, PaddingMask, RecurrentBlock
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer, takes_num_heads
 from keras_seq.model_kinds import BLOCK_MODELS, LANGUAGE_MODEL_KINDS
 from keras_seq.models.embedding import check_num_heads, embed_positions
@@ -235,7 +235,7 @@ def sequence_classifier(
             token_ids
         )
         for i in range(num_layers):
-            x = keras.layers.Bidirectional(
+            x = Bidirectional(
                 recurrent_layer(cell, units, return_sequences=True), name=f"bidirectional_{i}"
             )(x)
     else:

@@ -27,7 +27,7 @@ from keras_seq._validation import (
     check_rate,
     check_zoneout,
 )
-from keras_seq.layers import PaddingMask, RecurrentDecoder
+from keras_seq.layers import Bidirectional, PaddingMask, RecurrentDecoder
 from keras_seq.layers.recurrent.registry import check_cell, num_states, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
@@ -156,7 +156,7 @@ def rnn_seq2seq(
         source_vocabulary_size, embedding_dim, mask_zero=True, name="source_embedding"
     )(source)
     x = keras.layers.Dropout(dropout, name="source_dropout")(x)
-    encoded = keras.layers.Bidirectional(
+    encoded = Bidirectional(
         recurrent_layer(cell, units, return_sequences=True, return_state=True, **extra),
         name="bidirectional_encoder",
     )(x)

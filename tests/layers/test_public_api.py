@@ -15,7 +15,6 @@ DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
 NOT_OUR_LAYERS = {
     "Embedding": "Keras' layer, as the source of a mask",
     "SimpleRNN": "Keras' layer behind the builders' cell='simple'",
-    "Bidirectional": "Keras' wrapper, which a streaming model refuses",
     "CachedMultiHeadAttention": "KerasHub's layer, whose cache layout ours follows",
     "SinePositionEncoding": "KerasHub's layer, compared with ours",
     "StackedRNNCells": "Keras' stack of cells, which keras_seq.layers.RNN runs",
