@@ -351,7 +351,7 @@ def test_translate_warns_about_inputs_it_reads_otherwise(date_run, capsys):
     assert warnings_[2].startswith("keras-seq translate: warning: input 3 '' is empty")
 
 
-def test_help_and_argument_errors_do_not_import_tensorflow():
+def test_help_argument_errors_and_missing_files_do_not_import_tensorflow():
     script = (
         "import sys\n"
         "sys.argv[0] = 'keras-seq'\n"
@@ -366,6 +366,11 @@ def test_help_and_argument_errors_do_not_import_tensorflow():
         "        main(argv)\n"
         "    except SystemExit as exit_:\n"
         "        assert argv[-1] == '--help' or exit_.code == 2, argv\n"
+        "for argv in (['translate', 'no/such/run', 'x'], ['export', 'no/such/run', 'out'],\n"
+        "             ['classify', 'no/such/run', 'x'], ['generate', 'no/such/run', '--prompt', 'a'],\n"
+        "             ['train', '--task', 'classify', '--data', 'no/such.tsv'],\n"
+        "             ['train', '--data', 'no/such.tsv', '--test-size', '5']):\n"
+        "    assert main(argv) == 1, argv\n"
         "print('IMPORTED', sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch')\n"
         "                         if m in sys.modules))\n"
     )

@@ -99,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             check(args)
     except UsageError as error:
         subparsers[args.command].error(str(error))
+    except (ValueError, OSError) as error:  # a missing file or run folder, found before Keras
+        print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)
+        return 1
     _quiet_tensorflow()
     try:
         require_tensorflow(f"keras-seq {args.command}", "run it with KERAS_BACKEND=tensorflow")

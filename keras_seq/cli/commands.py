@@ -67,6 +67,20 @@ def _check_train(args) -> None:
             TrainingConfig(**options).resolved()
         except (ValueError, TypeError) as error:
             raise UsageError(str(error)) from None
+    _check_files(config)
+
+
+def _check_files(config) -> None:
+    """The data files and the language-model run a run names exist (exit 1,
+    before Keras is loaded)."""
+    from keras_seq.run_config import data_file, run_metrics_path
+
+    if config.data is not None:
+        data_file(config.task, config.data)
+    if config.test_data is not None:
+        data_file(config.task, config.test_data, "--test-data")
+    if config.init_from is not None:
+        run_metrics_path(config.init_from, "train")
 
 
 def _check_tune(args) -> None:
@@ -105,10 +119,20 @@ def _check_translate(args) -> None:
                 "--length-penalty applies to beam search only; add --beam N (N > 1)"
             )
     _check_inputs(args, "translate")
+    _check_run_folder(args, "translate_texts")
+
+
+def _check_run_folder(args, where: str) -> None:
+    """RUN_DIR is a run folder (exit 1, before Keras is loaded); ``where``:
+    the library function that reads it, which names it the same way."""
+    from keras_seq.run_config import run_metrics_path
+
+    run_metrics_path(args.run_dir, where)
 
 
 def _check_classify(args) -> None:
     _check_inputs(args, "classify")
+    _check_run_folder(args, "classify_texts")
 
 
 def _read_inputs(path: str) -> list[str]:
@@ -123,10 +147,12 @@ def _check_generate(args) -> None:
     _positive(args, "length")
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    _check_run_folder(args, "generate_text")
 
 
 def _check_export(args) -> None:
     _positive(args, "beam", "examples")
+    _check_run_folder(args, "export_run")
 
 
 _SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "attention")

@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
-from keras_seq.run_config import TEXT_TASKS, TrainingConfig
+from keras_seq.run_config import TEXT_TASKS, TrainingConfig, data_file
 
 __all__ = [
     "PreparedData",
@@ -57,17 +57,7 @@ def load_pairs(config: TrainingConfig) -> tuple[list, list, list]:
 
 
 def _data_file(config: TrainingConfig, path=None, option: str = "--data") -> str:
-    path = os.fspath(config.data if path is None else path)
-    if not os.path.isfile(path):
-        expected = {"classify": "label<TAB>text file."}.get(
-            config.task, "UTF-8 text file." if config.task in TEXT_TASKS else
-            "source<TAB>target file.")
-        raise FileNotFoundError(
-            f"train: the data file {path} does not exist"
-            + (" (it is a folder)" if os.path.isdir(path) else "")
-            + f"; {option} takes a {expected}"
-        )
-    return path
+    return data_file(config.task, config.data if path is None else path, option)
 
 
 def _load_text(config: TrainingConfig) -> tuple[str, str, str]:

@@ -20,6 +20,8 @@ import os
 import warnings
 from collections.abc import Sequence
 
+from keras_seq.run_config import run_metrics_path
+
 __all__ = [
     "HELD_OUT_FILE",
     "HELD_OUT_TEXT_FILE",
@@ -278,12 +280,7 @@ def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
         ValueError: ``metrics.json`` is not a run's, or the run is of another kind.
     """
     run_dir = os.fspath(run_dir)
-    metrics_path = os.path.join(run_dir, "metrics.json")
-    if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(
-            f"{where}: {run_dir} is not a run folder: {metrics_path} does not exist (a run "
-            "folder is written by `keras-seq train`)."
-        )
+    metrics_path = run_metrics_path(run_dir, where)
     try:
         with open(metrics_path, encoding="utf-8") as f:
             metrics = json.load(f)
