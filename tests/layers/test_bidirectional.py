@@ -59,9 +59,11 @@ def test_the_mask_reaches_the_layer_after_the_wrapper(keras_316_wrapper):
 def test_same_outputs_config_and_weights_as_keras_and_a_keras_file(tmp_path):
     keras.utils.set_random_seed(2)
     x = np.random.default_rng(3).normal(size=(2, 6, 3)).astype("float32")
-    ours = layers.Bidirectional(layers.PeepholeLSTM(4, return_sequences=True), merge_mode="sum")
-    theirs = keras.layers.Bidirectional(layers.PeepholeLSTM(4, return_sequences=True),
-                                        merge_mode="sum")
+    ours = layers.Bidirectional(layers.PeepholeLSTM(4, return_sequences=True, name="lstm"),
+                                merge_mode="sum", name="both")
+    theirs = keras.layers.Bidirectional(layers.PeepholeLSTM(4, return_sequences=True,
+                                                            name="lstm"),
+                                        merge_mode="sum", name="both")
     ours(x), theirs(x)
     theirs.set_weights(ours.get_weights())
     np.testing.assert_allclose(ours(x), theirs(x), atol=1e-6)
@@ -75,8 +77,9 @@ def test_same_outputs_config_and_weights_as_keras_and_a_keras_file(tmp_path):
 
 
 def test_the_builders_encode_with_it(keras_316_wrapper):
-    seq2seq = models.rnn_seq2seq(12, 12, units=4, embedding_dim=3)
-    encoder = seq2seq.get_layer("bidirectional_encoder")
-    assert isinstance(encoder, layers.Bidirectional) and encoder.supports_masking
-    classifier = models.sequence_classifier(12, 3, units=4)
-    assert any(isinstance(layer, layers.Bidirectional) for layer in classifier.layers)
+    for model in (models.rnn_seq2seq(12, 12, units=4, embedding_dim=3),
+                  models.sequence_classifier(12, 3, units=4)):
+        wrappers = [layer for layer in model._flatten_layers()
+                    if isinstance(layer, keras.layers.Bidirectional)]
+        assert wrappers and all(type(w) is layers.Bidirectional and w.supports_masking
+                                for w in wrappers), model.name
