@@ -366,7 +366,7 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow():
         "        main(argv)\n"
         "    except SystemExit as exit_:\n"
         "        assert argv[-1] == '--help' or exit_.code == 2, argv\n"
-        "for argv in (['translate', 'no/such/run', 'x'], ['export', 'no/such/run', 'out'],\n"
+        "for argv in (['translate', 'no/such/run', 'x'],\n"
         "             ['classify', 'no/such/run', 'x'], ['generate', 'no/such/run', '--prompt', 'a'],\n"
         "             ['train', '--task', 'classify', '--data', 'no/such.tsv'],\n"
         "             ['train', '--data', 'no/such.tsv', '--test-size', '5']):\n"

@@ -152,7 +152,6 @@ def _check_generate(args) -> None:
 
 def _check_export(args) -> None:
     _positive(args, "beam", "examples")
-    _check_run_folder(args, "export_run")
 
 
 _SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "attention")
