@@ -95,7 +95,7 @@ def write_tsv(path: str, examples) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a play text, NAME: then the speech, blocks separated "
-                        "by blank lines (default: tiny Shakespeare, downloaded once)")
+                        "by blank lines (default: tiny Shakespeare, shipped with the package)")
     parser.add_argument("--out", required=True, help="the results JSON file")
     parser.add_argument("--work", help="folder of the runs (default: a temporary folder)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 200, 0],
