@@ -45,6 +45,28 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _command_errors_in_the_commands_words(monkeypatch):
+    """Every error line a test makes ``keras-seq`` print keeps the rule of
+    tests/cli_errors.py (named once, in the command's words): checked as the
+    test ends, on each line it triggered."""
+    import keras_seq.cli as cli
+    from cli_errors import violations
+
+    lines = []
+    line_of = cli.failure_line
+
+    def recording(*args, **kwargs):
+        lines.append(line_of(*args, **kwargs))
+        return lines[-1]
+
+    monkeypatch.setattr(cli, "failure_line", recording)
+    yield
+    broken = {line: violations(line) for line in lines if violations(line)}
+    if broken:
+        pytest.fail(f"keras-seq error lines that speak Python: {broken}")
+
+
+@pytest.fixture(autouse=True)
 def _reset_dtype_policy():
     """Mixed-precision tests must not leak their global policy into others."""
     yield

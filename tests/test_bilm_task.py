@@ -126,7 +126,7 @@ def test_bilm_options_are_checked(tmp_path, capsys):
     assert main(["train", "--task", "bilm", "--context", "64", "--data", str(data),
                  "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "keras-seq train:" in err and "task 'bilm' with context=64 needs more than 64" in err
+    assert "keras-seq train:" in err and "task 'bilm' with --context 64 needs more than 64" in err
     assert not any(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == ["short.txt"]
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--task", "bilm", "--model", "transformer"])
@@ -224,5 +224,5 @@ def test_wordpiece_data_errors_leave_nothing_behind(tmp_path, capsys):
     # 532 training characters, fewer than 500 tokens.
     assert main([*base, "--context", "500"]) == 1
     err = capsys.readouterr().err
-    assert "wordpiece tokens in its first 90%" in err and "context=500 needs more than 500" in err
+    assert "wordpiece tokens in its first 90%" in err and "--context 500 needs more than 500" in err
     assert not out.exists()

@@ -288,7 +288,8 @@ def test_export_errors_are_one_line_without_a_traceback(tmp_path, capsys):
     assert main(["export", str(tmp_path / "no-run"), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert re.match(r"keras-seq export: export_run: .*no-run.*metrics.json does not exist", err)
+    assert re.match(r"keras-seq export: \S*no-run is not a run folder: .*metrics.json does not "
+                    r"exist", err)
     assert not (tmp_path / "out").exists()
     (tmp_path / "a-file").write_text("mine")
     assert main(["export", str(tmp_path / "no-run"), str(tmp_path / "a-file")]) == 1

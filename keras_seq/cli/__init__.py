@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from keras_seq._backend import require_tensorflow
 from keras_seq.cli.commands import COMMANDS, UsageError
+from keras_seq.cli.messages import command_message
 from keras_seq.cli.parser import build_parser
 from keras_seq.cli.quiet import import_keras_quietly
 
@@ -59,10 +60,14 @@ def _quiet_tensorflow() -> None:
         pass
 
 
-def _failure_message(error: BaseException) -> str:
+def failure_line(command: str, error: BaseException, subparsers) -> str:
+    """``keras-seq <command>: <reason>``, the reason in the command's words
+    (`keras_seq.cli.messages.command_message`)."""
     if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        return f"{error.strerror}: {error.filename}"
-    return str(error).strip().replace("\n", " ")
+        reason = f"{error.strerror}: {error.filename}"
+    else:
+        reason = command_message(command, str(error).strip().replace("\n", " "), subparsers)
+    return f"keras-seq {command}: {reason}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         subparsers[args.command].error(str(error))
     except (ValueError, OSError) as error:  # a missing file or run folder, found before Keras
-        print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)
+        print(failure_line(args.command, error, subparsers), file=sys.stderr)
         return 1
     _quiet_tensorflow()
     try:
@@ -111,5 +116,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
-        print(f"keras-seq {args.command}: {_failure_message(error)}", file=sys.stderr)
+        print(failure_line(args.command, error, subparsers), file=sys.stderr)
         return 1

@@ -293,6 +293,7 @@ def _export(args) -> int:
         written = export_run(
             args.run_dir, args.out, formats=formats, beam_width=args.beam,
             quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
+            verbose=True,
         )
     _print_warnings("export", caught, UserWarning)
     for kind, path in written.items():

@@ -116,10 +116,10 @@ def _unescape(match):
 
 
 class TFLiteModel:
-    def __init__(self, path):
+    def __init__(self, path, num_threads=None):
         from ai_edge_litert.interpreter import Interpreter
 
-        self.interpreter = Interpreter(model_path=path)
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
         self.inputs = self.interpreter.get_input_details()
         self.outputs = self.interpreter.get_output_details()
         self.num_outputs = len(self.outputs)
@@ -151,12 +151,15 @@ def onnx_providers():
 
 
 class ONNXModel:
-    def __init__(self, path, provider="CPUExecutionProvider"):
+    def __init__(self, path, provider="CPUExecutionProvider", num_threads=None):
         import onnxruntime
 
         providers = [provider] + (["CPUExecutionProvider"] if provider != "CPUExecutionProvider"
                                   else [])
-        self.session = onnxruntime.InferenceSession(path, providers=providers)
+        options = onnxruntime.SessionOptions()
+        if num_threads is not None:
+            options.intra_op_num_threads = options.inter_op_num_threads = num_threads
+        self.session = onnxruntime.InferenceSession(path, options, providers=providers)
         self.names = [i.name for i in self.session.get_inputs()]
         self.num_outputs = len(self.session.get_outputs())
 
@@ -173,7 +176,7 @@ class ONNXStreamStep:
     """
 
     def __init__(self, path, provider):
-        self.model = ONNXModel(path, provider)
+        self.model = ONNXModel(path, provider, num_threads=LM_THREADS)
         self.state_widths = [i.shape[-1] for i in self.model.session.get_inputs()[1:]]
 
     def initial_state(self, batch):
@@ -440,6 +443,11 @@ def classifier_artifact(out_dir, entry, reference, provider=None):
 # Language models: one generation step, the device's loop
 
 
+# A language model's step runs on one thread in both runtimes: a device's
+# generation loop at batch 1, and per-token latencies that compare.
+LM_THREADS = 1
+
+
 def lm_generate(step, prompt_ids, length, config, forced=None, state=None):
     """Greedy generation with the step, as `keras_seq.decoding.sample` does it.
 
@@ -491,7 +499,7 @@ def lm_artifact(out_dir, entry, reference, provider=None):
             return lm_generate(step, prompts, length, config, forced,
                                state=step.initial_state(len(prompts)))
     else:
-        step = TFLiteModel(path)
+        step = TFLiteModel(path, num_threads=LM_THREADS)
         ops = sorted(tflite_op_names(path))
 
         def generate(prompts, forced=None):

@@ -33,7 +33,7 @@ CLASSIFIER_FORMATS = ("savedmodel", "tflite", "onnx")
 """The formats of a classifier run (`export_run`'s default: the first two)."""
 
 
-def export_classifier(run, out: str, formats, quantize, examples: int, host_folder):
+def export_classifier(run, out: str, formats, quantize, examples: int, host_folder, progress):
     """Writes the artifacts, the host files and the reference of a classifier run into ``out``.
 
     Args:
@@ -45,6 +45,7 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
         host_folder: ``host_folder(out, name, tokenizer, host_config)``, the
             exporter's writer of a host-side folder (tokenizer files and
             ``export.json``); returns the folder.
+        progress: the export's `keras_seq.export._progress.Progress`.
 
     Returns:
         ``(written, manifest)``: the paths keyed ``"savedmodel"``, ``"tflite"``,
@@ -64,8 +65,10 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
                           "format": format, "quantize": mode, "task": "classify"})
 
     if "savedmodel" in formats:
-        written["savedmodel"] = export_classifier_saved_model(
-            model, tokenizer, labels, os.path.join(out, CLASSIFIER_FILE, "1"), source_length)
+        with progress.artifact(f"{CLASSIFIER_FILE}/1 (SavedModel)"):
+            written["savedmodel"] = export_classifier_saved_model(
+                model, tokenizer, labels, os.path.join(out, CLASSIFIER_FILE, "1"),
+                source_length)
         artifact(written["savedmodel"], "savedmodel", None)
     host = {"task": "classify", "source_length": source_length, "pad_id": PAD_ID,
             "unk_id": UNK_ID, "labels": labels}
@@ -73,31 +76,34 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
         folder = host_folder(out, "tflite" if mode is None else f"tflite_{mode}", tokenizer,
                              {**host, "quantize": mode})
         path = os.path.join(folder, CLASSIFIER_FILE + ".tflite")
-        with open(path, "wb") as f:
+        with progress.artifact(os.path.relpath(path, out).replace(os.sep, "/")), \
+                open(path, "wb") as f:
             f.write(convert_classifier_to_tflite(model, quantize=mode))
         written["tflite" if mode is None else f"tflite_{mode}"] = path
         artifact(folder, "tflite", mode)
     if "onnx" in formats:
         folder = host_folder(out, "onnx", tokenizer, {**host, "quantize": None})
-        written["onnx"] = convert_to_onnx(classifier_probabilities(model),
-                                          os.path.join(folder, CLASSIFIER_FILE + ".onnx"))
+        with progress.artifact(f"onnx/{CLASSIFIER_FILE}.onnx"):
+            written["onnx"] = convert_to_onnx(classifier_probabilities(model),
+                                              os.path.join(folder, CLASSIFIER_FILE + ".onnx"))
         artifact(folder, "onnx", None)
 
     test = run.held_out_labelled(examples)
     if test:
-        texts = [text for _, text in test]
-        ids = classification_ids(tokenizer, texts, source_length).numpy().astype(np.int32)
-        probabilities = np.asarray(classifier_probabilities(model)(ids, training=False),
-                                   np.float32)
-        written["reference"] = os.path.join(out, "reference.npz")
-        np.savez(
-            written["reference"],
-            texts=np.array(texts, dtype=str),
-            targets=np.array([label for label, _ in test], dtype=str),
-            token_ids=ids,
-            keras_probabilities=probabilities,
-            keras_labels=np.array([labels[i] for i in probabilities.argmax(-1)], dtype=str),
-        )
+        with progress.artifact("reference.npz (Keras' labels)"):
+            texts = [text for _, text in test]
+            ids = classification_ids(tokenizer, texts, source_length).numpy().astype(np.int32)
+            probabilities = np.asarray(classifier_probabilities(model)(ids, training=False),
+                                       np.float32)
+            written["reference"] = os.path.join(out, "reference.npz")
+            np.savez(
+                written["reference"],
+                texts=np.array(texts, dtype=str),
+                targets=np.array([label for label, _ in test], dtype=str),
+                token_ids=ids,
+                keras_probabilities=probabilities,
+                keras_labels=np.array([labels[i] for i in probabilities.argmax(-1)], dtype=str),
+            )
     manifest = {
         "task": "classify",
         "run_dir": os.path.basename(os.path.normpath(run.path)),

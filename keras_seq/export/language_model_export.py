@@ -24,6 +24,7 @@ import os
 import statistics
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -33,8 +34,8 @@ from keras_seq.export.streaming import streaming_model
 from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
 
 __all__ = [
-    "LM_FORMATS", "LM_STEP_FILE", "LM_STREAM_FILE", "export_language_model", "lm_step_file",
-    "write_lm_reference",
+    "LM_FORMATS", "LM_STEP_FILE", "LM_STREAM_FILE", "export_language_model",
+    "language_model_stream_function", "lm_step_file", "write_lm_reference",
 ]
 
 LM_STEP_FILE = "lm_step.tflite"
@@ -54,7 +55,8 @@ def lm_step_file(quantize: str | None) -> str:
     return LM_STEP_FILE if quantize is None else f"lm_step_{quantize}.tflite"
 
 
-def export_language_model(run, out: str, formats, quantize, examples: int, write_json):
+def export_language_model(run, out: str, formats, quantize, examples: int, write_json,
+                          progress):
     """Writes the step files, the host files and the reference of an LM run into ``out``.
 
     Args:
@@ -65,6 +67,7 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
         quantize: the quantization modes, besides the float step.
         examples: at most this many prompts (and at most `PROMPTS`).
         write_json: ``write_json(path, value)``, the exporter's JSON writer.
+        progress: the export's `keras_seq.export._progress.Progress`.
 
     Returns:
         ``(written, manifest)``: the paths keyed ``"tflite"``,
@@ -92,13 +95,16 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
     written, artifacts = {}, []
     for mode in [None, *quantize] if "tflite" in formats else list(quantize):
         path = os.path.join(out, lm_step_file(mode))
-        with open(path, "wb") as f:
+        with progress.artifact(lm_step_file(mode)), open(path, "wb") as f:
             f.write(convert_language_model_step_to_tflite(model, context, quantize=mode))
         written["tflite" if mode is None else f"tflite_{mode}"] = path
         artifacts.append({"artifact": os.path.basename(path), "format": "tflite",
                           "quantize": mode, "task": "lm"})
     if "onnx" in formats:
-        written["onnx"] = convert_to_onnx(streaming_model(model), os.path.join(out, LM_STREAM_FILE))
+        with progress.artifact(LM_STREAM_FILE):
+            stream, signature = language_model_stream_function(model)
+            written["onnx"] = convert_to_onnx(stream, os.path.join(out, LM_STREAM_FILE),
+                                              signature)
         artifacts.append({"artifact": LM_STREAM_FILE, "format": "onnx", "quantize": None,
                           "task": "lm"})
     tokenizer.save(out)
@@ -119,7 +125,8 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
     prompts = held_out_prompts(run.held_out_text(), min(examples, PROMPTS), PROMPT_LENGTH)
     if prompts:
         path = os.path.join(out, "reference.npz")
-        write_lm_reference(path, model, tokenizer, prompts, context, suppress)
+        with progress.artifact("reference.npz (Keras' greedy text)"):
+            write_lm_reference(path, model, tokenizer, prompts, context, suppress)
         written["reference"] = path
     manifest = {
         "task": "lm",
@@ -130,6 +137,57 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
         "kind": kind,
     }
     return written, manifest
+
+
+def language_model_stream_function(model):
+    """``(stream, signature)``: the function ``lm_stream.onnx`` is, and its inputs.
+
+    ``stream(token_ids, *states) -> (logits, *new_states)`` computes what the
+    model's `streaming_model` computes for a chunk ``(B, T)`` of any length,
+    with the streaming model's inputs (``token_ids``, then
+    ``"recurrent_{i}_state_{j}"``). When every recurrent layer has an
+    operator form (one native ONNX node each, no ``Loop``), it is the
+    streaming model itself. Otherwise (the residual blocks of ``--model
+    mingru``, ``minlstm``, ``rglru``, ``xlstm``) ONNX's ``If`` on the chunk's
+    length chooses between:
+
+    - one token (a generation loop's every call): the streaming model traced
+      for one step, the step's ops and no ``Loop``
+      (`keras_seq.layers.recurrent.rnn.scan` runs a static length of 1
+      without one);
+    - a longer chunk: that one-step model once per token, in one ``Loop``
+      (tf2onnx converts one small loop body, not one loop per block).
+    """
+    from keras_seq.export._tracing import default_signature, with_models
+    from keras_seq.layers.recurrent.operator_forms import operator_form
+
+    stream = streaming_model(model)
+    signature = default_signature(stream)
+    recurrent = [layer for layer in stream._flatten_layers(include_self=False, recursive=True)
+                 if isinstance(layer, keras.layers.RNN)]
+    if all(operator_form(layer.cell) is not None for layer in recurrent):
+        return stream, signature
+
+    def one_token(ids, states):
+        return tuple(stream([tf.reshape(ids, [-1, 1]), *states]))
+
+    def chunk(ids, states):
+        length = tf.shape(ids)[1]
+
+        def body(t, logits, *states):
+            out = one_token(ids[:, t], list(states))
+            return (t + 1, logits.write(t, out[0][:, 0]), *out[1:])
+
+        logits = tf.TensorArray(stream.outputs[0].dtype, size=length)
+        _, logits, *states = tf.while_loop(
+            lambda t, *_: t < length, body, (tf.constant(0), logits, *states))
+        return (tf.transpose(logits.stack(), [1, 0, 2]), *states)
+
+    def function(ids, *states):
+        return tf.cond(tf.equal(tf.shape(ids)[1], 1), lambda: one_token(ids, states),
+                       lambda: chunk(ids, states))
+
+    return with_models(function, model, stream), signature
 
 
 def held_out_prompts(text: str | None, count: int, length: int) -> list[tuple[str, str]]:

@@ -517,7 +517,7 @@ def _masked_outputs(layer, y, states, start, mask, lengths, length, reverse_half
         counts = done > 0
         if zero_output:
             counts &= in_order
-        outputs = tf.where(counts[..., None], outputs, tf.zeros_like(outputs))
+        outputs = tf.where(tf.expand_dims(counts, -1), outputs, tf.zeros_like(outputs))
     return last, outputs, states
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import check_bool, check_positive_int, check_selection
 from keras_seq.export._checks import QUANTIZATIONS
+from keras_seq.export._progress import Progress
 from keras_seq.export.classifier_export import export_classifier
 from keras_seq.export.language_model_export import LM_FORMATS, export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
@@ -43,6 +44,7 @@ def export_run(
     quantize: Sequence[str] = (),
     examples: int = 200,
     overwrite: bool = False,
+    verbose: bool = False,
 ) -> dict[str, str]:
     """Exports the model of a ``keras-seq train`` run folder, and Keras' outputs.
 
@@ -120,6 +122,8 @@ def export_run(
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
         examples: held-out examples in the reference outputs (at most).
         overwrite: replace an existing, non-empty ``out``.
+        verbose: print one line on stderr as each artifact starts and one
+            when it is written, with its seconds (``keras-seq export`` does).
 
     Returns:
         The paths written, keyed ``"savedmodel"``, ``"tflite"``,
@@ -151,13 +155,15 @@ def export_run(
     beam_width = check_positive_int(where, "beam_width", beam_width)
     examples = check_positive_int(where, "examples", examples)
     overwrite = check_bool(where, "overwrite", overwrite)
+    progress = Progress(check_bool(where, "verbose", verbose))
     out = os.path.abspath(os.fspath(out))
     with folder_lock(out, "export"):
         return _export_run(where, run_dir, out, formats, beam_width, quantize, examples,
-                           overwrite)
+                           overwrite, progress)
 
 
-def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, overwrite):
+def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, overwrite,
+                progress):
     from keras_seq.training.run_folder import read_run
 
     _check_out(where, out, overwrite)
@@ -178,16 +184,17 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
         if run is None:
             if folder.is_classifier:
                 written, manifest = export_classifier(
-                    folder, staging, formats, quantize, examples, _host_folder)
+                    folder, staging, formats, quantize, examples, _host_folder, progress)
             else:
                 written, manifest = export_language_model(
-                    folder, staging, formats, quantize, examples, _write_json
+                    folder, staging, formats, quantize, examples, _write_json, progress
                 )
             written["manifest"] = os.path.join(staging, MANIFEST_FILE)
             _write_json(written["manifest"], manifest)
         else:
             written = _export_into(
-                run, staging, formats or ("savedmodel",), beam_width, quantize, examples
+                run, staging, formats or ("savedmodel",), beam_width, quantize, examples,
+                progress,
             )
         _swap_in(staging, out)
     except BaseException:
@@ -240,18 +247,21 @@ def _swap_in(staging, out):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _export_into(run, out, formats, beam_width, quantize, examples):
+def _export_into(run, out, formats, beam_width, quantize, examples, progress):
     steps = []  # (paths written, manifest entry) of each artifact
     if "savedmodel" in formats:
-        steps.append(_export_saved_model(run, out, beam_width))
-    tflite_modes = ([None] if "tflite" in formats else []) + list(quantize)
-    steps.extend(_export_tflite(run, out, mode) for mode in tflite_modes)
+        with progress.artifact(f"{_SERVING_MODEL_NAME}/1 (SavedModel)"):
+            steps.append(_export_saved_model(run, out, beam_width))
+    for mode in ([None] if "tflite" in formats else []) + list(quantize):
+        with progress.artifact("tflite/" if mode is None else f"tflite_{mode}/"):
+            steps.append(_export_tflite(run, out, mode))
     if "onnx" in formats:
-        steps.append(_export_onnx(run, out))
+        with progress.artifact("onnx/"):
+            steps.append(_export_onnx(run, out))
     written = {}
     for paths, _ in steps:
         written.update(paths)
-    written.update(_export_reference(run, out, examples, beam_width))
+    written.update(_export_reference(run, out, examples, beam_width, progress))
     written["manifest"] = _write_manifest(run, out, [entry for _, entry in steps], written)
     return written
 
@@ -304,16 +314,17 @@ def _export_onnx(run, out):
     return paths, _artifact(out, folder, "onnx", None)
 
 
-def _export_reference(run, out, examples, beam_width):
+def _export_reference(run, out, examples, beam_width, progress):
     """``reference.npz`` with Keras' outputs, when the run has held-out examples."""
     pairs = run["folder"].held_out_pairs(examples)
     if not pairs:
         return {}
     path = os.path.join(out, REFERENCE_FILE)
-    write_reference(
-        path, run["model"], run["tokenizer"], pairs,
-        run["source_length"], run["target_length"], beam_width,
-    )
+    with progress.artifact(f"{REFERENCE_FILE} (Keras' translations)"):
+        write_reference(
+            path, run["model"], run["tokenizer"], pairs,
+            run["source_length"], run["target_length"], beam_width,
+        )
     return {"reference": path}
 
 

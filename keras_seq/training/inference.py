@@ -254,9 +254,9 @@ def generate_text(
     vocabulary = tokenizer.vocabulary
     unknown = sorted(set(prompt) - set(vocabulary[len(RESERVED_TOKENS):]))
     if unknown:
-        raise invalid_value(
-            where, "prompt", "characters of the run's vocabulary",
-            f"{prompt!r} (not in it: {''.join(unknown)!r})",
+        raise ValueError(
+            f"{where}: the prompt {prompt!r} has characters the run's vocabulary lacks: "
+            f"{''.join(unknown)!r}."
         )
     length = check_positive_int(where, "length", length)
     temperature = check_float(where, "temperature", temperature, low=0.0)

@@ -360,6 +360,36 @@ def test_unrolled_equals_loop(case, rng):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["peephole", "gru"])
+def test_a_static_length_of_one_runs_the_step_once_without_a_loop(case, rng):
+    """A streaming step traced one token at a time (as exports trace it) is
+    the step's ops alone; a masked row keeps its states."""
+    layer, weights, step, n_states = _make(case, rng, return_sequences=True, return_state=True)
+    x = _inputs(rng, steps=1)
+    mask = _ragged_mask([1, 0, 1], steps=1)
+    states = [rng.normal(size=(B, U)).astype("float32") for _ in range(n_states)]
+    got = layer(x, mask=mask, initial_state=states)
+    w64 = [w.astype("float64") for w in weights]
+    expected, expected_states = _np_run(
+        step, w64, x.astype("float64"), [s.astype("float64") for s in states], mask=mask)
+    # A masked first step outputs zeros (no previous output).
+    np.testing.assert_allclose(got[0], np.where(mask[:, :, None], expected, 0.0), atol=1e-5)
+    for g, e in zip(got[1:], expected_states):
+        np.testing.assert_allclose(g, e, atol=1e-5)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(lambda x, m, *s: layer(x, mask=m, initial_state=list(s)))
+        concrete = traced.get_concrete_function(
+            tf.TensorSpec((None, 1, IN)), tf.TensorSpec((None, 1), tf.bool),
+            *[tf.TensorSpec((None, U))] * n_states)
+        assert not {"While", "StatelessWhile"} & _op_types(concrete)
+        dynamic = traced.get_concrete_function(
+            tf.TensorSpec((None, None, IN)), tf.TensorSpec((None, None), tf.bool),
+            *[tf.TensorSpec((None, U))] * n_states)
+        assert {"While", "StatelessWhile"} & _op_types(dynamic)  # the check can fail
+
+
 def _xla_grads(layer, x, mask, probe, training):
     """`_grads` taken by a GradientTape inside an XLA-compiled tf.function."""
     import tensorflow as tf

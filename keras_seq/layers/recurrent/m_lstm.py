@@ -137,11 +137,15 @@ class MLSTMCell(KernelCell):
         q, k, v, i_pre, f_pre, o = self._split(inputs)  # (B, H, d), (B, H)
         C, n, m = self._unflatten(states)
         i, f, m = exponential_gates(i_pre, f_pre, m)
-        C = f[..., None, None] * C + i[..., None, None] * (v[..., :, None] * k[..., None, :])
-        n = f[..., None] * n + i[..., None] * k
-        numerator = ops.sum(C * q[..., None, :], axis=-1)  # C q: (B, H, d)
+        # Axes added with expand_dims, not [..., None]: tf2onnx cannot convert
+        # an ellipsis where it lost the rank (the step inside an ONNX If).
+        f, i = ops.expand_dims(f, -1), ops.expand_dims(i, -1)  # (B, H, 1)
+        C = (ops.expand_dims(f, -1) * C
+             + ops.expand_dims(i, -1) * (ops.expand_dims(v, -1) * ops.expand_dims(k, -2)))
+        n = f * n + i * k
+        numerator = ops.sum(C * ops.expand_dims(q, -2), axis=-1)  # C q: (B, H, d)
         denominator = ops.maximum(ops.abs(ops.sum(n * q, axis=-1)), ops.exp(-m))
-        h = o * ops.reshape(numerator / denominator[..., None], (-1, self.units))
+        h = o * ops.reshape(numerator / ops.expand_dims(denominator, -1), (-1, self.units))
         return h, self._flatten(C, n, m)
 
     def parallel(self, inputs, states, mask=None, training=False):

@@ -619,16 +619,18 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
          unroll: bool = False, steps_per_iteration: int | None = None):
     """Runs ``body(xs_t, carry) -> (outputs_t, carry)`` over the time-major
     ``sequences``: the backend's loop (`backend.scan`), or with ``unroll`` a
-    Python loop over the static length.
+    Python loop over the static length. A static length of 1 needs no loop:
+    ``body`` runs once (a streaming step traced one token at a time, as
+    exports trace it, is the step's ops alone).
 
     ``templates``: one ``(B, ...)`` tensor per output, of its shape and dtype
     at one step. Returns ``(outputs, carry)``, ``outputs`` a list of
     batch-major ``(B, T, ...)`` tensors (None without ``collect``).
     """
-    if not unroll:
+    steps = sequences[0].shape[0]
+    if not unroll and steps != 1:
         return backend.scan(body, sequences, carry, templates, collect, training,
                             steps_per_iteration)
-    steps = sequences[0].shape[0]
     if steps is None:
         raise ValueError("unroll=True needs a static number of time steps.")
     collected = []
