@@ -47,8 +47,6 @@ __all__ = [
     "SEARCH_UNITS",
     "TASKS",
     "TEXT_TASKS",
-    "data_file",
-    "run_metrics_path",
     "TOKENIZERS",
     "BILM_DEFAULTS",
     "WORDPIECE_VOCAB_SIZE",
@@ -207,45 +205,6 @@ BACKUP_DIR = "backup"
 # Options that may change between a run and its resumption.
 NOT_IN_BACKUP = ("out", "name", "distribute", "verbose", "fresh", "backup_every_steps")
 """The `TrainingConfig` fields that may differ between a run and its resumption."""
-
-
-def run_metrics_path(run_dir, where: str) -> str:
-    """The ``metrics.json`` of the run folder ``run_dir``, which makes it one.
-
-    Needs no Keras: the command line checks a run folder before it loads
-    anything (`keras_seq.training.run_folder.read_run` reads it).
-
-    Raises:
-        FileNotFoundError: naming ``where`` and the folder, when there is none.
-    """
-    run_dir = os.fspath(run_dir)
-    metrics_path = os.path.join(run_dir, "metrics.json")
-    if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(
-            f"{where}: {run_dir} is not a run folder: {metrics_path} does not exist (a run "
-            "folder is written by `keras-seq train`)."
-        )
-    return metrics_path
-
-
-def data_file(task: str, path, option: str = "--data") -> str:
-    """``path``, a data file of a run of ``task`` given as ``option``, if it is a file.
-
-    Needs no Keras: the command line checks the files before it loads anything.
-
-    Raises:
-        FileNotFoundError: naming the file and what ``option`` takes.
-    """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        expected = {"classify": "label<TAB>text file."}.get(
-            task, "UTF-8 text file." if task in TEXT_TASKS else "source<TAB>target file.")
-        raise FileNotFoundError(
-            f"train: the data file {path} does not exist"
-            + (" (it is a folder)" if os.path.isdir(path) else "")
-            + f"; {option} takes a {expected}"
-        )
-    return path
 
 
 def default_for(key: str, model: str = "rnn", cell: str | None = None,

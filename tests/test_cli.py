@@ -96,7 +96,15 @@ def test_export_writes_a_savedmodel_that_answers_like_the_evaluation(date_run, t
 
     examples = json.loads((date_run / "metrics.json").read_text())["examples"][:3]
     assert main(["export", str(date_run), str(tmp_path), "--formats", "savedmodel"]) == 0
-    assert "savedmodel:" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "savedmodel:" in captured.out
+    # One line as each artifact starts, one with its seconds when it is written.
+    progress = captured.err.splitlines()
+    assert [line.split(" in ")[0] for line in progress] == [
+        "export: translator/1 (SavedModel) ...", "export: translator/1 (SavedModel)",
+        "export: reference.npz (Keras' translations) ...",
+        "export: reference.npz (Keras' translations)"]
+    assert all(re.fullmatch(r".* in \d+\.\d s", line) for line in progress[1::2])
     served = tf.saved_model.load(str(tmp_path / "translator" / "1"))
     outputs = served.signatures["serving_default"](
         inputs=tf.constant([e["source"] for e in examples])
@@ -352,9 +360,15 @@ def test_translate_warns_about_inputs_it_reads_otherwise(date_run, capsys):
     assert warnings_[2].startswith("keras-seq translate: warning: input 3 '' is empty")
 
 
-def test_help_argument_errors_and_missing_files_do_not_import_tensorflow():
+def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_path):
+    (tmp_path / "empty.tsv").write_text("")
+    (tmp_path / "no-tab.tsv").write_text("a line without a tab\n")
+    (tmp_path / "short.txt").write_text("abc")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "mine.txt").write_text("mine")
     script = (
-        "import sys\n"
+        "import sys, os\n"
+        f"os.chdir({str(tmp_path)!r})\n"
         "sys.argv[0] = 'keras-seq'\n"
         "from keras_seq.cli import main\n"
         "for argv in (['--help'], ['train', '--help'], ['train', '--units', '0'],\n"
@@ -370,8 +384,15 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow():
         "for argv in (['translate', 'no/such/run', 'x'],\n"
         "             ['classify', 'no/such/run', 'x'], ['generate', 'no/such/run', '--prompt', 'a'],\n"
         "             ['train', '--task', 'classify', '--data', 'no/such.tsv'],\n"
-        "             ['train', '--data', 'no/such.tsv', '--test-size', '5']):\n"
+        "             ['train', '--data', 'no/such.tsv', '--test-size', '5'],\n"
+        "             ['train', '--task', 'classify', '--data', 'empty.tsv'],\n"
+        "             ['train', '--task', 'classify', '--data', 'no-tab.tsv'],\n"
+        "             ['train', '--data', 'no-tab.tsv'],\n"
+        "             ['train', '--task', 'lm', '--data', 'short.txt'],\n"
+        "             ['export', 'no/such/run', 'out'], ['export', 'no/such/run', 'used'],\n"
+        "             ['verify', 'no/such/export']):\n"
         "    assert main(argv) == 1, argv\n"
+        "assert sorted(os.listdir('.')) == ['empty.tsv', 'no-tab.tsv', 'short.txt', 'used']\n"
         "print('IMPORTED', sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch')\n"
         "                         if m in sys.modules))\n"
     )
@@ -450,6 +471,8 @@ def test_export_prints_each_converter_warning_once_on_one_line(tmp_path, capsys,
         return {"onnx": os.path.join(str(out), "onnx", "seq2seq.onnx")}
 
     monkeypatch.setattr(keras_seq.export, "export_run", export_run)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text("{}")  # a run folder, for the check
     capsys.readouterr()
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "out"), "--formats", "onnx"]) == 0
     captured = capsys.readouterr()

@@ -71,13 +71,15 @@ def _check_train(args) -> None:
 
 
 def _check_files(config) -> None:
-    """The data files and the language-model run a run names exist (exit 1,
-    before Keras is loaded)."""
-    from keras_seq.run_config import data_file, run_metrics_path
+    """The data files a run names, read and checked as `train` reads them
+    (`keras_seq.run_data.load_data`), and the language-model run it names:
+    exit 1, before Keras is loaded."""
+    from keras_seq.folders import data_file, run_metrics_path
+    from keras_seq.run_data import load_data
 
     if config.data is not None:
-        data_file(config.task, config.data)
-    if config.test_data is not None:
+        load_data(config)
+    elif config.test_data is not None:
         data_file(config.task, config.test_data, "--test-data")
     if config.init_from is not None:
         run_metrics_path(config.init_from, "train")
@@ -125,7 +127,7 @@ def _check_translate(args) -> None:
 def _check_run_folder(args, where: str) -> None:
     """RUN_DIR is a run folder (exit 1, before Keras is loaded); ``where``:
     the library function that reads it, which names it the same way."""
-    from keras_seq.run_config import run_metrics_path
+    from keras_seq.folders import run_metrics_path
 
     run_metrics_path(args.run_dir, where)
 
@@ -151,7 +153,20 @@ def _check_generate(args) -> None:
 
 
 def _check_export(args) -> None:
+    """The counts, then OUT and RUN_DIR in `export_run`'s order (exit 1,
+    before Keras is loaded)."""
+    from keras_seq.folders import check_export_destination, run_metrics_path
+
     _positive(args, "beam", "examples")
+    check_export_destination(args.out, args.overwrite, "export_run")
+    run_metrics_path(args.run_dir, "export_run")
+
+
+def _check_verify(args) -> None:
+    """OUT holds an export (exit 1, before Keras is loaded)."""
+    from keras_seq.folders import export_manifest_path
+
+    export_manifest_path(args.out, "verify")
 
 
 _SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "attention")
@@ -319,5 +334,5 @@ COMMANDS = {
     "classify": (_check_classify, _classify),
     "generate": (_check_generate, _generate),
     "export": (_check_export, _export),
-    "verify": (None, _verify),
+    "verify": (_check_verify, _verify),
 }

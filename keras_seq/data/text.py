@@ -1,9 +1,9 @@
-"""Text for character language models.
+"""Text for character language models, read in Python (no TensorFlow).
 
 A language model reads one text (`load_text`, by default tiny Shakespeare,
 `tiny_shakespeare`), holds out its end (`split_text`), trains on random
-windows (`make_text_dataset`) and is scored on consecutive windows of the
-held-out text (`text_windows`).
+windows (`keras_seq.data.pipeline.make_text_dataset`) and is scored on
+consecutive windows of the held-out text (`text_windows`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from keras_seq._validation import check_float, check_int, invalid_value
 
@@ -20,7 +19,6 @@ __all__ = [
     "TINY_SHAKESPEARE_SHA256",
     "TINY_SHAKESPEARE_URL",
     "load_text",
-    "make_text_dataset",
     "split_text",
     "text_windows",
     "tiny_shakespeare",
@@ -159,70 +157,3 @@ def text_windows(ids, context: int) -> tuple[np.ndarray, np.ndarray]:
     targets = padded[starts + 1]
     # An input whose target is padding predicts nothing: pad it too.
     return np.where(targets != 0, padded[starts], 0), targets
-
-
-def make_text_dataset(
-    ids,
-    batch_size: int,
-    context: int,
-    steps_per_epoch: int,
-    seed: int,
-    epochs: int,
-    first_epoch: int = 0,
-) -> tf.data.Dataset:
-    """Batches of random windows of a text, for next-character prediction.
-
-    Each example is a window of ``context + 1`` consecutive ids starting at
-    a uniformly drawn offset (as nanoGPT samples its batches):
-    ``inputs = ids[o : o + context]``, ``targets = ids[o + 1 : o + context + 1]``.
-    An epoch is ``steps_per_epoch`` batches, not a pass over the text; the
-    offsets of epoch ``e`` depend only on ``(seed, e)``, so a run resumed at
-    epoch ``e`` sees the batches an uninterrupted run sees.
-
-    Args:
-        ids: ``(N,)`` integer ids, N > ``context``.
-        batch_size: int, windows per batch.
-        context: int, window length (inputs and targets).
-        steps_per_epoch: int, batches per epoch.
-        seed: int, seed of the offsets.
-        epochs: int, the dataset holds epochs ``first_epoch .. epochs - 1``
-            back to back.
-        first_epoch: int, the first of them.
-
-    Returns:
-        A dataset of ``(inputs, targets)``, both int32 ``(batch_size, context)``.
-
-    Examples:
-        >>> inputs, targets = next(iter(make_text_dataset(
-        ...     list(range(4, 40)), batch_size=2, context=5, steps_per_epoch=3, seed=0, epochs=1)))
-        >>> bool((inputs[:, 1:] == targets[:, :-1]).numpy().all())
-        True
-    """
-    where = "make_text_dataset"
-    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
-    context = check_int(where, "context", context, minimum=1)
-    steps_per_epoch = check_int(where, "steps_per_epoch", steps_per_epoch, minimum=1)
-    seed = check_int(where, "seed", seed)
-    epochs = check_int(where, "epochs", epochs, minimum=1)
-    first_epoch = check_int(where, "first_epoch", first_epoch, minimum=0, maximum=epochs - 1)
-    ids = np.asarray(ids, dtype=np.int32).reshape(-1)
-    if ids.size <= context:
-        raise invalid_value(
-            where, "ids", f"more than context={context} ids", f"{ids.size} ids"
-        )
-    offsets = np.stack([
-        np.random.default_rng([seed, epoch]).integers(
-            0, ids.size - context, size=steps_per_epoch * batch_size
-        )
-        for epoch in range(first_epoch, epochs)
-    ]).reshape(-1, batch_size).astype("int32")  # one row per batch
-    text = tf.constant(ids)
-    positions = tf.range(context + 1)
-
-    @tf.autograph.experimental.do_not_convert
-    def windows(o):
-        w = tf.gather(text, o[:, None] + positions[None, :])  # (B, context + 1)
-        return w[:, :-1], w[:, 1:]
-
-    dataset = tf.data.Dataset.from_tensor_slices(offsets).map(windows)
-    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -23,11 +23,11 @@ from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
     convert_seq2seq_to_tflite,
 )
+from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 from keras_seq.training.locking import folder_lock
 
 FORMATS = ("savedmodel", "tflite", "onnx")
-MANIFEST_FILE = "manifest.json"
 REFERENCE_FILE = "reference.npz"
 HOST_FILE = "export.json"
 _SERVING_MODEL_NAME = "translator"
@@ -166,7 +166,7 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
                 progress):
     from keras_seq.training.run_folder import read_run
 
-    _check_out(where, out, overwrite)
+    check_export_destination(out, overwrite, where)
     folder = read_run(os.fspath(run_dir), where)
     if folder.is_language_model:
         _check_language_model_options(where, formats, beam_width)
@@ -214,19 +214,6 @@ def _check_language_model_options(where, formats, beam_width):
         raise ValueError(
             f"{where}: `beam_width` is for translation runs (the SavedModel's decoding); a "
             f"language-model run exports a generation step. Received beam_width={beam_width}."
-        )
-
-
-def _check_out(where, out, overwrite):
-    if os.path.isfile(out) or (os.path.exists(out) and not os.path.isdir(out)):
-        raise FileExistsError(
-            f"{where}: {out} is a file; the export needs a folder (a new one, or an "
-            "export to replace with --overwrite)."
-        )
-    if os.path.isdir(out) and os.listdir(out) and not overwrite:
-        raise FileExistsError(
-            f"{where}: {out} is not empty; choose a new folder, or pass --overwrite "
-            "(overwrite=True) to replace it whole."
         )
 
 

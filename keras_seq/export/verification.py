@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from keras_seq.export.run import MANIFEST_FILE
+from keras_seq.folders import export_manifest_path
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verify_worker.py")
 # A quantized artifact may flip a few near-ties of the argmax, no more.
@@ -101,12 +101,7 @@ def verify(
         ``{"artifacts": rows, "failures": [messages], "passed": bool}``.
     """
     out_dir = os.fspath(out_dir)
-    manifest_path = os.path.join(out_dir, MANIFEST_FILE)
-    if not os.path.isfile(manifest_path):
-        raise FileNotFoundError(
-            f"verify: {manifest_path} does not exist; `out_dir` must be a folder written by "
-            "`keras-seq export`."
-        )
+    manifest_path = export_manifest_path(out_dir, "verify")
     with open(manifest_path, encoding="utf-8") as f:
         manifest = json.load(f)
     if not manifest.get("reference"):

@@ -20,7 +20,7 @@ import os
 import warnings
 from collections.abc import Sequence
 
-from keras_seq.run_config import run_metrics_path
+from keras_seq.folders import run_metrics_path
 
 __all__ = [
     "HELD_OUT_FILE",
