@@ -26,6 +26,7 @@ from keras_seq.layers.recurrent.s_lstm import SLSTM, SLSTMCell  # noqa: F401
 # isort: split
 from keras_seq.layers.attention.bahdanau_attention import BahdanauAttention  # noqa: F401
 from keras_seq.layers.attention.luong_attention import LuongAttention  # noqa: F401
+from keras_seq.layers.attention.monotonic import monotonic_attention  # noqa: F401
 from keras_seq.layers.attention.multi_head_attention import MultiHeadAttention  # noqa: F401
 from keras_seq.layers.attention.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
 from keras_seq.layers.attention.sinusoidal_positional_encoding import (  # noqa: F401
@@ -102,5 +103,6 @@ __all__ = [
     "TransformerEncoder",
     "WideConvolution1D",
     "linear_recurrence",
+    "monotonic_attention",
     "register_cell",
 ]

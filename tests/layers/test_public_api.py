@@ -35,10 +35,10 @@ NOT_OUR_LAYERS = {
     "LSTMCell": "Keras' cell, whose operator form the exporters know",
     "SimpleRNNCell": "Keras' cell, whose operator form the exporters know",
 }
-# The public names of the recurrent protocol that are not layers: what a
-# user's cell subclasses, returns or calls.
+# The public names that are not layers: the recurrent protocol (what a
+# user's cell subclasses, returns or calls) and monotonic attention's alignment.
 PROTOCOL = {"LoopHints", "ManualGradient", "LSTMForm", "GRUForm", "SimpleRNNForm",
-            "linear_recurrence", "register_cell"}
+            "linear_recurrence", "register_cell", "monotonic_attention"}
 
 
 def _read(name):
