@@ -26,7 +26,11 @@ from keras_seq.layers.recurrent.s_lstm import SLSTM, SLSTMCell  # noqa: F401
 # isort: split
 from keras_seq.layers.attention.bahdanau_attention import BahdanauAttention  # noqa: F401
 from keras_seq.layers.attention.luong_attention import LuongAttention  # noqa: F401
-from keras_seq.layers.attention.monotonic import monotonic_attention  # noqa: F401
+from keras_seq.layers.attention.monotonic import (  # noqa: F401
+    BahdanauMonotonicAttention,
+    LuongMonotonicAttention,
+    monotonic_attention,
+)
 from keras_seq.layers.attention.multi_head_attention import MultiHeadAttention  # noqa: F401
 from keras_seq.layers.attention.positionwise_feed_forward import PositionwiseFeedForward  # noqa: F401
 from keras_seq.layers.attention.sinusoidal_positional_encoding import (  # noqa: F401
@@ -56,6 +60,7 @@ from keras_seq.layers.scalar_mix import ScalarMix  # noqa: F401
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
     "BahdanauAttention",
+    "BahdanauMonotonicAttention",
     "Bidirectional",
     "ConvertibleLSTM",
     "ConvertibleSimpleRNN",
@@ -102,6 +107,7 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoder",
     "WideConvolution1D",
+    "LuongMonotonicAttention",
     "linear_recurrence",
     "monotonic_attention",
     "register_cell",

@@ -69,6 +69,15 @@ CASES = {
                           [_x(B, 2, 6), _x(B, T, 5, seed=1)], {"mixed_precision_atol": 1e-2}),
     "LuongAttention": (lambda: layers.LuongAttention(units=6, use_scale=True, dropout=0.1),
                        [_x(B, 2, 6), _x(B, T, 5, seed=1)], {"mixed_precision_atol": 1e-2}),
+    # One decoder step: query, memory, the previous step's alignment.
+    "BahdanauMonotonicAttention": (
+        lambda: layers.BahdanauMonotonicAttention(3, normalize=True, score_bias_init=-1.0),
+        [_x(B, 6), _x(B, T, 5, seed=1), np.eye(T, dtype="float32")[[0, 2]]],
+        {"mixed_precision_atol": 1e-2}),
+    "LuongMonotonicAttention": (
+        lambda: layers.LuongMonotonicAttention(units=6, use_scale=True, mode="recursive"),
+        [_x(B, 6), _x(B, T, 6, seed=1), np.eye(T, dtype="float32")[[0, 2]]],
+        {"mixed_precision_atol": 1e-2}),
     "MultiHeadAttention": (lambda: layers.MultiHeadAttention(num_heads=2, key_dim=4,
                                                              value_dim=3, dropout=0.1),
                            [_x(B, T, 8), _x(B, T, 6, seed=1)],

@@ -96,3 +96,94 @@ def test_on_zero_one_inputs_the_expected_alignment_is_the_hard_one(rng):
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="monotonic_attention: invalid value for argument `mode`"):
         monotonic_attention(np.ones((1, 2), "float32"), np.ones((1, 2), "float32"), "soft")
+
+
+# --- the layers: energy of Bahdanau or Luong, then the paper's alignment ---
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _bahdanau_energy(weights, query, memory):
+    w_q, w_k, v, bias = weights
+    return np.tanh((query @ w_q)[:, None, :] + memory @ w_k) @ v + bias
+
+
+def _luong_energy(weights, query, memory):
+    w_a, bias = weights
+    return np.einsum("bd,bkd->bk", query, memory @ w_a) + bias
+
+
+@pytest.mark.parametrize("layer_class, energy", [
+    ("BahdanauMonotonicAttention", _bahdanau_energy),
+    ("LuongMonotonicAttention", _luong_energy),
+])
+@pytest.mark.parametrize("mode", ["parallel", "recursive", "hard"])
+def test_the_layers_align_like_the_paper_from_their_energy(layer_class, energy, mode, rng):
+    from keras_seq import layers
+
+    query_width = 6 if layer_class.startswith("Bahdanau") else 4
+    layer = (layers.BahdanauMonotonicAttention(8, score_bias_init=-0.5, mode=mode)
+             if layer_class.startswith("Bahdanau")
+             else layers.LuongMonotonicAttention(score_bias_init=-0.5, mode=mode))
+    memory = rng.normal(size=(3, 7, 4)).astype("float32")
+    query = rng.normal(size=(3, query_width)).astype("float32")
+    layer.build((None, query_width), (None, None, 4))
+    weights = [rng.normal(size=w.shape).astype("float32") * 0.5 for w in layer.get_weights()]
+    weights[-1] = np.float32(-0.5)  # the score bias keeps its initial value
+    layer.set_weights(weights)
+    mask = np.ones((3, 7), bool)
+    mask[1, 5:] = False  # padding: never stopped at
+    previous = np.zeros((3, 7), "float32")
+    previous[:, 0] = 1.0  # `initial_alignments`
+    np.testing.assert_array_equal(np.asarray(layer.initial_alignments(memory)), previous)
+    previous[2] = [0.1, 0.3, 0.2, 0.1, 0.1, 0.0, 0.0]  # a later, soft step
+    if mode == "hard":
+        previous[2] = [0, 0, 1, 0, 0, 0, 0]
+    context, alignments = layer(query, memory, previous, value_mask=mask)
+
+    p = np.where(mask, _sigmoid(energy([w.astype("float64") for w in weights], query, memory)),
+                 0.0)
+    expected = _hard_alignment(p, previous) if mode == "hard" else _expected_alignment(p, previous)
+    np.testing.assert_allclose(np.asarray(alignments), expected, atol=1e-5)
+    assert not np.asarray(alignments)[1, 5:].any()
+    np.testing.assert_allclose(np.asarray(context), np.einsum("bk,bkd->bd", expected, memory),
+                               atol=1e-5)
+    assert weights and [w.name for w in layer.weights][-1] == "score_bias"
+
+
+def test_the_noise_is_for_training_and_the_config_round_trips(rng):
+    import keras
+
+    from keras_seq import layers
+
+    layer = layers.BahdanauMonotonicAttention(8, sigmoid_noise=2.0, score_bias_init=-4.0,
+                                              mode="recursive", seed=3)
+    memory = rng.normal(size=(2, 6, 4)).astype("float32")
+    query = rng.normal(size=(2, 5)).astype("float32")
+    layer.build((None, 5), (None, None, 4))
+    start = layer.initial_alignments(memory)
+    assert float(layer.get_weights()[-1]) == -4.0
+    quiet = [np.asarray(layer(query, memory, start)[1]) for _ in range(2)]
+    noisy = np.asarray(layer(query, memory, start, training=True)[1])
+    np.testing.assert_array_equal(quiet[0], quiet[1])
+    assert np.abs(noisy - quiet[0]).max() > 1e-3
+    # A call may decode in hard mode whatever the layer trains with.
+    hard = np.asarray(layer(query, memory, start, mode="hard")[1])
+    assert set(np.unique(hard)) <= {0.0, 1.0}
+
+    clone = keras.layers.deserialize(keras.layers.serialize(layer))
+    assert isinstance(clone, layers.BahdanauMonotonicAttention)
+    assert (clone.sigmoid_noise, clone.score_bias_init, clone.mode) == (2.0, -4.0, "recursive")
+
+
+def test_the_layers_refuse_a_sequence_of_queries_and_a_bad_mode(rng):
+    from keras_seq import layers
+
+    layer = layers.LuongMonotonicAttention()
+    memory = rng.normal(size=(2, 6, 4)).astype("float32")
+    with pytest.raises(ValueError, match="LuongMonotonicAttention.*`query`.*one decoder step"):
+        layer(memory, memory, np.zeros((2, 6), "float32"))
+    with pytest.raises(ValueError, match="`mode`"):
+        layers.BahdanauMonotonicAttention(4, mode="soft")
