@@ -16,15 +16,13 @@ import re
 
 __all__ = ["command_message"]
 
-# The functions behind the commands, as the library's messages name them.
+# The functions behind the commands that a message may point to (`train`,
+# `search` and `verify` are common words too: only their prefix goes).
 _COMMAND_OF_FUNCTION = {
-    "train": "train",
-    "search": "tune",
     "translate_texts": "translate",
     "classify_texts": "classify",
     "generate_text": "generate",
     "export_run": "export",
-    "verify": "verify",
 }
 # Library argument names that differ from the parser's destinations.
 _ALIASES = {"beam_width": "beam", "num_layers": "layers", "out_dir": "out",
@@ -101,8 +99,6 @@ def command_message(command: str, message: str, subparsers=None) -> str:
     text = re.sub(r"(?<![\w.-])([a-z_]\w*)=" + _VALUE, flag_value, text)
     text = re.sub(r"`([a-z_]\w*)`", lambda m: flags.get(m.group(1), m.group(1)), text)
     for function, name in _COMMAND_OF_FUNCTION.items():
-        if function in ("train", "verify", "search"):
-            continue  # common words too: only their prefix goes
         text = re.sub(rf"\b{function}\b(?: \(keras-seq {name}\))?", f"keras-seq {name}", text)
     return text
 

@@ -158,13 +158,13 @@ def language_model_stream_function(model):
     - a longer chunk: that one-step model once per token, in one ``Loop``
       (tf2onnx converts one small loop body, not one loop per block).
     """
+    from keras_seq.export._lowering import layers_of
     from keras_seq.export._tracing import default_signature, with_models
     from keras_seq.layers.recurrent.operator_forms import operator_form
 
     stream = streaming_model(model)
     signature = default_signature(stream)
-    recurrent = [layer for layer in stream._flatten_layers(include_self=False, recursive=True)
-                 if isinstance(layer, keras.layers.RNN)]
+    recurrent = [layer for layer in layers_of([stream]) if isinstance(layer, keras.layers.RNN)]
     if all(operator_form(layer.cell) is not None for layer in recurrent):
         # One native node per layer and no Loop, whatever the length. An If
         # with a one-step branch (no mask handling around the nodes) gained

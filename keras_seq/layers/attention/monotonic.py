@@ -177,9 +177,11 @@ class _MonotonicAttention:
         return (keras.KerasTensor((batch, value.shape[-1]), dtype=self.compute_dtype),
                 keras.KerasTensor((batch, value.shape[1]), dtype=self.compute_dtype))
 
-    def _monotonic_config(self):
-        return {"sigmoid_noise": self.sigmoid_noise, "score_bias_init": self.score_bias_init,
-                "mode": self.mode}
+    def get_config(self):
+        config = {**super().get_config(), "sigmoid_noise": self.sigmoid_noise,
+                  "score_bias_init": self.score_bias_init, "mode": self.mode}
+        config.pop("dropout", None)  # no dropout on a monotonic alignment
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -240,11 +242,6 @@ class BahdanauMonotonicAttention(_MonotonicAttention, BahdanauAttention):
         super().__init__(units, normalize=normalize, seed=seed, **kwargs)
         self._init_monotonic(sigmoid_noise, score_bias_init, mode, seed)
 
-    def get_config(self):
-        config = {**super().get_config(), **self._monotonic_config()}
-        config.pop("dropout", None)
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_seq")
 class LuongMonotonicAttention(_MonotonicAttention, LuongAttention):
@@ -268,8 +265,3 @@ class LuongMonotonicAttention(_MonotonicAttention, LuongAttention):
                  mode: str = "parallel", seed: int | None = None, **kwargs):
         super().__init__(units, use_scale=use_scale, seed=seed, **kwargs)
         self._init_monotonic(sigmoid_noise, score_bias_init, mode, seed)
-
-    def get_config(self):
-        config = {**super().get_config(), **self._monotonic_config()}
-        config.pop("dropout", None)
-        return config
