@@ -76,8 +76,12 @@ def _onnx_loop(path):
 
 def measure(run_dir, repetitions):
     from keras_seq.export.language_model_export import (
-        PROMPT_LENGTH, PROMPTS, held_out_prompts, language_model_stream_function,
-        write_lm_reference)
+        PROMPT_LENGTH,
+        PROMPTS,
+        held_out_prompts,
+        language_model_stream_function,
+        write_lm_reference,
+    )
     from keras_seq.export.onnx_export import convert_to_onnx
     from keras_seq.export.streaming import streaming_model
     from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
@@ -116,7 +120,7 @@ def measure(run_dir, repetitions):
              "lm_stream.onnx": _onnx_loop(paths["lm_stream.onnx"]),
              "lm_stream.onnx before": _onnx_loop(paths["lm_stream_before.onnx"])}
     times = {name: [] for name in loops}
-    for name, loop in loops.items():
+    for loop in loops.values():
         loop()  # warm up
     for repetition in range(repetitions):
         order = list(loops)[repetition % len(loops):] + list(loops)[:repetition % len(loops)]

@@ -8,7 +8,7 @@ here; the classes behind the names are in the one registry,
 (and the cells a block model names, its `RecurrentBlock` cells).
 """
 
-__all__ = ["BLOCK_MODELS", "BUILT_IN_CELLS", "LANGUAGE_MODEL_KINDS"]
+__all__ = ["BLOCK_MODELS", "BUILT_IN_CELLS", "CLASSIFIER_POOLINGS", "LANGUAGE_MODEL_KINDS"]
 
 BUILT_IN_CELLS = ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm",
                   "mingru", "minlstm")
@@ -27,3 +27,7 @@ holds ``cells[i % len(cells)]``."""
 
 LANGUAGE_MODEL_KINDS = ("transformer", "rnn", *BLOCK_MODELS)
 """`keras_seq.models.language_model`'s ``kind`` choices."""
+
+CLASSIFIER_POOLINGS = ("last", "mean")
+"""`keras_seq.models.classifier_from_language_model`'s ``pooling`` choices:
+the hidden state at the last real token (GPT's) or their mean over the real tokens."""

@@ -8,7 +8,6 @@ arguments, checks them and prints ``--help`` before loading either.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -133,6 +132,11 @@ CLASSIFY_DEFAULTS = {
     "rnn": {"epochs": 10, "batch_size": 32, "learning_rate": 2e-3, "units": 64, "layers": 1},
     "transformer": {"epochs": 10, "batch_size": 32, "learning_rate": 1e-3, "units": 96,
                     "layers": 2},
+    # A block model's classifier is its language model's body with a linear
+    # head (as a fine-tuned one), from random weights: the language model's
+    # width and depth.
+    **{kind: {"epochs": 10, "batch_size": 32, "learning_rate": 2e-3, "units": 128, "layers": 4}
+       for kind in model_kinds.BLOCK_MODELS},
 }
 """Per model family: the defaults of ``task="classify"`` trained from scratch."""
 # Fine-tuning a language model (task="classify", init_from=...): a smaller
@@ -169,6 +173,8 @@ residual recurrent blocks (`keras_seq.models.language_model`'s ``kind``; the
 names of `keras_seq.model_kinds.BLOCK_MODELS`)."""
 MODELS = ("rnn", "transformer", *BLOCK_MODELS)
 """`TrainingConfig.model` choices."""
+POOLINGS = model_kinds.CLASSIFIER_POOLINGS
+"""`TrainingConfig.pooling` choices."""
 
 
 class _RegisteredCells(Sequence):
@@ -297,6 +303,11 @@ class TrainingConfig:
         freeze_body: with ``init_from``: train the linear head only (a
             linear probe of the language model; the default learning rate
             is then `LINEAR_PROBE_LEARNING_RATE`).
+        pooling: ``task="classify"`` on a language model's body (``init_from``,
+            or a block ``model``): what the linear head reads,
+            ``"last"`` (the hidden state at the last real token) or
+            ``"mean"`` (their mean over the real tokens;
+            `keras_seq.models.classifier_from_language_model`).
         tokenizer: ``"char"`` (`keras_seq.text.CharTokenizer`, every
             character of the text) or, for ``task="bilm"`` and
             ``task="classify"`` only, ``"wordpiece"``
@@ -391,6 +402,7 @@ class TrainingConfig:
     init_from: str | None = None
     lm_weight: float | None = None
     freeze_body: bool = False
+    pooling: str = "last"
 
     def resolved(self) -> TrainingConfig:
         """A checked copy with the task and the family defaults filled in."""
@@ -414,10 +426,10 @@ class TrainingConfig:
         )
         if model is not None:
             check_choice(where, "model", model, MODELS)
-        if model in BLOCK_MODELS and task != "lm":
+        if model in BLOCK_MODELS and task not in ("lm", "classify"):
             raise invalid_value(where, "model", f"'rnn' or 'transformer' for task {task!r} "
-                                f"({', '.join(BLOCK_MODELS)} are language models: task 'lm')",
-                                model)
+                                f"({', '.join(BLOCK_MODELS)} are language models: task 'lm', "
+                                "or 'classify' with a language model's body)", model)
         if task == "bilm" and model != "rnn":
             raise invalid_value(where, "model", "'rnn' for task 'bilm' (ELMo's biLM is "
                                 "recurrent)", model)
@@ -513,6 +525,13 @@ class TrainingConfig:
             raise invalid_value(where, "data", "a label<TAB>text file for task 'classify'", None)
         fine_tune = self.init_from is not None
         check_bool(where, "freeze_body", self.freeze_body)
+        check_choice(where, "pooling", self.pooling, POOLINGS)
+        if self.pooling != "last" and not (
+                task == "classify" and (fine_tune or self.model in BLOCK_MODELS)):
+            raise invalid_value(
+                where, "pooling", "'last' unless task='classify' reads a language model's body "
+                f"(init_from, or model {', '.join(map(repr, BLOCK_MODELS))}); the other "
+                "classifiers average their encoder's outputs", self.pooling)
         if not fine_tune:
             for key, unset in (("lm_weight", None), ("freeze_body", False)):
                 if getattr(self, key) != unset:

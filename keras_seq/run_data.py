@@ -58,7 +58,7 @@ def _load_text(config: TrainingConfig) -> tuple[str, str, str]:
     from keras_seq import data
 
     source = data.tiny_shakespeare() if config.data is None else _data_file(config)
-    full_text = data.load_text(source)
+    full_text = _language_model_text(source)
     train_text, held_out_text = data.split_text(full_text)
     if len(train_text) <= config.context or len(held_out_text) < 2:
         raise ValueError(
@@ -67,6 +67,18 @@ def _load_text(config: TrainingConfig) -> tuple[str, str, str]:
             "and at least 2 in its last 10%."
         )
     return source, train_text, held_out_text
+
+
+def _language_model_text(source: str) -> str:
+    """The text a language model reads of ``source``: a ``.tsv`` file's texts
+    (``label<TAB>text`` lines, `keras_seq.data.load_labelled_tsv`), each on
+    a line of its own with its label dropped, so that a classifier's labelled
+    file pre-trains its language model; any other file whole."""
+    from keras_seq import data
+
+    if not source.lower().endswith(".tsv"):
+        return data.load_text(source)
+    return "".join(text + "\n" for _, text in data.load_labelled_tsv(source))
 
 
 def load_data(config: TrainingConfig) -> tuple:

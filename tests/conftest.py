@@ -49,8 +49,9 @@ def _command_errors_in_the_commands_words(monkeypatch):
     """Every error line a test makes ``keras-seq`` print keeps the rule of
     tests/cli_errors.py (named once, in the command's words): checked as the
     test ends, on each line it triggered."""
-    import keras_seq.cli as cli
     from cli_errors import violations
+
+    import keras_seq.cli as cli
 
     lines = []
     line_of = cli.failure_line

@@ -60,6 +60,11 @@ def runs(tmp_path_factory):
                  "--class-weight", "balanced", "--out", out, "--name", "scratch"]) == 0
     assert main(["train", "--task", "classify", "--data", str(tsv), "--init-from",
                  str(root / "lm"), *_FINE_TUNE, "--out", out, "--name", "fine_tuned"]) == 0
+    # A block language model's body from random weights: the fine-tuned
+    # classifier's form, trained from scratch.
+    assert main(["train", "--task", "classify", "--model", "mingru", "--layers", "1",
+                 "--data", str(tsv), *_SCRATCH, "--class-weight", "balanced", "--out", out,
+                 "--name", "scratch_mingru"]) == 0
     return root
 
 
@@ -142,6 +147,8 @@ def test_a_test_label_that_no_training_text_has_is_an_error(tmp_path, capsys):
      "freeze_body"),
     (["--validation-size", "5"], "expected None for task 'classify'"),
     (["--attention", "luong"], "classifiers have their own"),
+    (["--pooling", "mean"], "`pooling`: expected 'last' unless task='classify' reads a "
+     "language model's body"),
 ])
 def test_contradicting_classify_options_are_argument_errors(capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_:
@@ -157,11 +164,12 @@ def test_contradicting_classify_options_are_argument_errors(capsys, argv, expect
 
 
 @pytest.mark.slow
-def test_metrics_are_the_saved_models_scores_on_the_test_texts(runs):
+@pytest.mark.parametrize("name", ["scratch", "scratch_mingru"])
+def test_metrics_are_the_saved_models_scores_on_the_test_texts(runs, name):
     from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
     from sklearn.utils.class_weight import compute_class_weight
 
-    run_dir = runs / "scratch"
+    run_dir = runs / name
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["task"] == "classify" and metrics["labels"] == sorted(LABELS)
     test = data.load_labelled_tsv(run_dir / "test.tsv")

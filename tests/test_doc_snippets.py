@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # that the suite's two TensorFlow workers share the minutes they take.
 PAGES = ["README.md", "docs/index.md", "docs/guides/streaming.md"]
 GUIDES = ["docs/guides/translator.md", "docs/guides/phone.md", "docs/guides/backends.md",
-          "docs/guides/write_your_own_cell.md"]
+          "docs/guides/write_your_own_cell.md", "docs/guides/classify.md"]
 RUN = {"python", "bash"}
 SHOWN = {"text"}
 _FENCE = re.compile(r"^```(\w*)\s*$")

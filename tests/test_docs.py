@@ -296,7 +296,7 @@ def test_docs_site_opens_on_getting_started_then_the_guides_then_the_reference()
     assert nav[0]["Getting started"] == "index.md"
     guides = [next(iter(entry)) for entry in nav[1]["Guides"]]
     assert guides == ["Train your own translator", "Deploy to a phone", "Stream a sensor model",
-                      "Use JAX or PyTorch", "Write your own cell"]
+                      "Use JAX or PyTorch", "Write your own cell", "Classify your own texts"]
 
 
 def test_cli_page_distribute_choices_are_the_commands_choices():

@@ -45,6 +45,30 @@ def test_the_held_out_text_is_the_last_tenth():
     assert len(train) == int(1234 * 0.9) == 1110
 
 
+def test_an_lm_of_a_tsv_reads_its_text_column_one_text_a_line(tmp_path):
+    from keras_seq.run_data import load_data
+
+    reviews = [("great", "Crisp and fresh.<br />Buy it."), ("other", "Stale\tand dull."),
+               ("great", "My dog loves these treats, " * 3)]
+    tsv = tmp_path / "reviews.tsv"
+    tsv.write_text("".join(f"{label}\t{review}\n\n" for label, review in reviews))
+    config = training.TrainingConfig(task="lm", data=str(tsv), context=8).resolved()
+    source, train, held_out = load_data(config)
+    # The labels dropped, each text on its own line, the text's own tabs kept.
+    expected = "".join(review + "\n" for _, review in reviews)
+    assert (source, train + held_out) == (str(tsv), expected)
+    assert len(train) == int(len(expected) * 0.9)
+    # A .txt file with tabs is read whole.
+    txt = tmp_path / "reviews.txt"
+    txt.write_text(tsv.read_text())
+    config = training.TrainingConfig(task="lm", data=str(txt), context=8).resolved()
+    assert "".join(load_data(config)[1:]) == tsv.read_text()
+    tsv.write_text("great\tFine.\nno label here\n")
+    config = training.TrainingConfig(task="lm", data=str(tsv), context=8).resolved()
+    with pytest.raises(ValueError, match=r"reviews\.tsv, line 2"):
+        load_data(config)
+
+
 def test_windows_predict_every_held_out_character_but_the_first_once_from_its_window():
     ids = np.arange(10, 33)  # 23 ids
     context = 5
@@ -253,6 +277,24 @@ def test_val_loss_is_the_mean_held_out_cross_entropy_of_the_saved_model(lm_run):
     for r in epochs:  # the Perplexity metric reports exp(loss) during fit
         assert float(r[5]) == pytest.approx(math.exp(float(r[3])), rel=1e-3)
         assert float(r[6]) == pytest.approx(math.exp(float(r[4])), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_a_fresh_process_loads_a_language_model_run_after_importing_the_models(lm_run):
+    import subprocess
+    import sys
+
+    _, _, run_dir = lm_run
+    # The run's model.keras is compiled with keras_seq.metrics.Perplexity.
+    script = ("import sys, keras, numpy as np, keras_seq.models\n"
+              "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
+              "np.save(sys.argv[2], keras.ops.convert_to_numpy(m(np.array([[4, 5, 6]]))))\n")
+    out = run_dir.parent / "fresh_logits.npy"
+    subprocess.run([sys.executable, "-c", script, str(run_dir / "model.keras"), str(out)],
+                   check=True, timeout=300, capture_output=True)
+    model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(np.load(out), keras.ops.convert_to_numpy(
+        model(np.array([[4, 5, 6]]))), atol=1e-6)
 
 
 @pytest.mark.slow

@@ -149,6 +149,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"model; learning rate {training.LINEAR_PROBE_LEARNING_RATE} by default)",
     )
     train.add_argument(
+        "--pooling", choices=training.POOLINGS, default=config.pooling,
+        help="--task classify on a language model's body (--init-from, or --model "
+        f"{'|'.join(training.BLOCK_MODELS)}): the linear head reads the hidden state at the "
+        "last real token (last) or their mean over the real tokens (mean) "
+        "(default: %(default)s)",
+    )
+    train.add_argument(
         "--tokenizer", choices=training.TOKENIZERS, default=config.tokenizer,
         help="tokens of --task bilm and --task classify: char (every character of the "
         "text) or wordpiece (learned from the training text, newlines kept); other tasks read "

@@ -8,6 +8,10 @@ are also importable from here, where they were first published.
 
 from keras_seq.layers import PaddingMask, RecurrentDecoder, TokenEmbedding, WideConvolution1D
 from keras_seq.layers.recurrent.registry import register_cell
+
+# A language-model run's model.keras is compiled with Perplexity: importing
+# the builders registers it, as it registers the layers, for load_model.
+from keras_seq.metrics import Perplexity  # noqa: F401
 from keras_seq.models.dcnn import dcnn_classifier
 from keras_seq.models.elmo import bidirectional_language_model, contextual_embedder
 from keras_seq.models.language_model import (

@@ -51,8 +51,10 @@ def language_model_kind(model) -> str | None:
 def language_model_hidden_states(model) -> keras.KerasTensor:
     """The hidden states ``(B, T, d)`` of a `language_model`'s last block: the
     symbolic tensor of ``model``'s graph that its output layer reads (after
-    the last ``"decoder_layer_{i}"`` or ``"recurrent_{i}"``), to build other
-    heads on the same body (`classifier_from_language_model`).
+    the last ``"decoder_layer_{i}"`` or ``"recurrent_{i}"``, or the
+    ``"final_norm"`` after them where there is one: the residual recurrent
+    blocks' stream grows with depth), to build other heads on the same body
+    (`classifier_from_language_model`).
 
     Args:
         model: a model built by `language_model` (or loaded from its ``.keras``).
@@ -70,6 +72,8 @@ def language_model_hidden_states(model) -> keras.KerasTensor:
     if kind is None:
         raise invalid_type("language_model_hidden_states", "model",
                            "a keras.Model built by keras_seq.models.language_model", model)
+    if any(layer.name == "final_norm" for layer in model.layers):
+        return model.get_layer("final_norm").output
     prefix = "decoder_layer_" if kind == "transformer" else "recurrent_"
     blocks = [int(layer.name[len(prefix):]) for layer in model.layers
               if layer.name.startswith(prefix) and layer.name[len(prefix):].isdigit()]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_seq._validation import check_bool, check_positive_int, check_rate, invalid_type
+from keras_seq._validation import (
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_rate,
+    invalid_type,
+)
+from keras_seq.model_kinds import CLASSIFIER_POOLINGS as POOLINGS
 from keras_seq.models.language_model import language_model_hidden_states, language_model_kind
 
 
@@ -15,6 +22,7 @@ def classifier_from_language_model(
     dropout: float = 0.1,
     lm_logits: bool = False,
     name: str = "language_model_classifier",
+    pooling: str = "last",
 ) -> keras.Model:
     """A classifier whose body is a language model's: GPT's fine-tuning model.
 
@@ -25,6 +33,11 @@ def classifier_from_language_model(
     gives the class logits: logits = dropout(h) W + b (Radford et al. 2018,
     §3.2). A causal body's last token is the only one that has read the whole
     text.
+
+    With ``pooling="mean"`` the representation is instead the mean of h
+    over the row's real tokens (ULMFiT's and Dai & Le's readers use the
+    whole sequence): a causal body's state at the last token of a long text
+    holds mostly the last few characters, and a sentiment may be anywhere.
 
     With ``lm_logits=True`` the model also returns the language model's own
     next-token logits on the same text, for the auxiliary objective
@@ -47,6 +60,8 @@ def classifier_from_language_model(
         dropout: float, dropout rate before the linear layer. Default 0.1.
         lm_logits: bool, also return the next-token logits. Default False.
         name: model name.
+        pooling: ``"last"`` (default, GPT's: h at the last real token) or
+            ``"mean"`` (the mean of h over the real tokens).
 
     Returns:
         A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``, or
@@ -69,16 +84,23 @@ def classifier_from_language_model(
     num_classes = check_positive_int(where, "num_classes", num_classes)
     dropout = check_rate(where, "dropout", dropout)
     lm_logits = check_bool(where, "lm_logits", lm_logits)
+    check_choice(where, "pooling", pooling, POOLINGS)
     if language_model_kind(lm_model) is None:
         raise invalid_type(where, "lm_model",
                            "a keras.Model built by keras_seq.models.language_model", lm_model)
     h = language_model_hidden_states(lm_model)  # (B, T, d)
     token_ids = lm_model.inputs[0]
-    lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)  # (B,)
-    last = ops.maximum(lengths - 1, 0)  # a row of padding only reads position 0
-    h_last = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
-    h_last = keras.layers.Dropout(dropout, name="class_dropout")(h_last)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="class_logits")(h_last)
+    if pooling == "last":
+        lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)  # (B,)
+        last = ops.maximum(lengths - 1, 0)  # a row of padding only reads position 0
+        pooled = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
+    else:
+        # expand_dims, not [:, :, None]: builtin-only TFLite (as sequence_classifier).
+        real = ops.expand_dims(ops.cast(ops.not_equal(token_ids, 0), h.dtype), -1)
+        # A row of padding only pools to zeros, not 0/0.
+        pooled = ops.sum(h * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
+    pooled = keras.layers.Dropout(dropout, name="class_dropout")(pooled)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="class_logits")(pooled)
     if lm_logits:
         return keras.Model(token_ids, {"classes": logits, "next_tokens": lm_model.output},
                            name=name)

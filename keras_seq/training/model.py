@@ -70,6 +70,12 @@ def _classifier(config: TrainingConfig, vocabulary_size: int, num_classes: int):
 
     from keras_seq import models
 
+    if config.init_from is None and config.model in BLOCK_MODELS:
+        # The body of a fine-tuned classifier of this kind, from random weights.
+        body = _language_model(config, vocabulary_size, dropout=_CLASSIFIER_DROPOUT)
+        return models.classifier_from_language_model(
+            body, num_classes, dropout=_CLASSIFIER_DROPOUT, name="classifier",
+            pooling=config.pooling)
     if config.init_from is None:
         return models.sequence_classifier(
             vocabulary_size, num_classes, kind=config.model, units=config.units,
@@ -84,7 +90,7 @@ def _classifier(config: TrainingConfig, vocabulary_size: int, num_classes: int):
         body.trainable = False
     return models.classifier_from_language_model(
         body, num_classes, dropout=_CLASSIFIER_DROPOUT, lm_logits=bool(config.lm_weight),
-        name="classifier",
+        name="classifier", pooling=config.pooling,
     )
 
 

@@ -32,17 +32,29 @@ def _lm(kind):
 
 
 @pytest.mark.parametrize("kind", ["transformer", "rnn", "xlstm", "mingru"])
-def test_logits_are_the_head_on_the_last_real_tokens_hidden_state(kind):
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_logits_are_the_head_on_the_last_or_mean_real_hidden_state(kind, pooling):
     lm = _lm(kind)
-    classifier = models.classifier_from_language_model(lm, C, dropout=0.0)
+    classifier = models.classifier_from_language_model(lm, C, dropout=0.0, pooling=pooling)
     body = keras.Model(lm.inputs[0], models.language_model_hidden_states(lm))
     kernel, bias = classifier.get_layer("class_logits").get_weights()
     expected = []
     for row in IDS:
         real = row[row != 0][None, :]  # alone, unpadded
-        h = keras.ops.convert_to_numpy(body(real))[0, -1]
-        expected.append(h @ kernel + bias)
+        h = keras.ops.convert_to_numpy(body(real))[0]
+        expected.append((h[-1] if pooling == "last" else h.mean(axis=0)) @ kernel + bias)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(classifier(IDS)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "xlstm", "mingru"])
+def test_the_hidden_states_are_what_the_output_layer_reads(kind):
+    # The blocks' residual stream grows with depth; the head must read it
+    # after the final norm, as the language model's own output layer does.
+    lm = _lm(kind)
+    h = keras.Model(lm.inputs[0], models.language_model_hidden_states(lm))(IDS)
+    kernel, bias = lm.get_layer("logits").get_weights()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(h) @ kernel + bias,
+                               keras.ops.convert_to_numpy(lm(IDS)), atol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["transformer", "rnn"])
@@ -77,6 +89,8 @@ def test_a_model_that_is_not_a_language_model_is_refused():
         models.classifier_from_language_model(models.sequence_classifier(V, C, units=4), C)
     with pytest.raises(ValueError, match="`num_classes`"):
         models.classifier_from_language_model(_lm("rnn"), 0)
+    with pytest.raises(ValueError, match="`pooling`: expected one of 'last', 'mean'"):
+        models.classifier_from_language_model(_lm("rnn"), C, pooling="max")
     with pytest.raises(TypeError, match="language_model_hidden_states: invalid type"):
         models.language_model_hidden_states(keras.Sequential([keras.Input((3,))]))
 
