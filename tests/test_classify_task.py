@@ -60,11 +60,11 @@ def runs(tmp_path_factory):
                  "--class-weight", "balanced", "--out", out, "--name", "scratch"]) == 0
     assert main(["train", "--task", "classify", "--data", str(tsv), "--init-from",
                  str(root / "lm"), *_FINE_TUNE, "--out", out, "--name", "fine_tuned"]) == 0
-    # A block language model's body from random weights: the fine-tuned
-    # classifier's form, trained from scratch.
+    # A block language model's body from random weights, the mean of its
+    # states read: the fine-tuned classifier's form, trained from scratch.
     assert main(["train", "--task", "classify", "--model", "mingru", "--layers", "1",
-                 "--data", str(tsv), *_SCRATCH, "--class-weight", "balanced", "--out", out,
-                 "--name", "scratch_mingru"]) == 0
+                 "--pooling", "mean", "--data", str(tsv), *_SCRATCH, "--class-weight",
+                 "balanced", "--out", out, "--name", "scratch_mingru"]) == 0
     return root
 
 
@@ -290,10 +290,12 @@ def test_a_crashed_fine_tuning_run_resumes_to_the_uninterrupted_weights(runs, in
 
 
 @pytest.mark.slow
-def test_a_fine_tuned_classifier_exports_and_verifies_against_keras(runs, tmp_path, capsys):
+@pytest.mark.parametrize("name", ["fine_tuned", "scratch_mingru"])
+def test_a_language_model_classifier_exports_and_verifies_against_keras(runs, tmp_path, capsys,
+                                                                         name):
     from keras_seq.export import tflite_op_names
 
-    run_dir, out = runs / "fine_tuned", tmp_path / "export"
+    run_dir, out = runs / name, tmp_path / "export"
     assert main(["export", str(run_dir), str(out), "--formats", "savedmodel", "tflite", "onnx",
                  "--quantize", "dynamic"]) == 0
     texts = [t for _, t in data.load_labelled_tsv(run_dir / "test.tsv")]
