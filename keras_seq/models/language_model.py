@@ -253,15 +253,22 @@ def sequence_classifier(
             x = TransformerEncoder(
                 intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"
             )(x, padding_mask=mask)
-    # The mean over real tokens; a row of padding only pools to zeros (Keras'
-    # masked GlobalAveragePooling1D would divide 0 by 0 there).
-    # expand_dims, not [:, :, None]: a new axis by slicing converts to
-    # TensorFlow Lite only through its Flex ops.
-    real = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype), -1)
-    x = keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
+    x = token_mean(x, token_ids)
     x = keras.layers.Dropout(dropout, name="output_dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(token_ids, logits, name=name)
+
+
+def token_mean(x, token_ids):
+    """The mean of ``x`` ``(B, T, d)`` over each row's real tokens (nonzero
+    ids of ``token_ids`` ``(B, T)``): ``(B, d)``, zeros for a row of padding
+    only (Keras' masked GlobalAveragePooling1D would divide 0 by 0 there).
+    The classifiers' reader (`sequence_classifier`, and
+    `classifier_from_language_model` with ``pooling="mean"``)."""
+    # expand_dims, not [:, :, None]: a new axis by slicing converts to
+    # TensorFlow Lite only through its Flex ops.
+    real = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype), -1)
+    return keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
 
 
 def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, num_heads,

@@ -13,7 +13,11 @@ from keras_seq._validation import (
     invalid_type,
 )
 from keras_seq.model_kinds import CLASSIFIER_POOLINGS as POOLINGS
-from keras_seq.models.language_model import language_model_hidden_states, language_model_kind
+from keras_seq.models.language_model import (
+    language_model_hidden_states,
+    language_model_kind,
+    token_mean,
+)
 
 
 def classifier_from_language_model(
@@ -95,10 +99,7 @@ def classifier_from_language_model(
         last = ops.maximum(lengths - 1, 0)  # a row of padding only reads position 0
         pooled = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
     else:
-        # expand_dims, not [:, :, None]: builtin-only TFLite (as sequence_classifier).
-        real = ops.expand_dims(ops.cast(ops.not_equal(token_ids, 0), h.dtype), -1)
-        # A row of padding only pools to zeros, not 0/0.
-        pooled = ops.sum(h * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
+        pooled = token_mean(h, token_ids)
     pooled = keras.layers.Dropout(dropout, name="class_dropout")(pooled)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="class_logits")(pooled)
     if lm_logits:

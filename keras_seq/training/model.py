@@ -70,22 +70,18 @@ def _classifier(config: TrainingConfig, vocabulary_size: int, num_classes: int):
 
     from keras_seq import models
 
-    if config.init_from is None and config.model in BLOCK_MODELS:
-        # The body of a fine-tuned classifier of this kind, from random weights.
-        body = _language_model(config, vocabulary_size, dropout=_CLASSIFIER_DROPOUT)
-        return models.classifier_from_language_model(
-            body, num_classes, dropout=_CLASSIFIER_DROPOUT, name="classifier",
-            pooling=config.pooling)
-    if config.init_from is None:
+    if config.init_from is None and config.model not in BLOCK_MODELS:
         return models.sequence_classifier(
             vocabulary_size, num_classes, kind=config.model, units=config.units,
             cell=config.cell, num_layers=config.layers, num_heads=4,
             intermediate_dim=4 * config.units, dropout=_CLASSIFIER_DROPOUT,
         )
-    # The language model rebuilt in this run's dtype policy (and strategy
-    # scope), with dropout for fine-tuning, then its trained weights.
+    # A language model's body, built in this run's dtype policy (and strategy
+    # scope) with dropout for fine-tuning: with init_from its trained
+    # weights, otherwise (a block model from scratch) random ones.
     body = _language_model(config, vocabulary_size, dropout=_CLASSIFIER_DROPOUT)
-    body.load_weights(os.path.join(config.init_from, "model.keras"))
+    if config.init_from is not None:
+        body.load_weights(os.path.join(config.init_from, "model.keras"))
     if config.freeze_body:
         body.trainable = False
     return models.classifier_from_language_model(
