@@ -28,7 +28,7 @@ from keras_seq.layers import (
     TransformerEncoder,
     WideConvolution1D,
 )
-from keras_seq.layers.recurrent.rnn import output_is_first_state
+from keras_seq.layers.recurrent.rnn import output_is_first_state, reads_memory
 
 __all__ = ["initial_streaming_states", "streaming_model"]
 
@@ -150,7 +150,9 @@ def streaming_model(model: keras.Model) -> keras.Model:
             kwargs = dict(kwargs)
             kwargs["initial_state"] = states
             result = copy(*args, **kwargs)
-            new_states.extend(result[1:])
+            # The output (and a cell's alignment history), then the states.
+            result, layer_states = result[:-len(sizes)], result[-len(sizes):]
+            new_states.extend(layer_states)
             output = result[0]
             # Keras' own cells output h; a RecurrentCell says (its loop hints,
             # or a linear cell's derived step).
@@ -159,8 +161,11 @@ def streaming_model(model: keras.Model) -> keras.Model:
             if not copy.return_sequences and first_state_out:
                 # The last valid step's output, also after a chunk that is all
                 # padding (whose own last output would be zeros).
-                output = result[1]
-            return [output, *result[1:]] if returns_state[id(copy)] else output
+                output = layer_states[0]
+            result = [output, *result[1:]]
+            if returns_state[id(copy)]:
+                return [*result, *layer_states]
+            return result if len(result) > 1 else output
 
         return call
 
@@ -220,14 +225,17 @@ class _StreamingModel(keras.Model):
                 )
 
 
-def initial_streaming_states(stream: keras.Model, batch_size: int) -> list[np.ndarray]:
+def initial_streaming_states(stream: keras.Model, batch_size: int,
+                             memory=None) -> list[np.ndarray]:
     """The states to feed a `streaming_model` with its first chunk.
 
     Zeros for the LSTMs and GRUs; the NTM's start (its learned read vector,
-    its first weightings and constant memory). One array per state input, in
-    the streaming model's input order.
+    its first weightings and constant memory); for a cell that reads a
+    memory (`keras_seq.layers.AttentionWrapper`), its start over ``memory``
+    ``(batch_size, S, d)``, the memory the stream is fed. One array per
+    state input, in the streaming model's input order.
     """
-    from keras_seq._validation import check_positive_int
+    from keras_seq._validation import check_positive_int, invalid_value
 
     batch_size = check_positive_int("initial_streaming_states", "batch_size", batch_size)
     states = []
@@ -236,7 +244,14 @@ def initial_streaming_states(stream: keras.Model, batch_size: int) -> list[np.nd
         if not marker or not index.isdigit():
             continue
         layer = stream.get_layer(layer_name)
-        start = layer.cell.get_initial_state(batch_size=batch_size)
+        if reads_memory(layer.cell):
+            if memory is None:
+                raise invalid_value(
+                    "initial_streaming_states", "memory",
+                    f"the memory (batch, S, d) that layer {layer_name!r} reads", None)
+            start = layer.cell.get_initial_state(batch_size=batch_size, memory=memory)
+        else:
+            start = layer.cell.get_initial_state(batch_size=batch_size)
         start = start if isinstance(start, (list, tuple)) else [start]
         states.append(np.asarray(start[int(index)]))
     return states
@@ -291,7 +306,11 @@ def _stateless_copy(layer):
     if type(layer) is keras.layers.GRU:
         config = {k: v for k, v in config.items() if k in _GRU_ARGUMENTS}
     copy = cls.from_config(config)
-    copy.build(_input_shape(layer))
+    if isinstance(copy, keras.layers.RNN) and reads_memory(copy.cell):
+        memory = layer._inbound_nodes[0].arguments.kwargs["memory"]
+        copy.build(_input_shape(layer), memory_shape=tuple(memory.shape))
+    else:
+        copy.build(_input_shape(layer))
     copy.set_weights(layer.get_weights())
     return copy
 

@@ -38,6 +38,7 @@ from keras_seq.layers.attention.sinusoidal_positional_encoding import (  # noqa:
 )
 from keras_seq.layers.attention.transformer_decoder import TransformerDecoder  # noqa: F401
 from keras_seq.layers.attention.transformer_encoder import TransformerEncoder  # noqa: F401
+from keras_seq.layers.recurrent.attention_wrapper import AttentionWrapper  # noqa: F401
 
 # --- the layers of the model builders (also in keras_seq.models) ---
 # isort: split
@@ -59,6 +60,7 @@ from keras_seq.layers.scalar_mix import ScalarMix  # noqa: F401
 # Written out, not built from dir(): importing the classes also binds their
 # submodules (`gru`, `transformer_decoder`, ...) here, and those are not API.
 __all__ = [
+    "AttentionWrapper",
     "BahdanauAttention",
     "BahdanauMonotonicAttention",
     "Bidirectional",

@@ -31,8 +31,8 @@ from keras_seq.layers.recurrent.zoneout import (
     zoneout_rates,
 )
 
-__all__ = ["LoopHints", "RNN", "RecurrentCell", "export_lowered", "output_is_first_state", "run_loop",
-           "scan"]
+__all__ = ["LoopHints", "RNN", "RecurrentCell", "export_lowered", "output_is_first_state",
+           "reads_memory", "run_loop", "scan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +115,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       standard recurrence this cell computes, in Keras' weight layout, that
       `keras_seq.export` writes as one ONNX ``LSTM``/``GRU``/``RNN`` node or
       TFLite's fused LSTM (`keras_seq.layers.recurrent.operator_forms`).
+
+    A cell that reads a *memory* (`AttentionWrapper`: an encoder's outputs,
+    the same at every step) defines ``prepare_memory(memory, memory_mask)
+    -> prepared`` (once per call, before the loop), takes ``memory=prepared``
+    in ``step`` and ``get_initial_state(batch_size, memory=memory,
+    cell_states=None)``; `RNN` is then called with ``memory=`` (and
+    optionally ``memory_mask=``) and runs its step loop.
 
     Optional too: a ``dropout`` rate (input dropout, one mask per sequence,
     applied before ``project``), ``recurrent_dropout`` (the cell applies
@@ -271,7 +278,12 @@ class RNN(keras.layers.RNN):
 
     Call arguments: ``inputs (B, T, in)``, ``mask (B, T)`` bool (True =
     keep; a masked step carries the states and repeats the last output),
-    ``training``, ``initial_state`` (one tensor per state).
+    ``training``, ``initial_state`` (one tensor per state); for a cell that
+    reads a memory (`AttentionWrapper`), ``memory (B, S, d)`` and
+    ``memory_mask (B, S)`` (default: the memory's Keras mask), and
+    ``initial_state`` may hold the wrapped cell's states alone. A cell with
+    ``alignment_history=True`` makes the layer also return its last state
+    (the alignments) at every step, ``(B, T, S)``, after the output.
 
     Examples:
         >>> import numpy as np
@@ -305,13 +317,17 @@ class RNN(keras.layers.RNN):
         self.supports_masking = True
         if isinstance(self.cell, keras.layers.Layer):
             zoneout_rates_of(self.cell)  # one value per state, checked before any call
+        if stateful and reads_memory(self.cell):
+            raise invalid_value(self, "stateful", f"False for a cell that reads a memory "
+                                f"({type(self.cell).__name__})", stateful)
 
     def compute_mask(self, inputs, mask=None):
         mask = tree.flatten(mask)[0] if mask is not None else None
         output_mask = mask if self.return_sequences else None
+        extra = [mask] if _keeps_history(self.cell) else []
         if self.return_state:
-            return [output_mask] + [None] * len(tree.flatten(self.state_size))
-        return output_mask
+            return [output_mask, *extra] + [None] * len(tree.flatten(self.cell.state_size))
+        return [output_mask, *extra] if extra else output_mask
 
     # --- checks, before any computation ---
 
@@ -354,8 +370,8 @@ class RNN(keras.layers.RNN):
 
     def _check_initial_state(self, inputs_shape, initial_state) -> None:
         """One ``(batch, size)`` tensor per state, of the cell's state sizes."""
-        if initial_state is None:
-            return
+        if initial_state is None or reads_memory(self.cell):
+            return  # a memory cell checks its own (it takes its wrapped cell's alone)
         states = tree.flatten(initial_state)
         sizes = tree.flatten(self.state_size)
         if len(states) != len(sizes):
@@ -382,8 +398,15 @@ class RNN(keras.layers.RNN):
         self._check_mask(shape, mask)
         self._check_initial_state(shape, initial_state)
 
-    def build(self, inputs_shape, initial_state_shape=None):
+    def build(self, inputs_shape, initial_state_shape=None, memory_shape=None,
+              memory_mask_shape=None):
         self._check_inputs_shape(inputs_shape)
+        if reads_memory(self.cell) and not self.cell.built:
+            if memory_shape is None:
+                raise invalid_value(
+                    self, "memory", f"the memory its cell {type(self.cell).__name__} reads: "
+                    "call the layer as layer(inputs, memory=...)", None)
+            self.cell.build((inputs_shape[0], *inputs_shape[2:]), tuple(memory_shape))
         super().build(inputs_shape, initial_state_shape)
         self._features = inputs_shape[-1]
 
@@ -396,14 +419,73 @@ class RNN(keras.layers.RNN):
     def compute_output_spec(self, inputs, *args, **kwargs):
         # Symbolic calls (functional models) do not run `call`: check here too.
         self._check_call(inputs, kwargs.get("initial_state"), kwargs.get("mask"))
-        return super().compute_output_spec(inputs, *args, **kwargs)
+        memory = kwargs.get("memory")
+        self._check_memory(memory)
+        if memory is None:
+            return super().compute_output_spec(inputs, *args, **kwargs)
+        batch, steps, length = inputs.shape[0], inputs.shape[1], memory.shape[1]
+        dtype = self.compute_dtype
+        size = _output_size(self.cell)
+        outputs = [keras.KerasTensor(
+            (batch, steps, size) if self.return_sequences else (batch, size), dtype=dtype)]
+        if _keeps_history(self.cell):
+            outputs.append(keras.KerasTensor((batch, steps, length), dtype=dtype))
+        if self.return_state:
+            outputs += [keras.KerasTensor((batch, length if s is None else s), dtype=dtype)
+                        for s in self.cell.state_size]
+        return outputs if len(outputs) > 1 else outputs[0]
 
-    def call(self, inputs, initial_state=None, mask=None, training=None):
+    def _check_memory(self, memory) -> None:
+        """``memory`` is given exactly when the cell reads one."""
+        if reads_memory(self.cell) and memory is None:
+            raise invalid_value(self, "memory", f"the memory its cell "
+                                f"{type(self.cell).__name__} reads (B, S, d)", None)
+        if memory is not None and not reads_memory(self.cell):
+            raise invalid_value(self, "memory", f"none: its cell {type(self.cell).__name__} "
+                                "reads no memory", "a memory")
+        if memory is not None and len(memory.shape) != 3:
+            raise shape_error(self, "memory", "(batch, length, features)", memory.shape)
+
+    def call(self, inputs, initial_state=None, mask=None, training=None, memory=None,
+             memory_mask=None):
         self._check_call(inputs, initial_state, mask)
+        self._check_memory(memory)
         # Integer inputs, as keras.layers.LSTM/GRU take them (before the
         # dropout masks, which take the dtype of the inputs).
         inputs = float_inputs(self, inputs)
-        return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
+        if memory is None:
+            return super().call(inputs, initial_state=initial_state, mask=mask, training=training)
+        return self._call_with_memory(inputs, initial_state, mask, training, memory, memory_mask)
+
+    def _call_with_memory(self, inputs, initial_state, mask, training, memory, memory_mask):
+        """A cell that reads a memory: prepared once, read by every step."""
+        cell = self.cell
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        prepared = cell.prepare_memory(memory, memory_mask)
+        cell_states = None
+        if initial_state is not None:
+            initial_state = tree.flatten(initial_state)
+            if len(initial_state) != len(cell.state_size):
+                cell_states = initial_state  # the wrapped cell's: the wrapper adds its own
+        if initial_state is None or cell_states is not None:
+            initial_state = cell.get_initial_state(
+                batch_size=ops.shape(inputs)[0], memory=memory, cell_states=cell_states)
+        states = [ops.cast(s, cell.compute_dtype) for s in tree.flatten(initial_state)]
+        last_output, outputs, states = self._cell_loop(inputs, states, mask, training, prepared)
+        history = None
+        if _keeps_history(cell):
+            # The loop's output carries the alignments after the step's output.
+            size = _output_size(cell)
+            last_output = last_output[:, :size]
+            history, outputs = outputs[..., size:], outputs[..., :size]
+        output = outputs if self.return_sequences else last_output
+        result = [ops.cast(output, self.compute_dtype)]
+        if history is not None:
+            result.append(ops.cast(history, self.compute_dtype))
+        if self.return_state:
+            result += [ops.cast(s, self.compute_dtype) for s in states]
+        return result if len(result) > 1 else result[0]
 
     # --- the loop ---
 
@@ -422,8 +504,9 @@ class RNN(keras.layers.RNN):
                 sequences, structure, states, mask, training)
         return last_output, outputs, tree.pack_sequence_as(structure, states)
 
-    def _cell_loop(self, sequences, states, mask, training):
-        """A `RecurrentCell`: projection before the loop, ``step`` in it."""
+    def _cell_loop(self, sequences, states, mask, training, memory=None):
+        """A `RecurrentCell`: projection before the loop, ``step`` in it;
+        ``memory``: what a cell that reads a memory prepared for its steps."""
         cell = self.cell
         hints = cell.loop_hints
         if training and cell.dropout > 0.0:
@@ -432,7 +515,7 @@ class RNN(keras.layers.RNN):
         rates = zoneout_rates_of(cell)
         zoneout_training = bool(training) and bool(rates)
         form = fast_paths.STEP_LOOP
-        if training is True:
+        if training is True and memory is None:
             form = fast_paths.training_form(cell, zoneout_training)
         first_state_out = output_is_first_state(cell)
         if form == fast_paths.PARALLEL:
@@ -470,10 +553,14 @@ class RNN(keras.layers.RNN):
                                  cell.seed_generator, cell.compute_dtype)
             inputs += [m for m in keep if m is not None]
         zoned = bool(rates)
+        step_kwargs = {} if memory is None else {"memory": memory}
+        history = _keeps_history(cell)
 
         def step(xs_t, states):
             x_t = xs_t[0] if hoisted else cell.project(xs_t[0])
-            output, new_states = cell.step(x_t, states, training=training)
+            output, new_states = cell.step(x_t, states, training=training, **step_kwargs)
+            if history:  # the alignments ride with the output; `call` splits them off
+                output = ops.concatenate([output, ops.cast(new_states[-1], output.dtype)], -1)
             if not zoned:
                 return output, new_states
             drawn = iter(xs_t[1:])
@@ -483,8 +570,10 @@ class RNN(keras.layers.RNN):
 
         initial_output = None
         if not first_state_out:
-            initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
-                                       dtype=cell.compute_dtype)
+            size = _output_size(cell)
+            if history:
+                size = size + ops.shape(states[-1])[1]
+            initial_output = ops.zeros((ops.shape(sequences)[0], size), dtype=cell.compute_dtype)
         return run_loop(
             step, inputs, states, mask=mask, go_backwards=self.go_backwards,
             return_sequences=self.return_sequences,
@@ -523,6 +612,17 @@ def _output_size(cell) -> int:
     if size is None:
         size = tree.flatten(cell.state_size)[0]
     return int(size)
+
+
+def reads_memory(cell) -> bool:
+    """Whether ``cell`` reads a memory at every step (`RecurrentCell`'s
+    ``prepare_memory`` protocol, e.g. `AttentionWrapper`)."""
+    return isinstance(cell, RecurrentCell) and callable(getattr(cell, "prepare_memory", None))
+
+
+def _keeps_history(cell) -> bool:
+    """Whether the layer also returns the cell's last state at every step."""
+    return reads_memory(cell) and bool(getattr(cell, "alignment_history", False))
 
 
 def export_lowered(layer, sequences, initial_state, mask, training):
