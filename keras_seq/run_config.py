@@ -42,6 +42,7 @@ __all__ = [
     "MODEL_DEFAULTS",
     "NOT_IN_BACKUP",
     "PRECISIONS",
+    "SAMPLING_SCHEDULES",
     "SEARCH_EMBEDDING_DIMS",
     "SEARCH_UNITS",
     "TASKS",
@@ -205,6 +206,10 @@ CELLS = _RegisteredCells()
 a view of the registry (`keras_seq.layers.recurrent.registry.cell_names`)."""
 ATTENTIONS = ("bahdanau", "luong", "none")
 """`TrainingConfig.attention` choices."""
+
+SAMPLING_SCHEDULES = ("constant", "linear", "inverse_sigmoid")
+"""`TrainingConfig.sampling_schedule` choices (Bengio et al. 2015's decays;
+`keras_seq.training.scheduled_sampling`)."""
 DISTRIBUTIONS = ("auto", "none", "mirrored", "multi_worker")
 """`TrainingConfig.distribute` choices (`keras_seq.distribute.STRATEGIES` and ``"auto"``)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -283,6 +288,14 @@ class TrainingConfig:
             translation).
         zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
             translation models (0: none), any ``cell``.
+        scheduled_sampling: ``model="rnn"`` translation models: the largest
+            probability P in [0, 1] of feeding the decoder, in training, a
+            token sampled from its own prediction at the step before instead
+            of the reference token (Bengio et al. 2015); 0: teacher forcing.
+        sampling_schedule: how that probability grows over the training
+            steps: ``"constant"`` (P throughout), ``"linear"`` (from 0 to P)
+            or ``"inverse_sigmoid"`` (Bengio et al.'s decay, half of P
+            halfway); `keras_seq.training.scheduled_sampling`.
         data: a ``source<TAB>target`` file (``task="translate"``), a UTF-8
             text (``task="lm"``) or a ``label<TAB>text`` file
             (``task="classify"``, `keras_seq.data.load_labelled_tsv`), split
@@ -395,6 +408,8 @@ class TrainingConfig:
     context: int | None = None
     steps_per_epoch: int | None = None
     zoneout: float = 0.0
+    scheduled_sampling: float = 0.0
+    sampling_schedule: str = "constant"
     tokenizer: str = "char"
     vocab_size: int | None = None
     test_data: str | None = None
@@ -443,6 +458,16 @@ class TrainingConfig:
         if zoneout and (model != "rnn" or task in (*TEXT_TASKS, "classify")):
             raise invalid_value(where, "zoneout",
                                 "0 except for model 'rnn' translation models", zoneout)
+        sampled = check_float(where, "scheduled_sampling", self.scheduled_sampling, low=0.0,
+                              high=1.0)
+        if sampled and (model != "rnn" or task in (*TEXT_TASKS, "classify")):
+            raise invalid_value(where, "scheduled_sampling",
+                                "0 except for model 'rnn' translation models", sampled)
+        check_choice(where, "sampling_schedule", self.sampling_schedule, SAMPLING_SCHEDULES)
+        if self.sampling_schedule != "constant" and not sampled:
+            raise invalid_value(where, "sampling_schedule", "'constant' without "
+                                "scheduled_sampling (the schedule of a probability > 0)",
+                                self.sampling_schedule)
         check_choice(where, "tokenizer", self.tokenizer, TOKENIZERS)
         if self.tokenizer == "wordpiece" and task not in ("bilm", "classify"):
             raise invalid_value(
@@ -493,6 +518,7 @@ class TrainingConfig:
             where, "learning_rate", values["learning_rate"], low=0.0, low_inclusive=False
         )
         values.update(task=task, model=model, cell=cell, zoneout=float(zoneout),
+                      scheduled_sampling=float(sampled),
                       vocab_size=vocab_size)
         max_source_length = self.max_source_length
         if max_source_length is None:

@@ -26,7 +26,9 @@ def _config_options(args, *search) -> dict:
     left out, so the config's own defaults apply)."""
     return {
         k: v for k, v in vars(args).items()
-        if k not in ("command", *search) and not (k in ("attention", "zoneout") and v is None)
+        if k not in ("command", *search) and not (
+            k in ("attention", "zoneout", "scheduled_sampling", "sampling_schedule")
+            and v is None)
     }
 
 

@@ -116,6 +116,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"(default: {config.zoneout})",
     )
     train.add_argument(
+        "--scheduled-sampling", type=float, metavar="P",
+        help="--model rnn translation models: in training, feed the decoder with probability "
+        "P a token sampled from its own prediction instead of the reference token "
+        f"(Bengio et al. 2015) (default: {config.scheduled_sampling}, teacher forcing)",
+    )
+    train.add_argument(
+        "--sampling-schedule", choices=training.SAMPLING_SCHEDULES,
+        help="how the probability of --scheduled-sampling grows over the training steps: "
+        "P throughout, linearly from 0 to P, or Bengio et al.'s inverse sigmoid "
+        f"(P/2 halfway) (default: {config.sampling_schedule})",
+    )
+    train.add_argument(
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
         "UTF-8 text (FILE.txt; default: tiny Shakespeare, shipped with the package); "

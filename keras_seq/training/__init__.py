@@ -112,7 +112,8 @@ texts with it (``keras-seq classify``).
 
 **Modules**, one job each: `keras_seq.run_config` (the options and their
 defaults, without Keras), `pipeline` (`train`), `prepare` (the data),
-`model` (model and optimizer), `backup` (resuming and ``history.csv``),
+`model` (model and optimizer), `scheduled_sampling` (``--scheduled-sampling``),
+`backup` (resuming and ``history.csv``),
 `evaluation` (scoring and the run folder's files), `inference` (translate and
 generate), `run_folder` (the one reader of a run folder) and `locking`
 (one process at a time in a run or export folder).
@@ -129,6 +130,7 @@ from keras_seq.run_config import (
     MODELS,
     NOT_IN_BACKUP,
     PRECISIONS,
+    SAMPLING_SCHEDULES,
     SEARCH_EMBEDDING_DIMS,
     SEARCH_UNITS,
     TASKS,
@@ -171,6 +173,11 @@ from keras_seq.training.prepare import (
     with_language_model,
 )
 from keras_seq.training.run_folder import UserModuleError, user_modules
+from keras_seq.training.scheduled_sampling import (
+    ScheduledSampling,
+    sampled_decoding,
+    sampling_probability,
+)
 
 __all__ = [
     "ATTENTIONS",
@@ -189,7 +196,9 @@ __all__ = [
     "PreparedData",
     "PreparedLabels",
     "PreparedText",
+    "SAMPLING_SCHEDULES",
     "SEARCH_EMBEDDING_DIMS",
+    "ScheduledSampling",
     "SEARCH_UNITS",
     "TASKS",
     "TOKENIZERS",
@@ -214,6 +223,8 @@ __all__ = [
     "load_pairs",
     "make_decoder",
     "prepare_data",
+    "sampled_decoding",
+    "sampling_probability",
     "text_loss",
     "train",
     "translate_strings",

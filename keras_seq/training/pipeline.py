@@ -165,6 +165,13 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
         model = build_model(config, tokenizer.vocabulary_size,
                             len(prepared.labels) if classify else None)
         warn_about_script_classes(model, "train")
+        kept = model  # the model the run folder keeps
+        if config.scheduled_sampling:
+            from keras_seq.training.scheduled_sampling import ScheduledSampling
+
+            model = ScheduledSampling(kept, config.scheduled_sampling, config.sampling_schedule,
+                                      total_steps=config.epochs * steps_per_epoch,
+                                      seed=config.seed)
         compile_model(model, config, steps=config.epochs * steps_per_epoch)
         epoch, step = 0, 0
         if state is not None:
@@ -208,6 +215,7 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
         "loss": history["loss"][-1] if history else None,
     }
     seconds = {"data": t_data - t_start, "train": t_train - t_data}
+    model = kept
     if classify:
         metrics = evaluate_classifier_and_save(
             model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,

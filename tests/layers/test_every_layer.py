@@ -112,9 +112,11 @@ CASES = {
     "PaddingMask": (lambda: layers.PaddingMask(), IDS, {"fit": False}),
 }
 # Layers with call signatures of their own, tested in their files: ScalarMix
-# (a list of tensors) and RecurrentDecoder (an encoder's outputs and states);
+# (a list of tensors), RecurrentDecoder (an encoder's outputs and states) and
+# AttentionWrapper (a cell that reads a memory: test_attention_wrapper.py);
 # the cells run in "RNN of cells" or in their layers; RecurrentCell is the protocol.
-ELSEWHERE = {"ScalarMix", "RecurrentDecoder", "RecurrentCell", "PeepholeLSTMCell",
+ELSEWHERE = {"ScalarMix", "RecurrentDecoder", "AttentionWrapper", "RecurrentCell",
+             "PeepholeLSTMCell",
              "CoupledGateLSTMCell", "GRUCell", "LayerNormLSTMCell", "NTMCell",
              "MinGRUCell", "MinLSTMCell", "RGLRUCell", "SLSTMCell", "MLSTMCell"}
 

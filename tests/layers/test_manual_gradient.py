@@ -43,8 +43,8 @@ def _public_cells():
         cls = getattr(layers, name)
         if not (isinstance(cls, type) and issubclass(cls, layers.RecurrentCell)):
             continue
-        if cls is layers.RecurrentCell:
-            continue
+        if cls in (layers.RecurrentCell, layers.AttentionWrapper):
+            continue  # the protocol, and a wrapper (a step around another cell's)
         for config in CONFIGURATIONS.get(cls, [{}]):
             config = dict(config)
             features = config.pop("input", IN)
