@@ -67,6 +67,7 @@ def main() -> None:
     if os.path.exists(args.out):
         parser.error(f"{args.out} exists; choose another --out")
     work = args.work or tempfile.mkdtemp(prefix="scheduled-sampling-")
+    os.makedirs(work, exist_ok=True)
     reversal = os.path.join(work, "reverse.tsv")
     reversal_data(reversal)
     tasks = {"dates (main job)": [],

@@ -204,7 +204,7 @@ class _RegisteredCells(Sequence):
 CELLS = _RegisteredCells()
 """`TrainingConfig.cell` choices: the registered cell names (`keras_seq.models.register_cell`),
 a view of the registry (`keras_seq.layers.recurrent.registry.cell_names`)."""
-ATTENTIONS = ("bahdanau", "luong", "none")
+ATTENTIONS = ("bahdanau", "luong", "monotonic_bahdanau", "monotonic_luong", "none")
 """`TrainingConfig.attention` choices."""
 
 SAMPLING_SCHEDULES = ("constant", "linear", "inverse_sigmoid")
@@ -284,8 +284,9 @@ class TrainingConfig:
             ``"lstm"``, ``"peephole"``, ``"coupled"``, ``"simple"`` (Elman),
             ``"layernorm_lstm"``, ``"mingru"``, ``"minlstm"``. None:
             ``"gru"``, or ``"lstm"`` for ``task="lm"``.
-        attention: ``"bahdanau"``, ``"luong"`` or ``"none"`` (``model="rnn"``,
-            translation).
+        attention: ``"bahdanau"``, ``"luong"``, ``"monotonic_bahdanau"``,
+            ``"monotonic_luong"`` (`models.rnn_seq2seq`'s) or ``"none"``
+            (``model="rnn"``, translation).
         zoneout: zoneout rate of the recurrent layers of ``model="rnn"``
             translation models (0: none), any ``cell``.
         scheduled_sampling: ``model="rnn"`` translation models: the largest

@@ -107,14 +107,17 @@ def test_the_wrapper_refuses_other_models_and_bad_probabilities(seq2seq):
 
 
 def test_a_run_with_scheduled_sampling_keeps_the_plain_model(tmp_path, tiny_run_args):
+    # With monotonic attention too: the command line's other new choice.
     code = main(["train", "--out", str(tmp_path), "--name", "sampled", "--scheduled-sampling",
-                 "0.5", "--sampling-schedule", "linear", *tiny_run_args])
+                 "0.5", "--sampling-schedule", "linear", "--attention", "monotonic_bahdanau",
+                 *tiny_run_args])
     assert code == 0
     run = tmp_path / "sampled"
     config = json.loads((run / "metrics.json").read_text())["config"]
     assert (config["scheduled_sampling"], config["sampling_schedule"]) == (0.5, "linear")
     model = keras.saving.load_model(run / "model.keras", safe_mode=True)
     assert models.seq2seq_kind(model) == "rnn"
+    assert model.get_layer("decoder").attention_kind == "monotonic_bahdanau"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -32,12 +32,19 @@ class _RecurrentSteps:
         self.decoder = model.get_layer("decoder")
         self.logits = model.get_layer("logits")
 
+    def _encode(self, encoder_inputs):
+        """The annotations h and the decoder's first states (a monotonic
+        model's encoder gives none: its decoder starts from zeros)."""
+        outputs = self.encoder(encoder_inputs, training=False)
+        h, *s0 = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return h, self.decoder.first_states(tf.shape(h)[0], h, s0)
+
     def start(self, encoder_inputs, max_length):
-        h, *s0 = self.encoder(encoder_inputs, training=False)
+        h, s0 = self._encode(encoder_inputs)
         constants = {"h": h, "mask": tf.not_equal(encoder_inputs, PAD_ID)}
         if self.decoder.attention is not None:
             constants["processed_key"] = self.decoder.precompute_keys(h)
-        return constants, {"s": list(s0)}
+        return constants, {"s": s0}
 
     def attention(self, encoder_inputs, decoder_inputs):
         if self.decoder.attention is None:
@@ -45,7 +52,7 @@ class _RecurrentSteps:
                 "keras_seq.decoding.attention_weights: this rnn_seq2seq model was built "
                 "with attention=None; it has no attention weights."
             )
-        h, *s0 = self.encoder(encoder_inputs, training=False)
+        h, s0 = self._encode(encoder_inputs)
         y = self.embedding(decoder_inputs)
         _, alpha = self.decoder(y, h, initial_state=s0, return_attention_scores=True)
         return alpha

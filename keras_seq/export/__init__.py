@@ -30,6 +30,10 @@ this package. This package adds, one module per job:
   and outputs, to run chunk by chunk (in Keras, or converted by
   `convert_to_tflite` or `convert_to_onnx`), and `initial_streaming_states`
   its first states.
+- `streaming_translation`: `convert_streaming_translator_to_tflite` converts
+  a monotonic-attention translation model into an encoder step and a
+  decoder step that translate while the source streams in
+  (`tflite_streaming_translate` is the host loop).
 - `run`: `export_run` exports a ``keras-seq train`` run folder in any of these
   formats, with Keras' reference outputs on held-out examples; a language
   model's run as ``lm_step.tflite`` and, if recurrent, ``lm_stream.onnx``
@@ -52,6 +56,10 @@ from keras_seq.export.saved_model import (
     saved_model_op_names,
 )
 from keras_seq.export.streaming import initial_streaming_states, streaming_model
+from keras_seq.export.streaming_translation import (
+    convert_streaming_translator_to_tflite,
+    tflite_streaming_translate,
+)
 from keras_seq.export.tflite_export import (
     classifier_probabilities,
     convert_classifier_to_tflite,
@@ -73,6 +81,7 @@ __all__ = [
     "convert_language_model_step_to_tflite",
     "convert_seq2seq_to_onnx",
     "convert_seq2seq_to_tflite",
+    "convert_streaming_translator_to_tflite",
     "convert_to_onnx",
     "convert_to_tflite",
     "export_classifier_saved_model",
@@ -84,6 +93,7 @@ __all__ = [
     "streaming_model",
     "tflite_greedy_decode",
     "tflite_op_names",
+    "tflite_streaming_translate",
     "verification_table",
     "verify",
 ]

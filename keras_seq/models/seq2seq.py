@@ -28,6 +28,7 @@ from keras_seq._validation import (
     check_zoneout,
 )
 from keras_seq.layers import Bidirectional, PaddingMask, RecurrentDecoder
+from keras_seq.layers.recurrent.recurrent_decoder import ATTENTION_KINDS
 from keras_seq.layers.recurrent.registry import check_cell, num_states, recurrent_layer
 from keras_seq.models.embedding import check_num_heads, embed_positions
 
@@ -105,7 +106,12 @@ def rnn_seq2seq(
             state; the GRU and the Elman RNN carry h alone.
         attention: ``"bahdanau"`` (default), ``"luong"`` (Luong et al.'s
             "general" score, `keras_seq.layers.LuongAttention`, in the same
-            place: the query is s_{i-1}) or None.
+            place: the query is s_{i-1}), ``"monotonic_bahdanau"`` or
+            ``"monotonic_luong"`` (Raffel et al.'s 2017 monotonic attention
+            of those energies: hard, left-to-right alignments at inference;
+            the encoder is then one left-to-right RNN, h_j of width
+            ``units``, and the decoder starts from zeros, so that decoding
+            can start before the source ends) or None.
         attention_units: int, hidden width of the additive attention. Defaults
             to ``units``. Not used by ``"luong"`` (its kernel maps the
             annotations to ``units``).
@@ -142,7 +148,7 @@ def rnn_seq2seq(
     units = check_positive_int(where, "units", units)
     embedding_dim = check_positive_int(where, "embedding_dim", embedding_dim)
     check_cell(cell, where)
-    check_choice(where, "attention", attention, ("bahdanau", "luong", None))
+    check_choice(where, "attention", attention, (*ATTENTION_KINDS, None))
     zoneout = check_zoneout(where, zoneout)
     if attention_units is None:
         attention_units = units
@@ -156,6 +162,45 @@ def rnn_seq2seq(
         source_vocabulary_size, embedding_dim, mask_zero=True, name="source_embedding"
     )(source)
     x = keras.layers.Dropout(dropout, name="source_dropout")(x)
+    monotonic = attention is not None and attention.startswith("monotonic")
+    if monotonic:
+        # Left to right, and the decoder starts from zeros: nothing waits for
+        # the end of the source, so decoding can start while it streams in.
+        h = recurrent_layer(cell, units, return_sequences=True, name="encoder_rnn", **extra)(x)
+        encoder = keras.Model(source, h, name="encoder")
+    else:
+        encoder = _bidirectional_encoder(source, x, cell, units, extra)
+
+    encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
+    decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
+    h, *s0 = encoder(encoder_inputs) if not monotonic else [encoder(encoder_inputs)]
+    y = keras.layers.Embedding(
+        target_vocabulary_size, embedding_dim, mask_zero=True, name="target_embedding"
+    )(decoder_inputs)
+    y = keras.layers.Dropout(dropout, name="target_dropout")(y)
+    decoder = RecurrentDecoder(
+        units,
+        cell=cell,
+        attention_units=attention_units if attention else None,
+        attention=attention or "bahdanau",
+        name="decoder",
+        **extra,
+    )
+    if attention:
+        o = decoder(y, h, initial_state=s0 or None)
+    else:
+        o = decoder(y, initial_state=s0)
+    o = keras.layers.Dropout(dropout, name="output_dropout")(o)
+    logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(o)
+    # A list of named inputs, not a dict: the model is still called with a
+    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
+    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
+    # model with a flat list, can convert it.
+    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
+
+
+def _bidirectional_encoder(source, x, cell, units, extra):
+    """Bahdanau et al.'s encoder: h_j = [h→_j; h←_j] and s_0 = tanh(W_s [h→_S; h←_1])."""
     encoded = Bidirectional(
         recurrent_layer(cell, units, return_sequences=True, return_state=True, **extra),
         name="bidirectional_encoder",
@@ -172,34 +217,7 @@ def rnn_seq2seq(
                 both
             )
         )
-    encoder = keras.Model(source, [h, *initial_state], name="encoder")
-
-    encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
-    decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
-    h, *s0 = encoder(encoder_inputs)
-    y = keras.layers.Embedding(
-        target_vocabulary_size, embedding_dim, mask_zero=True, name="target_embedding"
-    )(decoder_inputs)
-    y = keras.layers.Dropout(dropout, name="target_dropout")(y)
-    decoder = RecurrentDecoder(
-        units,
-        cell=cell,
-        attention_units=attention_units if attention else None,
-        attention=attention or "bahdanau",
-        name="decoder",
-        **extra,
-    )
-    if attention:
-        o = decoder(y, h, initial_state=s0)
-    else:
-        o = decoder(y, initial_state=s0)
-    o = keras.layers.Dropout(dropout, name="output_dropout")(o)
-    logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(o)
-    # A list of named inputs, not a dict: the model is still called with a
-    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
-    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
-    # model with a flat list, can convert it.
-    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
+    return keras.Model(source, [h, *initial_state], name="encoder")
 
 
 def transformer_seq2seq(

@@ -87,10 +87,12 @@ def sampled_decoding(model, inputs, probability, seed_generator, training=True):
     encoder, embedding, target_dropout, decoder, output_dropout, dense = _parts(model)
     encoder_inputs, decoder_inputs = _split_inputs(inputs)
     decoder_inputs = ops.cast(decoder_inputs, "int32")
-    h, *states = encoder(encoder_inputs, training=training)
+    encoded = encoder(encoder_inputs, training=training)
+    h, *states = encoded if isinstance(encoded, (list, tuple)) else [encoded]
     source_mask = ops.not_equal(encoder_inputs, PAD_ID)
     keys = decoder.precompute_keys(h)
     batch, steps = ops.shape(decoder_inputs)[0], ops.shape(decoder_inputs)[1]
+    states = decoder.first_states(batch, h, states)
     vocabulary = dense.units
     reference = ops.transpose(decoder_inputs)  # (T, B): the loop runs over the first axis
     coins = keras.random.uniform((steps, batch), seed=seed_generator)

@@ -290,3 +290,97 @@ def test_seq2seq_kind_names_the_builder_and_survives_saving(tmp_path):
     assert models.seq2seq_kind(models.language_model(10, units=4, num_heads=2)) is None
     assert models.seq2seq_kind(models.sequence_classifier(10, 2, units=4)) is None
     assert models.seq2seq_kind("model.keras") is None
+
+
+def _hard_scan(p, previous):
+    """Raffel et al.'s decoding: from the previous position, the first j with p_j > 0.5."""
+    alignment = np.zeros_like(p)
+    for b in range(p.shape[0]):
+        if not previous[b].any():
+            continue
+        for j in range(int(np.argmax(previous[b])), p.shape[1]):
+            if p[b, j] > 0.5:
+                alignment[b, j] = 1.0
+                break
+    return alignment
+
+
+def _expected_alignment(p, previous):
+    """α_j = p_j Σ_{k≤j} α'_k Π_{l=k}^{j-1} (1 − p_l), as loops."""
+    out = np.zeros_like(p)
+    for b in range(p.shape[0]):
+        for j in range(p.shape[1]):
+            out[b, j] = p[b, j] * sum(previous[b, k] * np.prod(1.0 - p[b, k:j])
+                                      for k in range(j + 1))
+    return out
+
+
+def _reference_monotonic_gru_decoder(y, h, s0, source_mask, decoder, hard):
+    """NumPy: RecurrentDecoder with Bahdanau's energy made monotonic (Raffel et
+    al. 2017), p_ij = σ(e_ij + r) (0 at padding), α from α_{i-1} (one-hot at
+    the first position before the first step), c_i = Σ α_ij h_j."""
+    attention = decoder.attention
+    w_q, w_k, v = (np.asarray(w, "float64") for w in (
+        attention.query_kernel, attention.key_kernel, attention.score_vector))
+    r = float(np.asarray(attention.score_bias))
+    kernel, recurrent_kernel, bias = (np.asarray(w, "float64") for w in decoder.cell.weights)
+    u = s0.shape[-1]
+    s, alpha = s0.astype("float64"), np.zeros(h.shape[:2])
+    alpha[:, 0] = 1.0
+    outputs, alphas = [], []
+    for i in range(y.shape[1]):
+        e = np.tanh((s @ w_q)[:, None, :] + h @ w_k) @ v + r
+        p = np.where(source_mask, _sigmoid(e), 0.0)
+        alpha = _hard_scan(p, alpha) if hard else _expected_alignment(p, alpha)
+        c = np.einsum("bs,bsd->bd", alpha, h)
+        x_proj = np.concatenate([y[:, i], c], -1) @ kernel + bias[0]
+        s_proj = s @ recurrent_kernel + bias[1]
+        z = _sigmoid(x_proj[:, :u] + s_proj[:, :u])
+        rr = _sigmoid(x_proj[:, u : 2 * u] + s_proj[:, u : 2 * u])
+        s = z * s + (1 - z) * np.tanh(x_proj[:, 2 * u :] + rr * s_proj[:, 2 * u :])
+        outputs.append(np.concatenate([s, c], -1))
+        alphas.append(alpha)
+    return np.stack(outputs, 1), np.stack(alphas, 1)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_monotonic_decoder_is_hard_at_inference_and_expected_in_training(training, rng):
+    decoder = models.RecurrentDecoder(6, cell="gru", attention_units=5,
+                                      attention="monotonic_bahdanau")
+    y = rng.normal(size=(3, 5, 2)).astype("float32")
+    h = rng.normal(size=(3, 7, 8)).astype("float32")
+    s0 = rng.normal(size=(3, 6)).astype("float32")
+    mask = np.arange(7)[None, :] < np.array([[7], [4], [2]])
+    decoder.build(y.shape, h.shape)
+    for weight in decoder.attention.weights[:3]:  # energies of both signs
+        weight.assign(rng.normal(0.0, 1.0, weight.shape).astype("float32"))
+    decoder.attention.score_bias.assign(-0.5)
+    decoder.attention.sigmoid_noise = 0.0  # the noise of training, off to compare
+    out, alpha = decoder(y, h, initial_state=[s0], encoder_outputs_mask=mask,
+                         return_attention_scores=True, training=training)
+    expected_out, expected_alpha = _reference_monotonic_gru_decoder(
+        y, h.astype("float64"), s0, mask, decoder, hard=not training)
+    np.testing.assert_allclose(np.asarray(alpha), expected_alpha, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out), expected_out, atol=1e-5)
+    if not training:  # one-hot or all zeros, never moving left; here it moves
+        positions = np.where(expected_alpha.any(-1), expected_alpha.argmax(-1), 99)
+        assert set(np.unique(expected_alpha)) <= {0.0, 1.0}
+        assert (np.diff(positions, axis=1) >= 0).all()
+        assert (0 < positions[positions < 99]).any()
+
+
+@pytest.mark.parametrize("attention", ["monotonic_bahdanau", "monotonic_luong"])
+def test_a_monotonic_model_reads_left_to_right_and_round_trips(attention, rng, tmp_path):
+    keras.utils.set_random_seed(0)
+    model = models.rnn_seq2seq(12, 10, units=8, embedding_dim=4, attention=attention)
+    x, _ = _copy_batch(rng, vocabulary_size=10, batch=3)
+    # The encoder is left to right: the annotations of a prefix do not
+    # depend on what follows it.
+    encoder = model.get_layer("encoder")
+    h = np.asarray(encoder(x["encoder_inputs"]))
+    np.testing.assert_allclose(np.asarray(encoder(x["encoder_inputs"][:, :3])), h[:, :3],
+                               atol=1e-6)
+    path = tmp_path / "monotonic.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(restored(x), model(x), atol=1e-6)
