@@ -48,6 +48,7 @@ __all__ = [
     "TASKS",
     "TEXT_TASKS",
     "TOKENIZERS",
+    "TUNE_ATTENTIONS",
     "BILM_DEFAULTS",
     "WORDPIECE_VOCAB_SIZE",
     "TUNERS",
@@ -206,6 +207,10 @@ CELLS = _RegisteredCells()
 a view of the registry (`keras_seq.layers.recurrent.registry.cell_names`)."""
 ATTENTIONS = ("bahdanau", "luong", "monotonic_bahdanau", "monotonic_luong", "none")
 """`TrainingConfig.attention` choices."""
+
+TUNE_ATTENTIONS = ("bahdanau", "luong", "none")
+"""The attentions `keras_seq.tuning` searches (the monotonic ones, for
+streaming, are chosen, not searched)."""
 
 SAMPLING_SCHEDULES = ("constant", "linear", "inverse_sigmoid")
 """`TrainingConfig.sampling_schedule` choices (Bengio et al. 2015's decays;

@@ -46,7 +46,7 @@ from keras_seq._validation import (
 )
 from keras_seq.layers.recurrent.registry import cell_names
 from keras_seq.reserved_tokens import PAD_ID
-from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNERS
+from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNE_ATTENTIONS, TUNERS
 from keras_seq.training.locking import folder_lock
 from keras_seq.training.run_folder import warn_about_script_classes
 
@@ -130,9 +130,7 @@ class Seq2SeqHyperModel(keras_tuner.HyperModel):
         self.cells = _check_cells(where, cells)
         self.units = _check_int_choices(where, "units", units)
         self.embedding_dims = _check_int_choices(where, "embedding_dims", embedding_dims)
-        self.attention = check_selection(
-            where, "attention", attention, ("bahdanau", "luong", "none")
-        )
+        self.attention = check_selection(where, "attention", attention, TUNE_ATTENTIONS)
         self.zoneout = [check_rate(where, "zoneout", z) for z in zoneout] or [0.0]
         self.max_dropout = check_rate(where, "max_dropout", max_dropout)
         self.learning_rate = _check_learning_rate(where, learning_rate)

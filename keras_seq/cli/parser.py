@@ -399,7 +399,7 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument("--embedding-dims", nargs="+", type=int, metavar="N",
                       help="embedding widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_EMBEDDING_DIMS))})")
-    tune.add_argument("--attention", nargs="+", choices=training.ATTENTIONS,
+    tune.add_argument("--attention", nargs="+", choices=training.TUNE_ATTENTIONS,
                       help="attention choices to search (default: all)")
     tune.add_argument(
         "--out", default=config.out, help="parent folder of the run (default: %(default)s)"

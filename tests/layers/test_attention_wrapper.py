@@ -296,3 +296,21 @@ def test_a_wrapped_user_cell_streams_and_exports_with_builtin_ops(rng, tmp_path)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {"target": x, "memory": memory})[0]
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_rnn_seq2seq_takes_a_registered_user_cell(rng, tmp_path):
+    from keras_seq import models
+
+    models.register_cell("wrapped_mgu", MGUCell)
+    model = models.rnn_seq2seq(9, 9, units=U, embedding_dim=4, cell="wrapped_mgu",
+                               attention="monotonic_luong")
+    assert isinstance(model.get_layer("decoder").cell, MGUCell)
+    source = rng.integers(1, 9, size=(2, 5)).astype("int32")
+    inputs = {"encoder_inputs": source, "decoder_inputs": source[:, :3]}
+    logits = np.asarray(model.predict(inputs, verbose=0))
+    padded = {**inputs, "encoder_inputs": np.pad(source, ((0, 0), (0, 2)))}
+    np.testing.assert_allclose(np.asarray(model.predict(padded, verbose=0)), logits, atol=1e-5)
+    model.save(tmp_path / "user_cell_seq2seq.keras")
+    reloaded = keras.saving.load_model(tmp_path / "user_cell_seq2seq.keras", safe_mode=True)
+    np.testing.assert_allclose(np.asarray(reloaded.predict(inputs, verbose=0)), logits,
+                               atol=1e-6)
