@@ -115,7 +115,7 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
         ``(tokens, emitted)``: the output ids (``end_id`` included when
         reached), and the number of tokens emitted once each chunk was read.
     """
-    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     from keras_seq.reserved_tokens import END_ID, START_ID
 
@@ -127,8 +127,16 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
                             [chunk.shape[1] for chunk in chunks])
     start_id = START_ID if start_id is None else start_id
     end_id = END_ID if end_id is None else end_id
-    encode = Interpreter(model_content=flatbuffers["encoder_step"]).get_signature_runner()
-    decode = Interpreter(model_content=flatbuffers["decoder_step"]).get_signature_runner()
+    # LiteRT's builtin kernels, without its default XNNPACK delegate: fed the
+    # growing memory, a fresh XNNPACK interpreter gave another hard alignment
+    # (and other tokens) in 1 of 4 runs here; the builtin kernels, every time
+    # the same tokens as greedy decoding (benchmarks/RESULTS.md).
+    builtin = {"experimental_op_resolver_type":
+               OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    encode = Interpreter(model_content=flatbuffers["encoder_step"],
+                         **builtin).get_signature_runner()
+    decode = Interpreter(model_content=flatbuffers["decoder_step"],
+                         **builtin).get_signature_runner()
     encoder_states = {name: np.zeros((1, detail["shape_signature"][-1]), np.float32)
                       for name, detail in encode.get_input_details().items()
                       if name != "source_ids"}
@@ -141,10 +149,10 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
     tokens, emitted, token = [], [], start_id
     for index, chunk in enumerate(chunks):
         result = encode(source_ids=chunk, **encoder_states)
-        encoder_states = {name: result[f"output_{i + 1}"]
+        encoder_states = {name: np.array(result[f"output_{i + 1}"])
                           for i, name in enumerate(sorted(encoder_states, key=_state_index))}
-        memory = result["output_0"] if memory is None else np.concatenate(
-            [memory, result["output_0"]], axis=1)
+        chunk_memory = np.array(result["output_0"])
+        memory = chunk_memory if memory is None else np.concatenate([memory, chunk_memory], 1)
         # The new positions hold no alignment yet; before any, it starts at the first.
         alignment = np.pad(alignment, ((0, 0), (0, memory.shape[1] - alignment.shape[1])))
         if index == 0:
@@ -156,8 +164,10 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
             new_alignment = out[f"output_{len(state_names)}"]
             if not last and not new_alignment.any():
                 break  # it would stop past what has been read: wait for the next chunk
-            states = [out[f"output_{i + 1}"] for i in range(len(state_names) - 1)]
-            alignment = new_alignment
+            # Copies: LiteRT may reuse its output buffers in the next call,
+            # and a step that waits must leave these as they were.
+            states = [np.array(out[f"output_{i + 1}"]) for i in range(len(state_names) - 1)]
+            alignment = np.array(new_alignment)
             token = int(np.argmax(out["output_0"][0]))
             tokens.append(token)
         emitted.append(len(tokens))
