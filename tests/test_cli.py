@@ -153,14 +153,17 @@ def test_train_transformer_on_a_tsv_file(tmp_path, capsys, tiny_run_args):
 
 
 @pytest.mark.slow
-def test_train_under_mirrored_strategy_with_two_cpu_replicas(tmp_path, tiny_run_args):
+def test_train_under_mirrored_strategy_with_two_cpu_replicas(tmp_path):
+    # Smaller than the tiny run: what costs here is tracing for two replicas.
+    args = ["--train-size", "64", "--validation-size", "8", "--test-size", "8", "--units", "8",
+            "--batch-size", "32", "--epochs", "1", "--verbose", "0"]
     script = (
         "import tensorflow as tf\n"
         "cpu = tf.config.list_physical_devices('CPU')[0]\n"
         "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
         "from keras_seq.cli import main\n"
         f"main(['train', '--distribute', 'mirrored', '--out', {str(tmp_path)!r}, '--name', 'm',"
-        f" *{tiny_run_args!r}])\n"
+        f" *{args!r}])\n"
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
