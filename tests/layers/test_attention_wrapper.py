@@ -9,27 +9,15 @@ cell and the package's GRU cell; the scores: Bahdanau's, Luong's and the
 monotonic expected alignment (Raffel et al. 2017) as the paper's sum.
 """
 
-import pathlib
-import re
-
 import keras
 import numpy as np
 import pytest
+from monotonic_reference import expected_alignment
+from user_cell_from_docs import MGUCell
 
 from keras_seq import layers
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "write_your_own_cell.md"
 B, T, IN, U, S, D = 3, 5, 4, 6, 7, 5
-
-
-def _user_cell_class():
-    code = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
-    namespace = {"__name__": "mgu_from_docs"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    return namespace["MGUCell"]
-
-
-MGUCell = _user_cell_class()
 
 
 def _sigmoid(x):
@@ -86,16 +74,6 @@ def _softmax(energy, mask):
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def _expected_alignment(p, previous):
-    """Raffel et al.'s α_j = p_j Σ_{k≤j} α'_k Π_{l=k}^{j-1} (1 − p_l), as loops."""
-    out = np.zeros_like(p)
-    for b in range(p.shape[0]):
-        for j in range(p.shape[1]):
-            out[b, j] = p[b, j] * sum(previous[b, k] * np.prod(1.0 - p[b, k:j])
-                                      for k in range(j + 1))
-    return out
-
-
 def _numpy_wrapper(cell_step, cell_weights, energy, attention_weights, x, memory, memory_mask,
                    cell_states, kernel_c=None, output_attention=True, monotonic=False,
                    target_mask=None):
@@ -112,7 +90,7 @@ def _numpy_wrapper(cell_step, cell_weights, energy, attention_weights, x, memory
         e = energy(attention_weights, y, memory)
         if monotonic:
             p = np.where(memory_mask, _sigmoid(e + attention_weights[-1]), 0.0)
-            new_alignment = _expected_alignment(p, alignment)
+            new_alignment = expected_alignment(p, alignment)
         else:
             new_alignment = _softmax(e, memory_mask)
         context = np.einsum("bs,bsd->bd", new_alignment, memory)

@@ -8,34 +8,9 @@ stops at the first p > 0.5, as the paper's decoding does.
 
 import numpy as np
 import pytest
+from monotonic_reference import expected_alignment, hard_alignment
 
 from keras_seq.layers import monotonic_attention
-
-
-def _expected_alignment(p, previous):
-    p, previous = p.astype("float64"), previous.astype("float64")
-    batch, length = p.shape
-    alignment = np.zeros_like(p)
-    for b in range(batch):
-        for j in range(length):
-            total = 0.0
-            for k in range(j + 1):
-                total += previous[b, k] * np.prod(1.0 - p[b, k:j])
-            alignment[b, j] = p[b, j] * total
-    return alignment
-
-
-def _hard_alignment(p, previous):
-    alignment = np.zeros_like(p)
-    for b in range(p.shape[0]):
-        if not previous[b].any():
-            continue  # read past the end: nothing to attend to
-        start = int(np.argmax(previous[b]))
-        for j in range(start, p.shape[1]):
-            if p[b, j] > 0.5:
-                alignment[b, j] = 1.0
-                break
-    return alignment
 
 
 def _soft_inputs(rng, batch=3, length=12):
@@ -49,7 +24,7 @@ def _soft_inputs(rng, batch=3, length=12):
 def test_the_expected_alignment_is_the_papers_sum(mode, rng):
     p, previous = _soft_inputs(rng)
     got = np.asarray(monotonic_attention(p, previous, mode))
-    np.testing.assert_allclose(got, _expected_alignment(p, previous), atol=1e-6)
+    np.testing.assert_allclose(got, expected_alignment(p, previous), atol=1e-6)
     # Nothing is created: the mass that stays is at most what came in.
     assert np.all(got.sum(axis=1) <= previous.sum(axis=1) + 1e-6)
 
@@ -73,7 +48,7 @@ def test_hard_mode_stops_at_the_first_choice_from_the_previous_position(rng):
     p[3, 7:] = 0.2  # nothing chosen from position 7 on: zeros
     previous[5] = 0.0  # already past the end: zeros
     got = np.asarray(monotonic_attention(p, previous, "hard"))
-    expected = _hard_alignment(p, previous)
+    expected = hard_alignment(p, previous)
     np.testing.assert_array_equal(got, expected)
     assert not got[3].any() and not got[5].any() and got[1].sum() == 1.0
 
@@ -86,7 +61,7 @@ def test_on_zero_one_inputs_the_expected_alignment_is_the_hard_one(rng):
     p[0, [1, 6]] = 1.0  # a choice before the previous position, and one after it
     previous[0] = 0.0
     previous[0, 3] = 1.0
-    hard = _hard_alignment(p, previous)
+    hard = hard_alignment(p, previous)
     assert hard[0, 6] == 1.0 and 0 < hard.sum() < 8  # some rows stop, some read past the end
     for mode in ("hard", "recursive", "parallel"):
         np.testing.assert_allclose(np.asarray(monotonic_attention(p, previous, mode)), hard,
@@ -145,7 +120,7 @@ def test_the_layers_align_like_the_paper_from_their_energy(layer_class, energy, 
 
     p = np.where(mask, _sigmoid(energy([w.astype("float64") for w in weights], query, memory)),
                  0.0)
-    expected = _hard_alignment(p, previous) if mode == "hard" else _expected_alignment(p, previous)
+    expected = hard_alignment(p, previous) if mode == "hard" else expected_alignment(p, previous)
     np.testing.assert_allclose(np.asarray(alignments), expected, atol=1e-5)
     assert not np.asarray(alignments)[1, 5:].any()
     np.testing.assert_allclose(np.asarray(context), np.einsum("bk,bkd->bd", expected, memory),

@@ -9,28 +9,15 @@ on every backend, and on TensorFlow through streaming, TFLite (builtin ops
 only) and ONNX.
 """
 
-import pathlib
-import re
-
 import keras
 import numpy as np
 import pytest
+from user_cell_from_docs import MGUCell
 
 from keras_seq import layers, models
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "write_your_own_cell.md"
 B, T, IN, U = 3, 6, 4, 5
 
-
-def _cell_class():
-    """``MGUCell`` from the page's first Python block, as a user would paste it."""
-    code = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
-    namespace = {"__name__": "mgu_from_docs"}
-    exec(compile(code, str(DOC), "exec"), namespace)
-    return namespace["MGUCell"]
-
-
-MGUCell = _cell_class()
 models.register_cell("test_mgu", MGUCell)
 
 

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from monotonic_reference import expected_alignment, hard_alignment
 
 from keras_seq import models
 
@@ -292,29 +293,6 @@ def test_seq2seq_kind_names_the_builder_and_survives_saving(tmp_path):
     assert models.seq2seq_kind("model.keras") is None
 
 
-def _hard_scan(p, previous):
-    """Raffel et al.'s decoding: from the previous position, the first j with p_j > 0.5."""
-    alignment = np.zeros_like(p)
-    for b in range(p.shape[0]):
-        if not previous[b].any():
-            continue
-        for j in range(int(np.argmax(previous[b])), p.shape[1]):
-            if p[b, j] > 0.5:
-                alignment[b, j] = 1.0
-                break
-    return alignment
-
-
-def _expected_alignment(p, previous):
-    """α_j = p_j Σ_{k≤j} α'_k Π_{l=k}^{j-1} (1 − p_l), as loops."""
-    out = np.zeros_like(p)
-    for b in range(p.shape[0]):
-        for j in range(p.shape[1]):
-            out[b, j] = p[b, j] * sum(previous[b, k] * np.prod(1.0 - p[b, k:j])
-                                      for k in range(j + 1))
-    return out
-
-
 def _reference_monotonic_gru_decoder(y, h, s0, source_mask, decoder, hard):
     """NumPy: RecurrentDecoder with Bahdanau's energy made monotonic (Raffel et
     al. 2017), p_ij = σ(e_ij + r) (0 at padding), α from α_{i-1} (one-hot at
@@ -331,7 +309,7 @@ def _reference_monotonic_gru_decoder(y, h, s0, source_mask, decoder, hard):
     for i in range(y.shape[1]):
         e = np.tanh((s @ w_q)[:, None, :] + h @ w_k) @ v + r
         p = np.where(source_mask, _sigmoid(e), 0.0)
-        alpha = _hard_scan(p, alpha) if hard else _expected_alignment(p, alpha)
+        alpha = hard_alignment(p, alpha) if hard else expected_alignment(p, alpha)
         c = np.einsum("bs,bsd->bd", alpha, h)
         x_proj = np.concatenate([y[:, i], c], -1) @ kernel + bias[0]
         s_proj = s @ recurrent_kernel + bias[1]
