@@ -76,9 +76,11 @@ def _softmax(energy, mask):
 
 def _numpy_wrapper(cell_step, cell_weights, energy, attention_weights, x, memory, memory_mask,
                    cell_states, kernel_c=None, output_attention=True, monotonic=False,
-                   target_mask=None):
+                   target_mask=None, initial_attention=None):
     """The wrapper over a whole target sequence: outputs, alignments, final states."""
     a = np.zeros((x.shape[0], D if kernel_c is None else kernel_c.shape[1]))
+    if initial_attention is not None:
+        a = initial_attention
     alignment = np.zeros((x.shape[0], S))
     if monotonic:
         alignment[:, 0] = 1.0
@@ -159,6 +161,39 @@ def test_the_wrapper_is_the_addons_step_with_masks_and_initial_state(case, rng):
         np.testing.assert_allclose(got, want, atol=1e-5)
     # Padding of the memory gets no weight.
     assert np.all(alignments[~np.broadcast_to(memory_mask[:, None], alignments.shape)] == 0.0)
+
+
+@pytest.mark.parametrize("cell,attention", [("gru", "bahdanau"), ("lstm", "luong")])
+def test_recurrent_decoder_is_the_wrapper_attending_from_the_previous_state(cell, attention,
+                                                                            rng):
+    # RecurrentDecoder (rnn_seq2seq's) runs the wrapper's step with a_{t-1}
+    # recomputed from s_{t-1}: with a_0 = attention(s_0), its output is
+    # [y_t; a_{t-1}] of the wrapper without W_c.
+    decoder = layers.RecurrentDecoder(U, cell=cell, attention_units=4, attention=attention)
+    x = rng.normal(size=(B, T, IN)).astype("float32")
+    memory = rng.normal(size=(B, S, D)).astype("float32")
+    memory_mask = np.arange(S)[None, :] < np.array([[7], [4], [2]])
+    cell_states = [rng.normal(size=(B, U)).astype("float32")
+                   for _ in range(2 if cell == "lstm" else 1)]
+    decoder(x, memory)  # builds: the attention's weights, then the cell's
+    attention_count = 3 if attention == "bahdanau" else 1
+    weights = _random_weights(rng, decoder)
+    attention_weights, cell_weights = weights[:attention_count], weights[attention_count:]
+    got = np.asarray(decoder(x, memory, initial_state=cell_states,
+                             encoder_outputs_mask=memory_mask))
+
+    energy = _bahdanau_energy if attention == "bahdanau" else _luong_energy
+    memory64, states64 = memory.astype("float64"), [s.astype("float64") for s in cell_states]
+    a_0 = np.einsum("bs,bsd->bd", _softmax(energy(attention_weights, states64[0], memory64),
+                                           memory_mask), memory64)
+    run = {"cell_step": _gru_step if cell == "gru" else _lstm_step, "cell_weights": cell_weights,
+           "energy": energy, "attention_weights": attention_weights,
+           "x": x.astype("float64"), "memory": memory64, "memory_mask": memory_mask,
+           "cell_states": states64, "initial_attention": a_0}
+    a_t, _, _ = _numpy_wrapper(**run)
+    y_t, _, _ = _numpy_wrapper(**run, output_attention=False)
+    a_before = np.concatenate([a_0[:, None], a_t[:, :-1]], 1)
+    np.testing.assert_allclose(got, np.concatenate([y_t, a_before], -1), atol=1e-5)
 
 
 def _encoder_decoder(vocab=12, embed=4):

@@ -204,27 +204,40 @@ class AttentionWrapper(RecurrentCell):
         states = list(states)
         n = len(self._cell_state_sizes)
         cell_states, previous_attention, previous_alignments = states[:n], states[n], states[n + 1]
+        y, new_cell_states = self.cell_step(inputs, previous_attention, cell_states, training)
+        attention, alignments = self.attend(y, memory, previous_alignments, training)
+        output = attention if self.output_attention else y
+        return output, [*new_cell_states, attention, alignments]
+
+    def cell_step(self, inputs, previous_attention, cell_states, training=False):
+        """The step's first half: ``(y_t, new cell states)`` of the cell
+        on ``[x_t; a_{t-1}]`` (input feeding)."""
         x = ops.concatenate([inputs, ops.cast(previous_attention, inputs.dtype)], axis=-1)
         structure = self.cell.state_size
-        packed = (tree.pack_sequence_as(structure, cell_states)
-                  if isinstance(structure, (list, tuple)) else cell_states)
+        packed = (tree.pack_sequence_as(structure, list(cell_states))
+                  if isinstance(structure, (list, tuple)) else cell_states[0])
         kwargs = {"training": training} if self.cell._call_has_training_arg else {}
         y, new_cell_states = self.cell(x, packed, **kwargs)
-        new_cell_states = tree.flatten(new_cell_states)
+        return y, tree.flatten(new_cell_states)
+
+    def attend(self, query, memory, previous_alignments, training=False, mode=None):
+        """The step's second half: ``(a_t, α_t)`` for the query y_t over the
+        prepared ``memory`` (`prepare_memory`). ``mode`` overrides a
+        monotonic attention's own (``"hard"`` at inference, as
+        `RecurrentDecoder` does)."""
         if hasattr(self.attention, "initial_alignments"):  # monotonic: reads α_{t-1}
             context, alignments = self.attention(
-                y, memory["memory"], previous_alignments, value_mask=memory["mask"],
-                processed_key=memory["keys"], training=training)
+                query, memory["memory"], previous_alignments, value_mask=memory["mask"],
+                processed_key=memory["keys"], training=training, mode=mode)
         else:
             context, alignments = self.attention(
-                y, memory["memory"], value_mask=memory["mask"], processed_key=memory["keys"],
-                return_attention_scores=True, training=training)
-        context = ops.cast(context, y.dtype)
+                query, memory["memory"], value_mask=memory["mask"],
+                processed_key=memory["keys"], return_attention_scores=True, training=training)
+        context = ops.cast(context, query.dtype)
         attention = context
         if self.attention_layer is not None:
-            attention = self.attention_layer(ops.concatenate([y, context], axis=-1))
-        output = attention if self.output_attention else y
-        return output, [*new_cell_states, attention, ops.cast(alignments, y.dtype)]
+            attention = self.attention_layer(ops.concatenate([query, context], axis=-1))
+        return attention, ops.cast(alignments, query.dtype)
 
     # --- saving ---
 

@@ -18,6 +18,7 @@ from keras_seq.layers.attention.monotonic import (
     LuongMonotonicAttention,
 )
 from keras_seq.layers.recurrent import registry
+from keras_seq.layers.recurrent.attention_wrapper import AttentionWrapper
 from keras_seq.layers.recurrent.rnn import scan
 from keras_seq.layers.recurrent.zoneout import apply_zoneout, zoneout_masks, zoneout_rates
 
@@ -57,6 +58,14 @@ class RecurrentDecoder(keras.layers.Layer):
     one (never moving left) otherwise; the previous alignment α_{i-1} is then
     the decoder's last state, after the cell's (`initial_alignments` of the
     source before the first step).
+
+    With attention it is `AttentionWrapper` (``output_attention=False``,
+    no ``attention_layer_size``) around its cell, whose previous attention
+    is recomputed at the start of a step from its query rather than carried:
+    the wrapper's a_{i-1} = attention(s_{i-1}) is c_i above, so each step
+    runs the wrapper's `attend` then its `cell_step`, the states stay the
+    cell's (and α), a_0 = attention(s_0), and the output adds c_i to the
+    wrapper's y_i = s_i.
 
     Without attention (``attention_units=None``) it is the plain encoder-decoder
     of Sutskever et al. (2014) / Cho et al. (2014): ``s_i = cell(y_{i-1},
@@ -194,6 +203,13 @@ class RecurrentDecoder(keras.layers.Layer):
         cell_class = registry.cell_class(self.cell_name)
         self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
         self.cell.build((None, input_dim))
+        self._wrapper = None
+        if self.attention is not None:
+            # The step's two halves; the wrapper owns no weights of its
+            # own, and the decoder's `cell` and `attention` keep their paths.
+            self._wrapper = AttentionWrapper(self.cell, self.attention, output_attention=False,
+                                             dtype=self.dtype_policy, name="attention_wrapper")
+            self._wrapper.build((None, inputs_shape[-1]), (None, None, value_dim))
         self._zoneout_rates = zoneout_rates(self.zoneout, self.cell.state_size, self)
         self.built = True
 
@@ -265,29 +281,25 @@ class RecurrentDecoder(keras.layers.Layer):
         None without attention.
         """
         states = list(states)
-        alpha = None
-        if self.monotonic:
-            states, previous = states[:-1], states[-1]
-            # Expected alignment in training; hard, moving only forward, otherwise.
-            context, alpha = self.attention(
-                states[0], encoder_outputs, previous, value_mask=encoder_mask,
-                processed_key=processed_key, training=training,
-                mode=None if training else "hard",
-            )
-            y = keras.ops.concatenate([y, keras.ops.cast(context, y.dtype)], axis=-1)
-        elif self.attention is not None:
-            # The query is s_{i-1}: the hidden state h for every cell family.
-            context, alpha = self.attention(
-                states[0],
-                encoder_outputs,
-                value_mask=encoder_mask,
-                processed_key=processed_key,
-                return_attention_scores=True,
-                training=training,
-            )
-            y = keras.ops.concatenate([y, context], axis=-1)
-        s, new_states = self.cell(y, states, training=training)
-        new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [new_states]
+        if self.attention is None:
+            s, new_states = self.cell(y, states, training=training)
+            new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [
+                new_states]
+            alpha = None
+        else:
+            if self.monotonic:
+                states, previous = states[:-1], states[-1]
+            else:
+                previous = None
+            # a_{i-1} of the wrapper's step, from its query s_{i-1} (the
+            # hidden state h for every cell family); monotonic attention is
+            # the expected alignment in training, hard (moving only
+            # forward) otherwise.
+            memory = {"memory": encoder_outputs, "mask": encoder_mask, "keys": processed_key}
+            context, alpha = self._wrapper.attend(
+                states[0], memory, previous, training=training,
+                mode=(None if training else "hard") if self.monotonic else None)
+            s, new_states = self._wrapper.cell_step(y, context, states, training=training)
         if self.zoneout:
             if training and keep_masks is None:
                 keep_masks = self._zoneout_masks((keras.ops.shape(y)[0],))
@@ -297,7 +309,7 @@ class RecurrentDecoder(keras.layers.Layer):
         o = s if self.attention is None else keras.ops.concatenate(
             [s, keras.ops.cast(context, s.dtype)], axis=-1)
         if self.monotonic:
-            new_states = [*new_states, keras.ops.cast(alpha, s.dtype)]
+            new_states = [*new_states, alpha]
         return o, new_states, alpha
 
     def call(
