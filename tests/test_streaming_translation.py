@@ -6,6 +6,8 @@ the source in chunks and must emit the same tokens, some of them before the
 last chunk arrives.
 """
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -78,3 +80,31 @@ def test_the_streaming_export_refuses_soft_attention(rng):
     with pytest.raises(ValueError, match="convert_streaming_translator_to_tflite.*monotonic"):
         convert_streaming_translator_to_tflite(models.rnn_seq2seq(V, V, units=8,
                                                                   embedding_dim=4))
+
+
+@pytest.mark.slow
+def test_export_writes_the_stream_and_verify_runs_it_without_keras_seq(translator, tmp_path):
+    import json
+
+    from keras_seq import text
+    from keras_seq.export import export_run, verify
+    from keras_seq.training.run_folder import write_held_out
+
+    # A run folder as `keras-seq train` writes it: ids 4..13 are "a".."j".
+    run = tmp_path / "run"
+    run.mkdir()
+    translator.save(run / "model.keras")
+    text.CharTokenizer.from_corpus(["abcdefghij"]).save(run)
+    (run / "metrics.json").write_text(json.dumps({"config": {"source_length": 8,
+                                                             "target_length": MAX}}))
+    rng = np.random.default_rng(7)
+    sources = ["".join("abcdefghij"[i] for i in rng.integers(0, 10, size=8)) for _ in range(12)]
+    write_held_out(str(run), [(s, s) for s in sources])
+    written = export_run(run, tmp_path / "out", formats=("tflite",))
+    assert os.path.isfile(written["tflite_stream_decoder_step"])
+    result = verify(tmp_path / "out")
+    assert result["passed"], result["failures"]
+    (row,) = [r for r in result["artifacts"] if r["format"] == "tflite_stream"]
+    assert row["string_match"] == 1.0  # every output as Keras' greedy decoding
+    assert row["emitted_before_source_end"] > 0.5 and row["latency_ms_per_token"] > 0
+    assert "CUSTOM" not in row["ops"]

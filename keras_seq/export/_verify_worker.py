@@ -330,6 +330,53 @@ def host_artifact(folder, runtime, suffix, reference, problems):
     }
 
 
+def stream_artifact(folder, reference, problems):
+    """The streaming translator (``tflite_stream/``) fed one source token
+    per chunk, through the host loop that `keras_seq.export` ships
+    (``_streaming_host.py``, NumPy and LiteRT only)."""
+    from _streaming_host import stream_translate
+
+    tokenizer = HostTokenizer(folder)
+    config = tokenizer.config
+    sources = [str(s) for s in reference["sources"]]
+    source_ids = tokenizer.encode(sources, reference["source_ids"])
+    if not np.array_equal(source_ids, reference["source_ids"]):
+        problems.append(f"{folder}: the host tokenizer's ids differ from Keras' source ids")
+    steps = {}
+    for name in ("encoder_step", "decoder_step"):
+        with open(os.path.join(folder, name + ".tflite"), "rb") as f:
+            steps[name] = f.read()
+
+    def translate(ids):
+        chunks = [ids[j : j + 1] for j in range(len(ids))]
+        return stream_translate(steps["encoder_step"], steps["decoder_step"], chunks,
+                                config["target_length"], config["start_id"], config["end_id"])
+
+    ids = np.full((len(sources), config["target_length"]), config["pad_id"], np.int32)
+    early, total, seconds = 0, 0, []
+    for i, row in enumerate(source_ids):
+        real = row[row != config["pad_id"]]
+        t0 = time.perf_counter()
+        tokens, emitted = translate(real)
+        seconds.append((time.perf_counter() - t0, len(tokens)))
+        ids[i, : len(tokens)] = tokens
+        early, total = early + (emitted[-2] if len(emitted) > 1 else 0), total + len(tokens)
+    files = ("encoder_step.tflite", "decoder_step.tflite")
+    return {
+        "size_bytes": sum(os.path.getsize(os.path.join(folder, f)) for f in files),
+        "ops": sorted(set().union(*(tflite_op_names(os.path.join(folder, f)) for f in files))),
+        "max_abs_logit_error": None,
+        "decoded": tokenizer.decode(ids),
+        # One source, fed token by token, from the interpreters' creation to its last token.
+        "latency_ms_batch1": round(1000 * statistics.median(t for t, _ in seconds), 3)
+        if seconds else None,
+        "latency_ms_per_token": round(1000 * sum(t for t, _ in seconds)
+                                      / max(1, sum(n for _, n in seconds)), 3),
+        # The share of the output emitted before the last source token arrived.
+        "emitted_before_source_end": early / total if total else None,
+    }
+
+
 def load_saved_model(path):
     """The ``serving_default`` signature of a SavedModel and its size on disk,
     tensorflow-text's ops registered first when the graph has any."""
@@ -576,6 +623,9 @@ def check(out_dir, entry, reference, targets, provider=None):
         row = saved_model_artifact(path, reference, problems)
         beam = entry.get("beam_width", 1) > 1
         expected = reference["keras_beam_outputs" if beam else "keras_outputs"]
+    elif entry["format"] == "tflite_stream":
+        row = stream_artifact(path, reference, problems)
+        expected = reference["keras_outputs"]
     else:
         if entry["format"] == "tflite":
             runtime, suffix = TFLiteModel, ".tflite"

@@ -19,6 +19,7 @@ from keras_seq.export.classifier_export import export_classifier
 from keras_seq.export.language_model_export import LM_FORMATS, export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
+from keras_seq.export.streaming_translation import convert_streaming_translator_to_tflite
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
     convert_seq2seq_to_tflite,
@@ -130,6 +131,9 @@ def export_run(
         ``"tflite_encoder"``, ``"tflite_decoder_step"``, ``"onnx"``,
         ``"onnx_encoder"``, ``"onnx_decoder_step"``,
         ``"tflite_<mode>_encoder"``, ``"tflite_<mode>_decoder_step"``,
+        with monotonic attention and ``"tflite"`` also
+        ``"tflite_stream_encoder_step"`` and ``"tflite_stream_decoder_step"``
+        (`convert_streaming_translator_to_tflite`, in ``tflite_stream/``),
         ``"reference"`` (when there are examples) and ``"manifest"``; for a
         language model ``"tflite"`` (``lm_step.tflite``), ``"tflite_<mode>"``,
         ``"onnx"`` (``lm_stream.onnx``), ``"reference"`` and ``"manifest"``;
@@ -242,6 +246,10 @@ def _export_into(run, out, formats, beam_width, quantize, examples, progress):
     for mode in ([None] if "tflite" in formats else []) + list(quantize):
         with progress.artifact("tflite/" if mode is None else f"tflite_{mode}/"):
             steps.append(_export_tflite(run, out, mode))
+    if "tflite" in formats and _is_monotonic(run["model"]):
+        with progress.artifact("tflite_stream/ (a translator that starts before the source "
+                               "ends)"):
+            steps.append(_export_tflite_stream(run, out))
     if "onnx" in formats:
         with progress.artifact("onnx/"):
             steps.append(_export_onnx(run, out))
@@ -286,6 +294,25 @@ def _export_tflite(run, out, mode):
             f.write(flatbuffer)
         paths[f"{name}_{key}" if key else name] = path
     return paths, _artifact(out, folder, "tflite", mode)
+
+
+def _is_monotonic(model) -> bool:
+    from keras_seq.models.seq2seq import seq2seq_kind
+
+    return seq2seq_kind(model) == "rnn" and model.get_layer("decoder").monotonic
+
+
+def _export_tflite_stream(run, out):
+    """``tflite_stream/``: the monotonic translator's encoder and decoder
+    steps, which read the source chunk by chunk and emit while it arrives."""
+    folder = _host_folder(out, "tflite_stream", run["tokenizer"], _host_config(run, None))
+    paths = {}
+    for key, flatbuffer in convert_streaming_translator_to_tflite(run["model"]).items():
+        path = os.path.join(folder, f"{key}.tflite")
+        with open(path, "wb") as f:
+            f.write(flatbuffer)
+        paths[f"tflite_stream_{key}"] = path
+    return paths, _artifact(out, folder, "tflite_stream", None)
 
 
 def _export_onnx(run, out):

@@ -115,8 +115,7 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
         ``(tokens, emitted)``: the output ids (``end_id`` included when
         reached), and the number of tokens emitted once each chunk was read.
     """
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
+    from keras_seq.export._streaming_host import stream_translate
     from keras_seq.reserved_tokens import END_ID, START_ID
 
     where = "tflite_streaming_translate"
@@ -125,54 +124,6 @@ def tflite_streaming_translate(flatbuffers: dict, source_chunks, max_length: int
     if not chunks or any(chunk.shape[1] == 0 for chunk in chunks):
         raise invalid_value(where, "source_chunks", "one or more non-empty chunks of ids",
                             [chunk.shape[1] for chunk in chunks])
-    start_id = START_ID if start_id is None else start_id
-    end_id = END_ID if end_id is None else end_id
-    # LiteRT's builtin kernels, without its default XNNPACK delegate: fed the
-    # growing memory, a fresh XNNPACK interpreter gave another hard alignment
-    # (and other tokens) in 1 of 4 runs here; the builtin kernels, every time
-    # the same tokens as greedy decoding (benchmarks/RESULTS.md).
-    builtin = {"experimental_op_resolver_type":
-               OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
-    encode = Interpreter(model_content=flatbuffers["encoder_step"],
-                         **builtin).get_signature_runner()
-    decode = Interpreter(model_content=flatbuffers["decoder_step"],
-                         **builtin).get_signature_runner()
-    encoder_states = {name: np.zeros((1, detail["shape_signature"][-1]), np.float32)
-                      for name, detail in encode.get_input_details().items()
-                      if name != "source_ids"}
-    state_names = sorted((n for n in decode.get_input_details() if n.startswith("state_")),
-                         key=lambda n: int(n.split("_")[1]))
-    sizes = [decode.get_input_details()[n]["shape_signature"][-1] for n in state_names]
-    states = [np.zeros((1, size), np.float32) for size in sizes[:-1]]
-    alignment = np.zeros((1, 0), np.float32)
-    memory = None
-    tokens, emitted, token = [], [], start_id
-    for index, chunk in enumerate(chunks):
-        result = encode(source_ids=chunk, **encoder_states)
-        encoder_states = {name: np.array(result[f"output_{i + 1}"])
-                          for i, name in enumerate(sorted(encoder_states, key=_state_index))}
-        chunk_memory = np.array(result["output_0"])
-        memory = chunk_memory if memory is None else np.concatenate([memory, chunk_memory], 1)
-        # The new positions hold no alignment yet; before any, it starts at the first.
-        alignment = np.pad(alignment, ((0, 0), (0, memory.shape[1] - alignment.shape[1])))
-        if index == 0:
-            alignment[0, 0] = 1.0
-        last = index == len(chunks) - 1
-        while len(tokens) < max_length and (not tokens or tokens[-1] != end_id):
-            feeds = dict(zip(state_names, [*states, alignment]))
-            out = decode(token=np.array([token], np.int32), memory=memory, **feeds)
-            new_alignment = out[f"output_{len(state_names)}"]
-            if not last and not new_alignment.any():
-                break  # it would stop past what has been read: wait for the next chunk
-            # Copies: LiteRT may reuse its output buffers in the next call,
-            # and a step that waits must leave these as they were.
-            states = [np.array(out[f"output_{i + 1}"]) for i in range(len(state_names) - 1)]
-            alignment = np.array(new_alignment)
-            token = int(np.argmax(out["output_0"][0]))
-            tokens.append(token)
-        emitted.append(len(tokens))
-    return tokens, emitted
-
-
-def _state_index(name: str) -> int:
-    return int(name.rpartition("_state_")[2])
+    return stream_translate(flatbuffers["encoder_step"], flatbuffers["decoder_step"], chunks,
+                            max_length, START_ID if start_id is None else start_id,
+                            END_ID if end_id is None else end_id)

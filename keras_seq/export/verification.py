@@ -29,6 +29,8 @@ _ROW_KEYS = (
 _LM_ROW_KEYS = ("task", "token_agreement", "ms_per_token", "keras_ms_per_token")
 # And a classifier's these.
 _CLASSIFIER_ROW_KEYS = ("task", "max_abs_probability_error")
+# And a streaming translator's (``tflite_stream/``) these.
+_STREAM_ROW_KEYS = ("latency_ms_per_token", "emitted_before_source_end")
 # A float artifact's probabilities may differ from Keras' by rounding, no more.
 FLOAT_MAX_PROBABILITY_ERROR = 1e-4
 
@@ -53,7 +55,12 @@ def verify(
     the encoder plus the greedy loop). An ONNX artifact is run on every
     execution provider onnxruntime offers in that process (its CPU provider
     first; each session takes the CPU provider for the nodes another one does
-    not), one row per provider, each checked alone.
+    not), one row per provider, each checked alone. A monotonic translator's
+    streaming steps (``tflite_stream/``) are fed each source one token per
+    chunk through the host loop of `tflite_streaming_translate`; its row adds
+    ``latency_ms_per_token`` (the whole stream's time over the tokens it
+    emitted) and ``emitted_before_source_end`` (the share of the output out
+    before the last source token arrived); it has no logit error.
 
     An artifact fails if it is float and decodes any example differently from
     Keras (greedy, or the beam search the SavedModel was exported with), if it
@@ -113,6 +120,8 @@ def verify(
     rows = []
     for record in records:
         extra = {"lm": _LM_ROW_KEYS, "classify": _CLASSIFIER_ROW_KEYS}.get(record.get("task"), ())
+        if record.get("format") == "tflite_stream":
+            extra = _STREAM_ROW_KEYS
         rows.append({key: record.get(key) for key in _ROW_KEYS + extra})
         failures.extend(record.get("problems", []))
         if record.get("string_match") is None:
@@ -259,8 +268,12 @@ def _ops(row) -> str:
 
 
 def _label(row) -> str:
-    """The artifact, and the execution provider of an ONNX row (``onnx [CPU]``)."""
+    """The artifact, and the execution provider of an ONNX row (``onnx [CPU]``)
+    or how a streaming translator streams."""
     provider = row.get("provider")
+    if row.get("emitted_before_source_end") is not None:
+        return (f"{row['artifact']} ({row['emitted_before_source_end']:.0%} out before the "
+                f"source ends, {row['latency_ms_per_token']:.2f} ms/token)")
     if not provider:
         return row["artifact"]
     return f"{row['artifact']} [{provider.removesuffix('ExecutionProvider')}]"
