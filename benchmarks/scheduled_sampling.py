@@ -6,7 +6,9 @@ outputs (reversing strings of 16 to 30 letters), and scores each run's
 held-out split with greedy decoding (the run's own ``test_exact_match``) and
 with a beam of 4. Prints a Markdown table and writes JSON.
 
-    python benchmarks/scheduled_sampling.py --out /tmp/ss.json [--seeds 1]
+    python benchmarks/scheduled_sampling.py --out /tmp/ss.json [--seeds 1] [--first-seed 0]
+
+With several seeds the table gives each arm's mean ± standard deviation.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--work", default=None)
     args = parser.parse_args()
     if os.path.exists(args.out):
@@ -75,7 +79,7 @@ def main() -> None:
     rows = []
     for task, task_args in tasks.items():
         for arm, arm_args in ARMS.items():
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 name = f"{len(rows):02d}"
                 result = _train(work, name, task_args, arm_args, seed)
                 result.update(task=task, arm=arm, seed=seed,
@@ -84,12 +88,20 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"rows": rows}, f, indent=1)
-    print("\n| task | arm | greedy exact match | beam 4 exact match | train s |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['task']} | {row['arm']} | {row['greedy']:.3f} | {row['beam4']:.3f} "
-              f"| {row['train_seconds']:.0f} |")
+    print("\n| task | arm | seeds | greedy exact match | beam 4 exact match | train s |")
+    print("|---|---|---|---|---|---|")
+    for task in tasks:
+        for arm in ARMS:
+            runs = [row for row in rows if row["task"] == task and row["arm"] == arm]
+            print(f"| {task} | {arm} | {len(runs)} | {_mean_std([r['greedy'] for r in runs])} "
+                  f"| {_mean_std([r['beam4'] for r in runs])} "
+                  f"| {statistics.mean(r['train_seconds'] for r in runs):.0f} |")
 
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 if __name__ == "__main__":
     main()

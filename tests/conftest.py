@@ -33,9 +33,29 @@ if BACKEND == "torch":
     torch.Tensor.__array__ = _detached_array
 
 
+# The files that take longest in tests/run.sh's TensorFlow run, longest
+# first (measured: benchmarks/RESULTS.md, "The test suite").
+LONGEST_FILES = ("test_keras_export_paths.py", "test_doc_snippets_guides.py", "test_cli.py",
+                 "test_doc_snippets.py", "test_classify_task.py", "test_resume.py",
+                 "test_export_verify.py", "test_decoding.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """On JAX and PyTorch, tests marked ``tensorflow_only`` (TensorFlow's own
-    loops, the hand-written BPTT, export, tf.function) are skipped."""
+    """The longest files run first, then the other files with a test marked
+    ``slow``, then the rest, each file's tests in order: tests/run.sh hands
+    whole files to two workers in this order (``--no-loadscope-reorder``),
+    and the short files then fill both workers' last minutes instead of one
+    long file. On JAX and PyTorch, tests marked ``tensorflow_only``
+    (TensorFlow's own loops, the hand-written BPTT, export, tf.function) are
+    skipped."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def rank(item):
+        name = item.path.name
+        longest = LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+        return longest, item.path not in slow_files
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
     if BACKEND == "tensorflow":
         return
     skip = pytest.mark.skip(reason=f"TensorFlow-only path; Keras runs on {BACKEND}")

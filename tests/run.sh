@@ -8,7 +8,9 @@
 #
 # The TensorFlow run (two workers) and the JAX-then-PyTorch runs (one worker)
 # go side by side: one after the other, each run's last minutes leave a core
-# idle while its slowest file finishes. TensorFlow's output streams; the
+# idle while its slowest file finishes. The TensorFlow workers take whole
+# files, the longest first (the order tests/conftest.py sets, which xdist
+# would otherwise replace by the number of tests per file). TensorFlow's output streams; the
 # other two print when they end. The exit status is non-zero if any run fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +44,7 @@ others=$!
 # 8-14% less CPU time for its tests (the programs are tiny and compile
 # more than they run).
 XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" KERAS_BACKEND=tensorflow \
-  pytest -q -n 2 --dist loadfile --basetemp="$work/tensorflow" "$@"
+  pytest -q -n 2 --dist loadfile --no-loadscope-reorder --basetemp="$work/tensorflow" "$@"
 status=$?
 echo "tensorflow: exit status $status"
 wait "$others"

@@ -36,3 +36,12 @@ def test_torch_extra_accepts_a_cpu_build_installed_first_and_dev_pins_cis():
     assert dev_torch.specifier.contains("2.13.0+cpu")
     assert [Requirement(r).name for r in extras["jax"]] == ["jax"]
     assert Requirement(extras["jax"][0]).extras == {"cpu"}
+
+
+def test_the_longest_test_files_named_for_scheduling_exist():
+    from conftest import LONGEST_FILES
+
+    tests = os.path.join(ROOT, "tests")
+    assert [name for name in LONGEST_FILES if not os.path.isfile(os.path.join(tests, name))] == []
+    with open(os.path.join(tests, "run.sh"), encoding="utf-8") as f:
+        assert "--no-loadscope-reorder" in f.read()  # else xdist orders files by test count
