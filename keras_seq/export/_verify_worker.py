@@ -277,18 +277,25 @@ def fraction_equal(strings, expected):
     return float(np.mean([a == b for a, b in zip(strings, expected)])) if len(expected) else 0.0
 
 
-def host_artifact(folder, runtime, suffix, reference, problems):
+def host_source_ids(folder, reference, problems):
+    """The folder's host tokenizer and its ids of the reference sources,
+    noting in ``problems`` where they differ from Keras'."""
     tokenizer = HostTokenizer(folder)
-    config = tokenizer.config
-    sources = [str(s) for s in reference["sources"]]
-    source_ids = tokenizer.encode(sources, reference["source_ids"])
+    source_ids = tokenizer.encode([str(s) for s in reference["sources"]],
+                                  reference["source_ids"])
     if not np.array_equal(source_ids, reference["source_ids"]):
         problems.append(f"{folder}: the host tokenizer's ids differ from Keras' source ids")
+    return tokenizer, source_ids
+
+
+def host_artifact(folder, runtime, suffix, reference, problems):
+    tokenizer, source_ids = host_source_ids(folder, reference, problems)
+    config = tokenizer.config
     encoder = runtime(os.path.join(folder, "encoder" + suffix))
     step = runtime(os.path.join(folder, "decoder_step" + suffix))
     ids = np.concatenate(
         [greedy(encoder, step, source_ids[i : i + _BATCH], config)
-         for i in range(0, len(sources), _BATCH)]
+         for i in range(0, len(source_ids), _BATCH)]
         or [np.zeros((0, config["target_length"]), np.int32)]
     )
     decoded = tokenizer.decode(ids)
@@ -336,12 +343,8 @@ def stream_artifact(folder, reference, problems):
     (``_streaming_host.py``, NumPy and LiteRT only)."""
     from _streaming_host import stream_translate
 
-    tokenizer = HostTokenizer(folder)
+    tokenizer, source_ids = host_source_ids(folder, reference, problems)
     config = tokenizer.config
-    sources = [str(s) for s in reference["sources"]]
-    source_ids = tokenizer.encode(sources, reference["source_ids"])
-    if not np.array_equal(source_ids, reference["source_ids"]):
-        problems.append(f"{folder}: the host tokenizer's ids differ from Keras' source ids")
     steps = {}
     for name in ("encoder_step", "decoder_step"):
         with open(os.path.join(folder, name + ".tflite"), "rb") as f:
@@ -352,7 +355,7 @@ def stream_artifact(folder, reference, problems):
         return stream_translate(steps["encoder_step"], steps["decoder_step"], chunks,
                                 config["target_length"], config["start_id"], config["end_id"])
 
-    ids = np.full((len(sources), config["target_length"]), config["pad_id"], np.int32)
+    ids = np.full((len(source_ids), config["target_length"]), config["pad_id"], np.int32)
     early, total, seconds = 0, 0, []
     for i, row in enumerate(source_ids):
         real = row[row != config["pad_id"]]

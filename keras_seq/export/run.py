@@ -19,7 +19,10 @@ from keras_seq.export.classifier_export import export_classifier
 from keras_seq.export.language_model_export import LM_FORMATS, export_language_model
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
-from keras_seq.export.streaming_translation import convert_streaming_translator_to_tflite
+from keras_seq.export.streaming_translation import (
+    convert_streaming_translator_to_tflite,
+    is_monotonic_translator,
+)
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
     convert_seq2seq_to_tflite,
@@ -246,7 +249,7 @@ def _export_into(run, out, formats, beam_width, quantize, examples, progress):
     for mode in ([None] if "tflite" in formats else []) + list(quantize):
         with progress.artifact("tflite/" if mode is None else f"tflite_{mode}/"):
             steps.append(_export_tflite(run, out, mode))
-    if "tflite" in formats and _is_monotonic(run["model"]):
+    if "tflite" in formats and is_monotonic_translator(run["model"]):
         with progress.artifact("tflite_stream/ (a translator that starts before the source "
                                "ends)"):
             steps.append(_export_tflite_stream(run, out))
@@ -294,12 +297,6 @@ def _export_tflite(run, out, mode):
             f.write(flatbuffer)
         paths[f"{name}_{key}" if key else name] = path
     return paths, _artifact(out, folder, "tflite", mode)
-
-
-def _is_monotonic(model) -> bool:
-    from keras_seq.models.seq2seq import seq2seq_kind
-
-    return seq2seq_kind(model) == "rnn" and model.get_layer("decoder").monotonic
 
 
 def _export_tflite_stream(run, out):

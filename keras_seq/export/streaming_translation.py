@@ -25,18 +25,24 @@ from keras_seq._validation import check_positive_int, invalid_value
 __all__ = ["convert_streaming_translator_to_tflite", "tflite_streaming_translate"]
 
 
-def _check_monotonic(where, model):
-    from keras_seq.export._checks import check_seq2seq
+def is_monotonic_translator(model) -> bool:
+    """Whether ``model`` is an `rnn_seq2seq` model with monotonic attention,
+    which `convert_streaming_translator_to_tflite` converts."""
     from keras_seq.models.seq2seq import seq2seq_kind
 
+    return seq2seq_kind(model) == "rnn" and model.get_layer("decoder").monotonic
+
+
+def _check_monotonic(where, model):
+    from keras_seq.export._checks import check_seq2seq
+
     check_seq2seq(where, model)
-    decoder = model.get_layer("decoder") if seq2seq_kind(model) == "rnn" else None
-    if decoder is None or not decoder.monotonic:
+    if not is_monotonic_translator(model):
         raise invalid_value(
             where, "model", "an rnn_seq2seq model with attention='monotonic_bahdanau' or "
             "'monotonic_luong' (soft attention reads the whole source at every step)",
             model.name)
-    return decoder
+    return model.get_layer("decoder")
 
 
 def convert_streaming_translator_to_tflite(model, quantize: str | None = None) -> dict:

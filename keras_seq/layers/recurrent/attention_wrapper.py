@@ -155,14 +155,16 @@ class AttentionWrapper(RecurrentCell):
 
     # --- the memory ---
 
-    def prepare_memory(self, memory, memory_mask=None):
+    def prepare_memory(self, memory, memory_mask=None, processed_key=None):
         """What every step reads, computed once per call: the memory, its
-        mask (bool or None) and the attention's projected keys."""
+        mask (bool or None) and the attention's projected keys (``processed_key``
+        when already computed, as `RecurrentDecoder`'s decoding does once per source)."""
         memory = ops.convert_to_tensor(memory, dtype=self.compute_dtype)
         if memory_mask is not None:
             memory_mask = ops.cast(memory_mask, "bool")
-        return {"memory": memory, "mask": memory_mask,
-                "keys": self.attention.precompute_keys(memory)}
+        if processed_key is None:
+            processed_key = self.attention.precompute_keys(memory)
+        return {"memory": memory, "mask": memory_mask, "keys": processed_key}
 
     def get_initial_state(self, batch_size=None, memory=None, cell_states=None):
         """The states before the first step: ``cell_states`` (else the

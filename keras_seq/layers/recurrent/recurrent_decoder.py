@@ -295,7 +295,7 @@ class RecurrentDecoder(keras.layers.Layer):
             # hidden state h for every cell family); monotonic attention is
             # the expected alignment in training, hard (moving only
             # forward) otherwise.
-            memory = {"memory": encoder_outputs, "mask": encoder_mask, "keys": processed_key}
+            memory = self._wrapper.prepare_memory(encoder_outputs, encoder_mask, processed_key)
             context, alpha = self._wrapper.attend(
                 states[0], memory, previous, training=training,
                 mode=(None if training else "hard") if self.monotonic else None)
