@@ -31,9 +31,11 @@ def require_tensorflow(what: str, how: str = CALL_THERE) -> None:
     """
     import keras
 
+    from keras_seq._validation import BackendError
+
     backend = keras.backend.backend()
     if backend != "tensorflow":
-        raise RuntimeError(
-            f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is "
+        raise BackendError(
+            None, f"{what} needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is "
             f"running on {backend!r}. To use it, {how}."
         )

@@ -18,6 +18,23 @@ The rule:
 Shapes are checked with `shape_error` before any computation, so a mask of
 the wrong length or a state of the wrong width never surfaces as a TensorFlow
 runtime error.
+
+**Messages that name arguments.** Every error the package raises on purpose
+is an `Explained` error (`ArgumentValueError`, `ArgumentTypeError`,
+`MissingFileError`, `ExistingFileError`, `BackendError`, and the package's
+own error classes built on them): it keeps its owner and its message as
+parts, some of which name an argument (`Arg`), quote a value (`Value`) or
+point to a function (`Call`). ``str(error)`` speaks Python (``argument
+`units```, ``fresh=True``, ``translate_texts``); the command line renders
+the same parts in its own words with `Explained.render` (``--units``,
+``--fresh``, ``keras-seq translate``), from its one table of flags, so that
+neither side rewrites the other's messages::
+
+    >>> error = invalid_value("TrainingConfig", "zoneout", "a number in [0, 1)", 1.5)
+    >>> str(error)
+    'TrainingConfig: invalid value for argument `zoneout`: expected a number in [0, 1), received 1.5.'
+    >>> error.render(lambda part: "--" + part.name if isinstance(part, Arg) else python_words(part))
+    'invalid value for --zoneout: expected a number in [0, 1), received 1.5.'
 """
 
 from __future__ import annotations
@@ -29,6 +46,15 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "Arg",
+    "ArgumentTypeError",
+    "ArgumentValueError",
+    "BackendError",
+    "Call",
+    "ExistingFileError",
+    "Explained",
+    "MissingFileError",
+    "Value",
     "check_activation",
     "check_bool",
     "check_choice",
@@ -45,6 +71,121 @@ __all__ = [
 ]
 
 
+_UNSET = object()
+
+
+class Arg:
+    """An argument named in a message: ``Arg("fresh", True)`` reads
+    ``fresh=True`` in Python and ``--fresh`` on the command line;
+    ``Arg("units", noun=True)`` reads ``argument `units``` and ``--units``.
+
+    Args:
+        name: the argument's Python name.
+        value: the value given (optional).
+        noun: without a value, say "argument" before the name (Python only).
+    """
+
+    __slots__ = ("name", "value", "has_value", "noun")
+
+    def __init__(self, name: str, value: Any = _UNSET, noun: bool = False):
+        self.name, self.noun = name, noun
+        self.has_value = value is not _UNSET
+        self.value = value if self.has_value else None
+
+    def __reduce__(self):  # the sentinel of "no value" is not picklable
+        if self.has_value:
+            return (Arg, (self.name, self.value, self.noun))
+        return (_named, (self.name, self.noun))
+
+
+def _named(name: str, noun: bool) -> Arg:
+    return Arg(name, noun=noun)
+
+
+class Value:
+    """A value quoted in a message: its ``repr`` in Python, as typed on a command line."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class Call:
+    """A function a message points to, e.g. ``Call("translate_texts")``: its
+    name in Python; the command line names the command that runs it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def python_words(part) -> str:
+    """``part`` of a message as Python speaks it."""
+    if isinstance(part, Arg):
+        if part.has_value:
+            return f"{part.name}={part.value!r}"
+        return f"argument `{part.name}`" if part.noun else f"`{part.name}`"
+    if isinstance(part, Value):
+        return repr(part.value)
+    if isinstance(part, Call):
+        return part.name
+    return str(part)
+
+
+class Explained(Exception):
+    """An error raised on purpose, whose message names arguments (a mixin of
+    the package's error classes; see the module docstring).
+
+    Attributes:
+        owner: who refused (``"TrainingConfig"``, ``"GRU 'gru_3'"``), or None
+            when the message starts with what it is about (a file's line).
+        parts: the message after the owner: strings, `Arg`, `Value`, `Call`.
+    """
+
+    def __init__(self, owner: Any, *parts):
+        self.owner = None if owner is None else owner_name(owner)
+        self.parts = parts
+        super().__init__(str(self))
+
+    def __reduce__(self):  # picklable across processes, as builtin errors are
+        return (_rebuild, (type(self), self.owner, self.parts))
+
+    def __str__(self) -> str:
+        return self.render() if self.owner is None else f"{self.owner}: {self.render()}"
+
+    def render(self, words=None) -> str:
+        """The message without its owner; ``words(part)`` says each part
+        (default: Python's, `python_words`). A command line passes its own."""
+        words = words or python_words
+        return "".join(words(part) for part in self.parts)
+
+
+def _rebuild(cls, owner, parts):
+    return cls(owner, *parts)
+
+
+class ArgumentValueError(Explained, ValueError):
+    """A value of the right kind that is not allowed, or options that contradict each other."""
+
+
+class ArgumentTypeError(Explained, TypeError):
+    """A value of the wrong kind."""
+
+
+class MissingFileError(Explained, FileNotFoundError):
+    """A file or folder that an argument names does not exist, or is not what it must be."""
+
+
+class ExistingFileError(Explained, FileExistsError):
+    """A file or folder would be replaced without the argument that allows it."""
+
+
+class BackendError(Explained, RuntimeError):
+    """A part of the package that needs another Keras backend."""
+
+
 def owner_name(layer_or_name: Any) -> str:
     """``"GRU 'gru_3'"`` for a layer, the string itself for a string."""
     if isinstance(layer_or_name, str):
@@ -54,29 +195,32 @@ def owner_name(layer_or_name: Any) -> str:
     return f"{cls} '{name}'" if name else cls
 
 
-def invalid_value(owner: Any, argument: str, expected: str, received: Any) -> ValueError:
-    """The ``ValueError`` for a value of the right kind outside what is allowed."""
-    return ValueError(
-        f"{owner_name(owner)}: invalid value for argument `{argument}`: expected "
-        f"{expected}, received {received!r}."
-    )
+def invalid_value(owner: Any, argument: str, expected: Any, received: Any) -> ArgumentValueError:
+    """The ``ValueError`` for a value of the right kind outside what is allowed.
+
+    ``expected`` is a string, or a tuple of message parts (`Arg`, ...) when
+    it names other arguments."""
+    return ArgumentValueError(
+        owner, "invalid value for ", Arg(argument, noun=True), ": expected ",
+        *_parts(expected), ", received ", Value(received), ".")
 
 
-def invalid_type(owner: Any, argument: str, expected: str, received: Any) -> TypeError:
+def invalid_type(owner: Any, argument: str, expected: Any, received: Any) -> ArgumentTypeError:
     """The ``TypeError`` for a value of the wrong kind."""
-    return TypeError(
-        f"{owner_name(owner)}: invalid type for argument `{argument}`: expected "
-        f"{expected}, received {received!r} of type {type(received).__name__}."
-    )
+    return ArgumentTypeError(
+        owner, "invalid type for ", Arg(argument, noun=True), ": expected ", *_parts(expected),
+        ", received ", Value(received), f" of type {type(received).__name__}.")
 
 
-def shape_error(owner: Any, argument: str, expected: str, shape: Iterable) -> ValueError:
+def shape_error(owner: Any, argument: str, expected: str, shape: Iterable) -> ArgumentValueError:
     """The ``ValueError`` for a tensor whose shape does not fit."""
     shape = tuple(None if d is None else int(d) for d in shape)
-    return ValueError(
-        f"{owner_name(owner)}: invalid shape for argument `{argument}`: expected "
-        f"{expected}, received shape {shape}."
-    )
+    return ArgumentValueError(owner, "invalid shape for ", Arg(argument, noun=True),
+                              f": expected {expected}, received shape {shape}.")
+
+
+def _parts(text) -> tuple:
+    return tuple(text) if isinstance(text, (tuple, list)) else (text,)
 
 
 def float_inputs(layer: Any, inputs: Any) -> Any:
@@ -206,11 +350,14 @@ def check_bool(owner: Any, argument: str, value: Any) -> bool:
     return bool(value)
 
 
-def check_choice(owner: Any, argument: str, value: Any, choices: Iterable) -> Any:
-    """``value`` if it is one of ``choices`` (a bad choice is a ``ValueError``)."""
+def check_choice(owner: Any, argument: str, value: Any, choices: Iterable,
+                 expected: Any = None) -> Any:
+    """``value`` if it is one of ``choices`` (a bad choice is a ``ValueError``;
+    ``expected`` says what was expected, by default the choices)."""
     choices = tuple(choices)
     if value not in choices:
-        expected = "one of " + ", ".join(repr(c) for c in choices)
+        if expected is None:
+            expected = "one of " + ", ".join(repr(c) for c in choices)
         raise invalid_value(owner, argument, expected, value)
     return value
 

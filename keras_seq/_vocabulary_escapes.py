@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from keras_seq._validation import ArgumentValueError
+
 __all__ = ["escape_token", "unescape_token"]
 
 
@@ -44,8 +46,8 @@ def unescape_token(line: str, path: str, line_number: int) -> str:
     # A backslash left over means an escape we do not know: fail loudly rather
     # than load a vocabulary that silently differs from the one saved.
     if "\\" in _ESCAPE.sub("", line):
-        raise ValueError(
-            f"{path}, line {line_number}: unknown escape sequence in token {line!r}; "
+        raise ArgumentValueError(
+            None, f"{path}, line {line_number}: unknown escape sequence in token {line!r}; "
             "expected \\\\, \\s, \\uXXXX or \\UXXXXXXXX."
         )
     return token

@@ -39,6 +39,7 @@ import os
 import tensorflow as tf
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+from keras_seq._validation import ArgumentValueError, invalid_value
 
 __all__ = ["STRATEGIES", "choose_strategy", "is_chief", "make_strategy"]
 
@@ -79,9 +80,7 @@ def make_strategy(name: str = "none") -> tf.distribute.Strategy:
     """
     require_tensorflow("keras_seq.distribute.make_strategy", START_UNDER_TENSORFLOW)
     if name not in STRATEGIES:
-        raise ValueError(
-            f"make_strategy: `name` must be one of {list(STRATEGIES)}; received {name!r}."
-        )
+        raise invalid_value("make_strategy", "name", f"one of {list(STRATEGIES)}", name)
     if name == "auto":
         name = choose_strategy()
     if name == "none":
@@ -91,8 +90,8 @@ def make_strategy(name: str = "none") -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     config = _tf_config()
     if not config.get("cluster", {}).get("worker"):
-        raise ValueError(
-            "make_strategy: 'multi_worker' needs the TF_CONFIG environment variable to "
+        raise ArgumentValueError(
+            "make_strategy", "'multi_worker' needs the TF_CONFIG environment variable to "
             'describe the cluster, e.g. {"cluster": {"worker": ["host0:12345", '
             '"host1:12345"]}, "task": {"type": "worker", "index": 0}}; '
             f"received TF_CONFIG={os.environ.get('TF_CONFIG')!r}."
@@ -138,4 +137,5 @@ def _tf_config() -> dict:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({error}); received {raw!r}.") from None
+        raise ArgumentValueError(
+            None, f"TF_CONFIG is not valid JSON ({error}); received {raw!r}.") from None

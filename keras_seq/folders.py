@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from keras_seq.run_config import TEXT_TASKS
+from keras_seq._validation import Arg, Call, ExistingFileError, MissingFileError
 
 __all__ = ["MANIFEST_FILE", "check_export_destination", "data_file", "export_manifest_path",
            "run_metrics_path"]
@@ -31,29 +31,28 @@ def run_metrics_path(run_dir, where: str) -> str:
     run_dir = os.fspath(run_dir)
     metrics_path = os.path.join(run_dir, "metrics.json")
     if not os.path.isfile(metrics_path):
-        raise FileNotFoundError(
-            f"{where}: {run_dir} is not a run folder: {metrics_path} does not exist (a run "
-            "folder is written by `keras-seq train`)."
+        raise MissingFileError(
+            where, f"{run_dir} is not a run folder: {metrics_path} does not exist (a run "
+            "folder is written by ", Call("train"), ")."
         )
     return metrics_path
 
 
-def data_file(task: str, path, option: str = "--data") -> str:
-    """``path``, a data file of a run of ``task`` given as ``option``, if it is a file.
+def data_file(expected: str, path, argument: str = "data") -> str:
+    """``path``, a data file given as ``argument``, if it is a file; ``expected``
+    says what it holds (``"label<TAB>text file."``, a recipe's ``data``).
 
     Needs no Keras: the command line checks the files before it loads anything.
 
     Raises:
-        FileNotFoundError: naming the file and what ``option`` takes.
+        FileNotFoundError: naming the file and what ``argument`` takes.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
-        expected = {"classify": "label<TAB>text file."}.get(
-            task, "UTF-8 text file." if task in TEXT_TASKS else "source<TAB>target file.")
-        raise FileNotFoundError(
-            f"train: the data file {path} does not exist"
-            + (" (it is a folder)" if os.path.isdir(path) else "")
-            + f"; {option} takes a {expected}"
+        raise MissingFileError(
+            "train", f"the data file {path} does not exist"
+            + (" (it is a folder)" if os.path.isdir(path) else "") + "; ",
+            Arg(argument), f" takes a {expected}"
         )
     return path
 
@@ -66,9 +65,9 @@ def export_manifest_path(out_dir, where: str) -> str:
     """
     manifest_path = os.path.join(os.fspath(out_dir), MANIFEST_FILE)
     if not os.path.isfile(manifest_path):
-        raise FileNotFoundError(
-            f"{where}: {manifest_path} does not exist; `out_dir` must be a folder written by "
-            "`keras-seq export`."
+        raise MissingFileError(
+            where, f"{manifest_path} does not exist; ", Arg("out_dir"), " must be a folder "
+            "written by ", Call("export_run"), "."
         )
     return manifest_path
 
@@ -82,12 +81,12 @@ def check_export_destination(out, overwrite: bool, where: str) -> None:
     """
     out = os.fspath(out)
     if os.path.isfile(out) or (os.path.exists(out) and not os.path.isdir(out)):
-        raise FileExistsError(
-            f"{where}: {out} is a file; the export needs a folder (a new one, or an "
-            "export to replace with --overwrite)."
+        raise ExistingFileError(
+            where, f"{out} is a file; the export needs a folder (a new one, or an export to "
+            "replace with ", Arg("overwrite", True), ")."
         )
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
-        raise FileExistsError(
-            f"{where}: {out} is not empty; choose a new folder, or pass --overwrite "
-            "(overwrite=True) to replace it whole."
+        raise ExistingFileError(
+            where, f"{out} is not empty; choose a new folder, or pass ", Arg("overwrite", True),
+            " to replace it whole."
         )

@@ -51,7 +51,15 @@ from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import (
     bert_vocab_from_dataset,
 )
 
-from keras_seq._validation import check_bool, check_int, check_positive_int, invalid_value
+from keras_seq._validation import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    MissingFileError,
+    check_bool,
+    check_int,
+    check_positive_int,
+    invalid_value,
+)
 from keras_seq._vocabulary_escapes import escape_token, unescape_token
 from keras_seq.reserved_tokens import END_ID, PAD_ID, RESERVED_TOKENS, START_ID, UNK_ID
 
@@ -109,22 +117,16 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
         cls = type(self).__name__
         for token in vocabulary:
             if not isinstance(token, str):
-                raise TypeError(
-                    f"{cls}: `vocabulary` must hold strings, received {token!r} "
-                    f"({type(token).__name__})."
-                )
+                raise ArgumentTypeError(cls, f'`vocabulary` must hold strings, received {token!r} ({type(token).__name__}).')
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-            raise ValueError(
-                f"{cls}: `vocabulary` must start with the reserved tokens "
-                f"{list(RESERVED_TOKENS)}, received {vocabulary[: len(RESERVED_TOKENS)]}."
-            )
+            raise ArgumentValueError(cls, f'`vocabulary` must start with the reserved tokens {list(RESERVED_TOKENS)}, received {vocabulary[:len(RESERVED_TOKENS)]}.')
         if len(set(vocabulary)) != len(vocabulary):
             seen, duplicates = set(), []
             for token in vocabulary:
                 if token in seen:
                     duplicates.append(token)
                 seen.add(token)
-            raise ValueError(f"{cls}: `vocabulary` has duplicate tokens {duplicates[:5]}.")
+            raise ArgumentValueError(cls, f'`vocabulary` has duplicate tokens {duplicates[:5]}.')
         self._vocabulary = vocabulary
         surfaces = [self._surface(i, token) for i, token in enumerate(vocabulary)]
         self._surfaces = tf.constant(surfaces, dtype=tf.string)
@@ -228,11 +230,9 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
         elif not isinstance(ids, tf.RaggedTensor):
             ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
-            raise TypeError(f"{cls}.detokenize: `ids` must be integers, received dtype {ids.dtype}.")
+            raise ArgumentTypeError(f'{cls}.detokenize', f'`ids` must be integers, received dtype {ids.dtype}.')
         if ids.shape.rank is not None and ids.shape.rank != 2:
-            raise ValueError(
-                f"{cls}.detokenize: `ids` must have shape (batch, time), received shape {ids.shape}."
-            )
+            raise ArgumentValueError(f'{cls}.detokenize', f'`ids` must have shape (batch, time), received shape {ids.shape}.')
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor(default_value=PAD_ID)
         ids = tf.cast(ids, tf.int32)
@@ -261,17 +261,12 @@ class _Tokenizer(tf.Module, metaclass=abc.ABCMeta):
     def _as_strings(self, strings: _Strings, method: str) -> tf.Tensor:
         cls = type(self).__name__
         if isinstance(strings, str | bytes):
-            raise ValueError(
-                f"{cls}.{method}: expected a batch of strings of shape (B,), received a single "
-                f"string {strings!r}; wrap it in a list."
-            )
+            raise ArgumentValueError(f'{cls}.{method}', f'expected a batch of strings of shape (B,), received a single string {strings!r}; wrap it in a list.')
         strings = tf.convert_to_tensor(strings, dtype_hint=tf.string)
         if strings.dtype != tf.string:
-            raise TypeError(f"{cls}.{method}: expected a string tensor, received dtype {strings.dtype}.")
+            raise ArgumentTypeError(f'{cls}.{method}', f'expected a string tensor, received dtype {strings.dtype}.')
         if strings.shape.rank is not None and strings.shape.rank != 1:
-            raise ValueError(
-                f"{cls}.{method}: expected strings of shape (B,), received shape {strings.shape}."
-            )
+            raise ArgumentValueError(f'{cls}.{method}', f'expected strings of shape (B,), received shape {strings.shape}.')
         return strings
 
     def __repr__(self) -> str:
@@ -309,10 +304,7 @@ class CharTokenizer(_Tokenizer):
         characters = self._vocabulary[len(RESERVED_TOKENS) :]
         codepoints = [ord(ch) for ch in characters]
         if codepoints != sorted(codepoints):
-            raise ValueError(
-                "CharTokenizer: the characters of `vocabulary` (after the reserved "
-                "tokens) must be sorted by code point; use CharTokenizer.from_corpus."
-            )
+            raise ArgumentValueError('CharTokenizer', 'the characters of `vocabulary` (after the reserved tokens) must be sorted by code point; use CharTokenizer.from_corpus.')
         # A sentinel above U+10FFFF keeps the search table non-empty and matches nothing.
         self._codepoints = tf.constant(codepoints + [0x110000], dtype=tf.int32)
 
@@ -322,10 +314,7 @@ class CharTokenizer(_Tokenizer):
         if token_id < len(RESERVED_TOKENS):
             return ""
         if len(token) != 1:
-            raise ValueError(
-                f"CharTokenizer: every non-reserved token must be one character, received "
-                f"{token!r} at id {token_id}."
-            )
+            raise ArgumentValueError('CharTokenizer', f'every non-reserved token must be one character, received {token!r} at id {token_id}.')
         return token
 
     @classmethod
@@ -344,10 +333,7 @@ class CharTokenizer(_Tokenizer):
             if isinstance(s, bytes):
                 s = s.decode("utf-8", errors="replace")
             if not isinstance(s, str):
-                raise TypeError(
-                    f"CharTokenizer.from_corpus: `strings` must hold str or bytes, received "
-                    f"{type(s).__name__}."
-                )
+                raise ArgumentTypeError('CharTokenizer.from_corpus', f'`strings` must hold str or bytes, received {type(s).__name__}.')
             characters.update(s)
         return cls(list(RESERVED_TOKENS) + sorted(characters))
 
@@ -420,10 +406,7 @@ class WordPieceTokenizer(_Tokenizer):
         keep_newlines = check_bool(where, "keep_newlines", keep_newlines)
         super().__init__(vocabulary, name=name)
         if keep_newlines and _NEWLINE not in self._vocabulary:
-            raise ValueError(
-                f"{where}: `keep_newlines=True` needs the token '\\n' in `vocabulary` "
-                "(`from_corpus(..., keep_newlines=True)` adds it); it has none."
-            )
+            raise ArgumentValueError(where, "`keep_newlines=True` needs the token '\\n' in `vocabulary` (`from_corpus(..., keep_newlines=True)` adds it); it has none.")
         self.lower_case = bool(lower_case)
         self.max_bytes_per_word = max_bytes_per_word
         self.keep_newlines = keep_newlines
@@ -547,7 +530,7 @@ def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTok
     vocabulary_path = os.path.join(directory, VOCABULARY_FILE)
     for path in (metadata_path, vocabulary_path):
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"load_tokenizer: {path} does not exist.")
+            raise MissingFileError('load_tokenizer', f'{path} does not exist.')
     with open(metadata_path, encoding="utf-8") as f:
         metadata = json.load(f)
     with open(vocabulary_path, encoding="utf-8", newline="") as f:
@@ -559,16 +542,10 @@ def load_tokenizer(directory: str | os.PathLike) -> CharTokenizer | WordPieceTok
     ]
     version = metadata.get("format_version", _FORMAT_VERSION)
     if version != _FORMAT_VERSION:
-        raise ValueError(
-            f"load_tokenizer: {metadata_path} has format_version {version!r}; this version "
-            f"of keras-seq reads format_version {_FORMAT_VERSION}."
-        )
+        raise ArgumentValueError('load_tokenizer', f'{metadata_path} has format_version {version!r}; this version of keras-seq reads format_version {_FORMAT_VERSION}.')
     kind = metadata.get("type")
     if kind not in _TOKENIZER_TYPES:
-        raise ValueError(
-            f"load_tokenizer: {metadata_path} has tokenizer type {kind!r}; expected one of "
-            f"{', '.join(map(repr, _TOKENIZER_TYPES))}."
-        )
+        raise ArgumentValueError('load_tokenizer', f"{metadata_path} has tokenizer type {kind!r}; expected one of {', '.join(map(repr, _TOKENIZER_TYPES))}.")
     cls = _TOKENIZER_TYPES[kind]
     # An option missing from the file keeps the constructor's default.
     options = {

@@ -33,9 +33,11 @@ from typing import Any
 import keras
 import keras_tuner
 
-from keras_seq import models, training
+from keras_seq import models, recipes, training
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import (
+    Arg,
+    ExistingFileError,
     check_choice,
     check_float,
     check_positive_int,
@@ -45,6 +47,7 @@ from keras_seq._validation import (
     invalid_value,
 )
 from keras_seq.layers.recurrent.registry import cell_names
+from keras_seq.recipes.translation import Translation
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNE_ATTENTIONS, TUNERS
 from keras_seq.training.locking import folder_lock
@@ -340,7 +343,7 @@ def search(
     trials = check_positive_int(where, "trials", trials)
     check_choice(where, "tuner", tuner, TUNERS)
     config = dataclasses.replace(config or training.TrainingConfig(), **options).resolved()
-    if config.task == "lm":
+    if not isinstance(recipes.get(config.task), Translation):
         raise invalid_value(
             where, "task", "'dates' or 'translate' (the search space is Seq2SeqHyperModel's)",
             config.task,
@@ -384,10 +387,10 @@ def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start
 
     if os.path.isfile(os.path.join(run_dir, "metrics.json")):
         if not config.fresh:
-            raise FileExistsError(
-                f"{run_dir} already holds a finished run (metrics.json); pass fresh=True "
-                "(keras-seq tune --fresh) to search again and replace it, or choose another "
-                "name."
+            raise ExistingFileError(
+                "search", f"{run_dir} already holds a finished run (metrics.json); pass ",
+                Arg("fresh", True), " to search again and replace it, or choose another ",
+                Arg("name"), "."
             )
         shutil.rmtree(os.path.join(run_dir, "logs"), ignore_errors=True)
     keras.utils.set_random_seed(config.seed)
@@ -434,27 +437,21 @@ def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start
     with (strategy or tf.distribute.get_strategy()).scope():
         # A fresh optimizer state, saved complete so that loading the run is silent.
         model.optimizer.build(model.trainable_variables)
-    run_config = {
-        **dataclasses.asdict(config),
-        "cell": best["cell"],
-        "units": best["units"],
-        "attention": best["attention"],
-        "learning_rate": best["learning_rate"],
-        "embedding_dim": best["embedding_dim"],
-        "dropout": best["dropout"],
-        "trials": trials,
-        "tuner": tuner,
-        "search_space": {key: list(value) for key, value in space.items()},
-    }
+    from keras_seq.tasks import Seq2SeqLMPreprocessor
+
+    model.preprocessor = Seq2SeqLMPreprocessor(prepared.tokenizer, prepared.source_length,
+                                               prepared.target_length)
+    best_config = dataclasses.replace(
+        config, cell=best["cell"], units=best["units"], attention=best["attention"],
+        learning_rate=best["learning_rate"])
     metrics = training.evaluate_and_save(
         model,
         prepared,
         run_dir,
-        run_config,
+        best_config,
         seconds={"data": t_data - t_start, "train": t_search - t_data},
         started=t_start,
         replicas=strategy.num_replicas_in_sync if strategy else 1,
-        attention=best["attention"] != "none",
         extra={
             "search": {
                 "tuner": tuner,
@@ -464,6 +461,13 @@ def _search_in_folder(config, run_dir, space, tuner, trials, distribute, t_start
                 "best_score": float(best_trial.score),
                 "best_hyperparameters": best,
             }
+        },
+        recorded={
+            "embedding_dim": best["embedding_dim"],
+            "dropout": best["dropout"],
+            "trials": trials,
+            "tuner": tuner,
+            "search_space": {key: list(value) for key, value in space.items()},
         },
     )
     return SearchResult(best, run_dir, metrics, search_tuner, model, prepared.tokenizer)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_seq import decoding, models
+from keras_seq import decoding, models, samplers
 from keras_seq.decoding import search
 from keras_seq.text import END_ID, PAD_ID, START_ID
 
@@ -185,8 +185,8 @@ def _brute_force_best(table, max_length, alpha):
 def test_beam_search_finds_the_most_probable_sequence_where_greedy_does_not():
     steps = _MarkovSteps(_table())
     source = tf.zeros([1, 2], tf.int32)
-    greedy = search._greedy(steps, source, 3, START_ID, END_ID).numpy()[0]
-    ids, log_prob = search._beam_search(steps, source, 3, 2, 0.0, START_ID, END_ID)
+    greedy = samplers.GreedySampler()(steps, source, 3).numpy()[0]
+    ids, log_prob = samplers.BeamSampler(2).search(steps, source, 3)
     assert list(greedy) == [4, END_ID, PAD_ID]
     assert list(ids.numpy()[0]) == [5, END_ID, PAD_ID] == _brute_force_best(_table(), 3, 0.0)
     np.testing.assert_allclose(log_prob, [math.log(0.36)], rtol=1e-5)
@@ -200,7 +200,7 @@ def test_exhaustive_beam_equals_brute_force_with_length_penalty(alpha):
     steps = _MarkovSteps(table)
     source = tf.zeros([1, 2], tf.int32)
     # 6^3 beams keep every prefix, so the search is exhaustive.
-    ids, _ = search._beam_search(steps, source, 3, 216, alpha, START_ID, END_ID)
+    ids, _ = samplers.BeamSampler(216, alpha).search(steps, source, 3)
     assert list(ids.numpy()[0]) == _brute_force_best(table, 3, alpha)
 
 
@@ -255,7 +255,7 @@ def test_bad_arguments_raise_value_error(seq2seq_models):
     with pytest.raises(TypeError, match="greedy_decode: invalid type for argument `encoder_inputs`"):
         decoding.greedy_decode(model, source.astype("float32"), L)
     classifier = models.sequence_classifier(V, 2, units=4)
-    with pytest.raises(ValueError, match="was not built by"):
+    with pytest.raises(ValueError, match="a keras_seq.tasks.Seq2SeqLM"):
         decoding.greedy_decode(classifier, source, L)
 
 

@@ -136,7 +136,7 @@ def test_offline_lm_without_data_says_to_pass_a_text_in_one_line(tmp_path, monke
     # Nothing listens on the discard port: the download fails as offline.
     offline = functools.partial(data.tiny_shakespeare, cache_dir=tmp_path / "cache",
                                 origin="http://127.0.0.1:9/tinyshakespeare.txt")
-    with pytest.raises(ConnectionError, match=r"pass --data FILE\.txt"):
+    with pytest.raises(ConnectionError, match=r"pass data='FILE\.txt'"):
         offline()
     monkeypatch.setattr(data, "tiny_shakespeare", offline)
     capsys.readouterr()
@@ -236,7 +236,7 @@ def test_sample_rejects_bad_arguments():
         decoding.sample(model, [[4]], 3, temperature=-1.0)
     with pytest.raises(ValueError, match="sample: invalid shape for argument `prompt_ids`"):
         decoding.sample(model, np.zeros((1, 0), np.int32), 3)
-    with pytest.raises(ValueError, match="was not built by keras_seq.models.language_model"):
+    with pytest.raises(ValueError, match="a keras_seq.tasks.CausalLM"):
         decoding.sample(keras.Sequential([keras.Input((None, 3)), keras.layers.Dense(2)]), [[4]], 3)
 
 

@@ -22,24 +22,37 @@ Each command parses its arguments, calls a library function and prints:
   against Keras without keras-seq (`keras_seq.export.verify`).
 
 Every command needs Keras on TensorFlow; on another backend the command stops
-with a one-line message before running it. Modules: `parser` (the options),
-`commands` (each command's check and run), `quiet` (Keras imported without
-TensorFlow's start-up notes); `main` is here.
+with a one-line message before running it.
+
+**Failures.** An error the library raises on purpose (a bad option, a missing
+or invalid file, a run of the wrong kind: an instance of
+`keras_seq._validation.Explained`, or an ``OSError`` naming its file) is one
+line on stderr, ``keras-seq <command>: <reason>``, in the command's words
+(`keras_seq.cli.words`); anything else keeps Python's traceback. With
+``--debug`` (or ``KERAS_SEQ_DEBUG=1``) every failure shows its traceback.
+
+Modules: `parser` (the options, and the table of their flags), `words` (the
+library's messages in those flags), `commands` (each command's check and
+run), `quiet` (Keras imported without TensorFlow's start-up notes); `main` is
+here.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from keras_seq._backend import require_tensorflow
+from keras_seq._validation import Explained
 from keras_seq.cli.commands import COMMANDS, UsageError
-from keras_seq.cli.messages import command_message
 from keras_seq.cli.parser import build_parser
 from keras_seq.cli.quiet import import_keras_quietly
+from keras_seq.cli.words import CommandWords
 
 __all__ = ["main"]
+
+DEBUG_VARIABLE = "KERAS_SEQ_DEBUG"
 
 
 def _quiet_tensorflow() -> None:
@@ -60,17 +73,32 @@ def _quiet_tensorflow() -> None:
         pass
 
 
-def failure_line(command: str, error: BaseException, subparsers) -> str:
-    """``keras-seq <command>: <reason>``, the reason in the command's words
-    (`keras_seq.cli.messages.command_message`)."""
-    if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        reason = f"{error.strerror}: {error.filename}"
+def on_purpose(error: BaseException) -> bool:
+    """Whether ``error`` is one the library raised on purpose (one line), not a
+    failure to show with its traceback."""
+    if isinstance(error, Explained):
+        return True
+    return isinstance(error, OSError) and error.filename is not None and bool(error.strerror)
+
+
+def reason(error, words: CommandWords) -> str:
+    """What went wrong, in the command's words, on one line."""
+    if isinstance(error, Explained):
+        text = error.render(words)
+    elif isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.strerror}: {error.filename}"
     else:
-        reason = command_message(command, str(error).strip().replace("\n", " "), subparsers)
-    return f"keras-seq {command}: {reason}"
+        text = str(error)
+    return " ".join(text.split())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def failure_line(command: str, error: BaseException, words: CommandWords) -> str:
+    """``keras-seq <command>: <reason>``."""
+    return f"keras-seq {command}: {reason(error, words)}"
+
+
+def main(argv: Sequence[str] | None = None,
+         finish_import: Callable[[], None] | None = None) -> int:
     """Entry point of the ``keras-seq`` command.
 
     Exit status: 0 on success; 1 when the command could not do its work (a
@@ -78,19 +106,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed verification), with one line ``keras-seq <command>: <reason>`` on
     stderr; 2 for an error in the arguments, found before anything is loaded,
     with the command's usage.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+        finish_import: what completes the import of ``keras_seq`` once the
+            arguments are checked, when the console script deferred it
+            (`keras_seq_command`); None: the package is imported already.
     """
     # Set before TensorFlow is imported, which happens only once a command
-    # runs (the package defers Keras in this process, see keras_seq/__init__).
-    # 3 drops TensorFlow's C++ ERROR lines too: those it writes without
-    # failing depend on the machine (oneDNN's note that a CPU without
-    # AVX-512 runs int64 ops through Eigen, written once tf.data tokenizes);
-    # a real failure reaches the user as an exception, printed as one line.
+    # runs (the console script defers the package's import, see
+    # keras_seq_command). 3 drops TensorFlow's C++ ERROR lines too: those it
+    # writes without failing depend on the machine (oneDNN's note that a CPU
+    # without AVX-512 runs int64 ops through Eigen, written once tf.data
+    # tokenizes); a real failure reaches the user as an exception.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     parser, subparsers = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
-        if args.command in ("translate", "classify") and not any(
+        if args.command in ("translate", "classify", "tag") and not any(
             e.startswith("-") and e != "-" for e in extras
         ):
             # argparse gives TEXT... nothing when an option precedes them
@@ -98,16 +132,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.texts += extras
         else:
             parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    debug = getattr(args, "debug", False) or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+    words = CommandWords(args.command, {name: p.flags for name, p in subparsers.items()})
     check, run = COMMANDS[args.command]
     try:
         if check is not None:
             check(args)
     except UsageError as error:
-        subparsers[args.command].error(str(error))
-    except (ValueError, OSError) as error:  # a missing file or run folder, found before Keras
-        print(failure_line(args.command, error, subparsers), file=sys.stderr)
+        subparsers[args.command].error(error.say(words))
+    except Exception as error:  # a missing file or run folder, found before Keras
+        if debug or not on_purpose(error):
+            raise
+        print(failure_line(args.command, error, words), file=sys.stderr)
         return 1
     _quiet_tensorflow()
+    if finish_import is not None:
+        finish_import()
     try:
         require_tensorflow(f"keras-seq {args.command}", "run it with KERAS_BACKEND=tensorflow")
     except RuntimeError as error:
@@ -115,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         return run(args)
-    except (ValueError, TypeError, OSError, RuntimeError, ImportError) as error:
-        print(failure_line(args.command, error, subparsers), file=sys.stderr)
+    except Exception as error:
+        if debug or not on_purpose(error):
+            raise
+        print(failure_line(args.command, error, words), file=sys.stderr)
         return 1

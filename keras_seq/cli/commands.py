@@ -6,11 +6,24 @@ from __future__ import annotations
 import sys
 import warnings
 
+from keras_seq._validation import Explained
+
 __all__ = ["COMMANDS", "UsageError"]
 
 
 class UsageError(ValueError):
-    """An argument error found after parsing: exit 2 with the command's usage."""
+    """An argument error found after parsing: exit 2 with the command's usage.
+
+    Its argument is a message in the command's words, or the library's error
+    (`keras_seq._validation.Explained`) that `say` renders in them.
+    """
+
+    def say(self, words) -> str:
+        """The message, in ``words`` (`keras_seq.cli.words.CommandWords`)."""
+        error = self.args[0]
+        if isinstance(error, Explained):
+            return error.render(words)
+        return str(error)
 
 
 def _positive(args, *names) -> None:
@@ -26,7 +39,7 @@ def _config_options(args, *search) -> dict:
     left out, so the config's own defaults apply)."""
     return {
         k: v for k, v in vars(args).items()
-        if k not in ("command", *search) and not (
+        if k not in ("command", "debug", *search) and not (
             k in ("attention", "zoneout", "scheduled_sampling", "sampling_schedule")
             and v is None)
     }
@@ -46,43 +59,25 @@ def _check_train(args) -> None:
         # loads Keras): every other option, and these combinations, are
         # checked in well under a second.
         config = TrainingConfig(**{**options, "cell": None}).resolved()
+        if args.cell is not None:
+            config = TrainingConfig(**options).resolved()
     except (ValueError, TypeError) as error:
-        raise UsageError(str(error)) from None
-    if args.cell is not None and config.model not in (None, "rnn"):
-        has = ("a transformer has none" if config.model == "transformer"
-               else f"--model {config.model} has its own")
-        raise UsageError(
-            f"--cell chooses the recurrent cell of --model rnn; {has} "
-            "(leave --cell out, or add --model rnn)"
-        )
-    if args.attention is not None and (
-        config.model != "rnn" or config.task in ("lm", "bilm", "classify")
-    ):
-        what = {"lm": "language models", "bilm": "language models",
-                "classify": "classifiers"}.get(config.task, "--model transformer")
-        raise UsageError(
-            f"--attention chooses the attention of --model rnn translation models; "
-            f"{what} have their own (leave --attention out)"
-        )
-    if args.cell is not None:
-        try:
-            TrainingConfig(**options).resolved()
-        except (ValueError, TypeError) as error:
-            raise UsageError(str(error)) from None
+        raise UsageError(error) from None
     _check_files(config)
 
 
 def _check_files(config) -> None:
     """The data files a run names, read and checked as `train` reads them
-    (`keras_seq.run_data.load_data`), and the language-model run it names:
-    exit 1, before Keras is loaded."""
+    (its recipe's `keras_seq.recipes.Recipe.read`), and the language-model run
+    it names: exit 1, before Keras is loaded."""
+    from keras_seq import recipes
     from keras_seq.folders import data_file, run_metrics_path
-    from keras_seq.run_data import load_data
 
+    recipe = recipes.get(config.task)
     if config.data is not None:
-        load_data(config)
+        recipe.read(config)
     elif config.test_data is not None:
-        data_file(config.task, config.test_data, "--test-data")
+        data_file(recipe.data, config.test_data, "test_data")
     if config.init_from is not None:
         run_metrics_path(config.init_from, "train")
 
@@ -95,7 +90,7 @@ def _check_tune(args) -> None:
     try:
         TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)).resolved()
     except (ValueError, TypeError) as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(error) from None
 
 
 def _check_inputs(args, verb: str) -> None:
@@ -193,43 +188,12 @@ def _tune(args) -> int:
 
 
 def _train(args) -> int:
-    from keras_seq import training
+    from keras_seq import recipes, training
 
     result = training.train(training.TrainingConfig(**_config_options(args)))
     metrics = result.metrics
-    if metrics.get("task") == "bilm":
-        per_character = ""
-        if metrics["loss_unit"] == "nats per token":
-            per_character = (
-                f" ({metrics['val_forward_loss_per_character']:.4f}, "
-                f"{metrics['val_backward_loss_per_character']:.4f} nats/character)"
-            )
-        unit = metrics["loss_unit"].replace("nats per ", "nats/")
-        print(
-            f"Held-out loss: forward {metrics['val_forward_loss']:.4f}, backward "
-            f"{metrics['val_backward_loss']:.4f} {unit}{per_character}, total "
-            f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
-        )
-        return 0
-    if metrics.get("task") == "classify":
-        print(
-            f"Held-out accuracy: {metrics['test_accuracy']:.2%} ({metrics['test_correct']}/"
-            f"{metrics['test_examples']}), macro-F1 {metrics['test_macro_f1']:.4f}, total "
-            f"{metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
-        )
-        return 0
-    if metrics.get("task") == "lm":
-        print(
-            f"Held-out loss: {metrics['val_loss']:.4f} nats/character (perplexity "
-            f"{metrics['val_perplexity']:.3f}) over {metrics['val_characters']} characters, "
-            f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
-        )
-        return 0
-    print(
-        f"Held-out exact match: {metrics['test_exact_match']:.4%} "
-        f"({metrics['test_correct']}/{metrics['test_examples']}), "
-        f"total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}"
-    )
+    line = recipes.recipe_of_run(metrics["config"]).result_line(metrics)
+    print(f"{line}, total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}")
     return 0
 
 
@@ -295,14 +259,9 @@ def _export(args) -> int:
     if formats is None:
         try:
             run = read_run(args.run_dir, "export_run")
-            language_model, classifier = run.is_language_model, run.is_classifier
+            formats = run.recipe.default_formats(run)
         except (OSError, ValueError):
-            # export_run says what is wrong, in its order
-            language_model = classifier = False
-        # A translation run: every format; a classifier: its SavedModel and
-        # TFLite; a language model: its lm_step.tflite.
-        formats = (None if language_model else ("savedmodel", "tflite") if classifier
-                   else ("savedmodel", "tflite", "onnx"))
+            pass  # export_run says what is wrong, in its order
     with warnings.catch_warnings(record=True) as caught:
         # The converters' notes (a layer that keeps its loop, a node that a
         # runtime computes otherwise) are for the user, one line each.

@@ -12,6 +12,23 @@ from keras_seq.model_kinds import BUILT_IN_CELLS, LANGUAGE_MODEL_KINDS
 __all__ = ["build_parser"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that records the flag of each destination it
+    defines (`flags`: ``{"batch_size": "--batch-size", "out": "OUT"}``): the
+    command line's table of flags (`keras_seq.cli.words`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.flags: dict[str, str] = {}
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if action.dest != "help":
+            self.flags[action.dest] = (action.option_strings[-1] if action.option_strings
+                                       else action.metavar or action.dest.upper())
+        return action
+
+
 def _family_default(training, key: str, lm: bool = True) -> str:
     """The default of a per-family option: "2 (rnn), 4 (LSTM cells and transformer);
     --task lm: 5 (transformer), 6 (rnn)"."""
@@ -68,11 +85,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     """The parser and each command's own (for its usage line)."""
     training = run_config  # the choices and defaults, without Keras
     config = training.TrainingConfig()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-seq",
         description="Train and use keras-seq sequence-to-sequence and language models.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = commands.add_parser(
         "train",
@@ -365,7 +383,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    for command in commands.choices.values():
+        # Also after the command's name; SUPPRESS keeps a --debug given before it.
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=_DEBUG_HELP)
     return parser, commands.choices
+
+
+_DEBUG_HELP = ("on a failure, print Python's traceback instead of one line (also: the "
+               "environment variable KERAS_SEQ_DEBUG=1)")
 
 
 def _add_tune_parser(commands, training, config) -> None:

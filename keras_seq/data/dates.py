@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import random
 
-from keras_seq._validation import check_int
+from keras_seq._validation import ArgumentValueError, check_int
 
 __all__ = ["FIRST_DATE", "LAST_DATE", "DATE_FORMATS", "date_task"]
 
@@ -126,8 +126,9 @@ def date_task(
     sizes = {"test": test_size, "validation": validation_size, "train": train_size}
     sizes = {name: check_int("date_task", f"{name}_size", n, minimum=0) for name, n in sizes.items()}
     if sum(sizes.values()) > _MAX_DATE_EXAMPLES:
-        raise ValueError(
-            f"date_task: at most {_MAX_DATE_EXAMPLES} examples in all, received {sum(sizes.values())}."
+        raise ArgumentValueError(
+            "date_task", f"at most {_MAX_DATE_EXAMPLES} examples in all, received "
+            f"{sum(sizes.values())}."
         )
     seed = check_int("date_task", "seed", seed)
 

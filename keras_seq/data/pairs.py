@@ -10,7 +10,7 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 
-from keras_seq._validation import check_float, check_int, invalid_value
+from keras_seq._validation import ArgumentValueError, check_float, check_int, invalid_value
 
 __all__ = ["load_labelled_tsv", "load_tsv", "split_labelled", "split_pairs"]
 
@@ -23,7 +23,7 @@ def _tsv_lines(path: str) -> Iterator[tuple[int, str]]:
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error}).") from None
+                raise ArgumentValueError(None, f"{path}, line {number}: not valid UTF-8 ({error}).") from None
             line = line.rstrip("\r\n")
             if line.strip():
                 yield number, line
@@ -55,14 +55,15 @@ def load_tsv(path: str | os.PathLike, max_examples: int | None = None) -> list[t
     for number, line in _tsv_lines(path):
         fields = line.split("\t")
         if len(fields) < 2:
-            raise ValueError(
-                f"{path}, line {number}: expected source<TAB>target, found no tab "
+            raise ArgumentValueError(
+                None, f"{path}, line {number}: expected source<TAB>target, found no tab "
                 f"in {line[:60]!r}."
             )
         source, target = fields[0], fields[1]
         for field_name, value in (("source", source), ("target", target)):
             if not value.strip():
-                raise ValueError(f"{path}, line {number}: empty {field_name} in {line[:60]!r}.")
+                raise ArgumentValueError(
+                    None, f"{path}, line {number}: empty {field_name} in {line[:60]!r}.")
         pairs.append((source, target))
         if len(pairs) == max_examples:  # the lines after it are not read
             break
@@ -100,13 +101,14 @@ def load_labelled_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
         label, tab, text = line.partition("\t")
         label = label.strip()
         if not tab:
-            raise ValueError(
-                f"{path}, line {number}: expected label<TAB>text, found no tab in {line[:60]!r}."
+            raise ArgumentValueError(
+                None, f"{path}, line {number}: expected label<TAB>text, found no tab in "
+                f"{line[:60]!r}."
             )
         for field_name, value in (("label", label), ("text", text)):
             if not value.strip():
-                raise ValueError(
-                    f"{path}, line {number}: empty {field_name} in {line[:60]!r} "
+                raise ArgumentValueError(
+                    None, f"{path}, line {number}: empty {field_name} in {line[:60]!r} "
                     "(expected label<TAB>text)."
                 )
         examples.append((label, text))

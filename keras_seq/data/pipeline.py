@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from keras_seq._validation import check_int, invalid_value
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_int,
+    invalid_value,
+)
 
 if TYPE_CHECKING:
     from keras_seq.text import CharTokenizer, WordPieceTokenizer
@@ -94,12 +98,10 @@ def make_dataset(
     shuffle_seed, epochs, first_epoch = _check_epochs(where, shuffle_seed, epochs, first_epoch)
     pairs = list(pairs)
     if not pairs:
-        raise ValueError("make_dataset: `pairs` is empty.")
+        raise ArgumentValueError('make_dataset', '`pairs` is empty.')
     for index, pair in enumerate(pairs):
         if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
-            raise ValueError(
-                f"make_dataset: `pairs[{index}]` must be a (source, target) pair of str, received {pair!r}."
-            )
+            raise ArgumentValueError('make_dataset', f'`pairs[{index}]` must be a (source, target) pair of str, received {pair!r}.')
     buckets = _check_buckets(bucket_lengths, source_length)
     sources = tf.constant([s for s, _ in pairs], dtype=tf.string)
     targets = tf.constant([t for _, t in pairs], dtype=tf.string)
@@ -192,7 +194,7 @@ def _check_epochs(where, shuffle_seed, epochs, first_epoch):
         where, "first_epoch", first_epoch, minimum=0, maximum=None if epochs is None else epochs - 1
     )
     if epochs is not None and shuffle_seed is None:
-        raise ValueError(f"{where}: `epochs` needs a `shuffle_seed`; received shuffle_seed=None.")
+        raise ArgumentValueError(where, '`epochs` needs a `shuffle_seed`; received shuffle_seed=None.')
     return shuffle_seed, epochs, first_epoch
 
 

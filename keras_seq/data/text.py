@@ -12,7 +12,14 @@ import os
 
 import numpy as np
 
-from keras_seq._validation import check_float, check_int, invalid_value
+from keras_seq._validation import (
+    Arg,
+    ArgumentValueError,
+    Explained,
+    check_float,
+    check_int,
+    invalid_value,
+)
 
 __all__ = [
     "HELD_OUT_FRACTION",
@@ -32,6 +39,10 @@ HELD_OUT_FRACTION = 0.1
 # The copy the package ships (Karpathy's char-rnn file, byte for byte).
 _PACKAGED_TINY_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                           "tinyshakespeare.txt")
+
+
+class _DownloadError(Explained, ConnectionError):
+    """A download that failed: one line naming what and how to do without it."""
 
 
 def tiny_shakespeare(
@@ -81,10 +92,10 @@ def tiny_shakespeare(
         # handling urllib's error; anything else (a wrong hash) goes up as it is.
         if not isinstance(error.__context__, urllib.error.URLError):
             raise
-        raise ConnectionError(
-            f"tiny Shakespeare is not in the Keras cache and could not be downloaded from "
-            f"{origin} ({error.__context__.reason}); pass --data FILE.txt (data=FILE.txt) to "
-            "train on a UTF-8 text of your own."
+        raise _DownloadError(
+            "tiny_shakespeare", "tiny Shakespeare is not in the Keras cache and could not be "
+            f"downloaded from {origin} ({error.__context__.reason}); pass ",
+            Arg("data", "FILE.txt"), " to train on a UTF-8 text of your own."
         ) from None
 
 
@@ -101,9 +112,10 @@ def load_text(path: str | os.PathLike) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not valid UTF-8 ({error}).") from None
+        raise ArgumentValueError(None, f"{path}: not valid UTF-8 ({error}).") from None
     if len(text) < 2:
-        raise ValueError(f"{path}: a language model needs at least 2 characters, found {len(text)}.")
+        raise ArgumentValueError(
+            None, f"{path}: a language model needs at least 2 characters, found {len(text)}.")
     return text
 
 

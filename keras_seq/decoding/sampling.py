@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_float, check_positive_int, invalid_type, shape_error
-from keras_seq.decoding.search import NEG_INF, write_column
-from keras_seq.decoding.steps import RecurrentLanguageModelSteps, language_model_steps
+from keras_seq.decoding.steps import language_model_steps
 from keras_seq.reserved_tokens import PAD_ID
+from keras_seq.samplers import GreedySampler, RandomSampler
 
 __all__ = ["sample"]
 
@@ -31,11 +31,12 @@ def sample(
     Token by token, y_i ~ softmax(z_i / T), where z_i are the logits of the
     model for the preceding tokens; ``temperature=0`` takes the argmax
     (greedy decoding). The padding id 0 is never drawn (the models read it
-    as padding, not as a token), nor any id of ``suppress_ids``. Everything runs in one `tf.while_loop` over a fixed
-    ``(B, P + length)`` buffer, one token per iteration: first the prompt's
-    tokens are fed, then each sampled token. The Transformer reuses its
-    key/value caches (`language_model_steps`), so each step costs one
-    position, not the whole prefix.
+    as padding, not as a token), nor any id of ``suppress_ids``. The prompt
+    is fed token by token, then each sampled token, through the model's own
+    cached step (`language_model_steps`: the Transformer reuses its key/value
+    caches, so each step costs one position, not the whole prefix); the
+    choice is `keras_seq.samplers.GreedySampler`'s (``temperature=0``) or
+    `keras_seq.samplers.RandomSampler`'s, in one `tf.while_loop`.
 
     ``context`` (Transformer) bounds what the model sees to the positions it
     was trained on: a cache of ``W = context`` positions; when it is full,
@@ -90,60 +91,7 @@ def sample(
         )
     if prompt_ids.shape.rank != 2 or prompt_ids.shape[1] == 0:
         raise shape_error(where, "prompt_ids", "(batch, length) with length >= 1", prompt_ids.shape)
-    steps = language_model_steps(model)
-    if isinstance(steps, RecurrentLanguageModelSteps):
-        context = None  # the state carries everything; no restarts
-    ids, logits = _sample(
-        steps, tf.cast(prompt_ids, tf.int32), length, temperature, seed, context,
-        vocabulary_size=model.outputs[0].shape[-1], never=never,
-    )
-    return (ids, logits) if return_logits else ids
-
-
-def _sample(steps, prompt_ids, length, temperature, seed, context, vocabulary_size, never):
-    batch_size, prompt_length = tf.shape(prompt_ids)[0], tf.shape(prompt_ids)[1]
-    total = prompt_length + length
-    # Without a context, one cache holds the whole sequence (never restarted).
-    window = total if context is None else tf.constant(context)
-    keep = window // 2
-    constants, state = steps.start(prompt_ids, total if context is None else context)
-    ids = tf.concat([prompt_ids, tf.zeros([batch_size, length], tf.int32)], axis=1)
-    if seed is None:
-        seed = tf.random.uniform([], maxval=tf.int32.max, dtype=tf.int32)
-    seed = tf.cast(seed, tf.int32)
-
-    def draw(logits, position):
-        excluded = tf.reduce_any(
-            tf.equal(tf.range(vocabulary_size)[:, None], tf.constant(never)[None, :]), axis=-1
-        )
-        logits = tf.where(excluded, NEG_INF, logits)
-        if temperature == 0.0:
-            return tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return tf.random.stateless_categorical(
-            logits / temperature, 1, seed=tf.stack([seed, position]), dtype=tf.int32
-        )[:, 0]
-
-    # i: the index of the token fed next, at cache position t; filled: tokens known.
-    def cond(i, t, filled, ids, logits_buffer, state):
-        return filled < total
-
-    def body(i, t, filled, ids, logits_buffer, state):
-        logits, state = steps.step(tf.gather(ids, i, axis=1), t, constants, state)
-        logits = tf.cast(logits, tf.float32)
-        new = tf.equal(i + 1, filled)  # the next token is not known yet: draw it
-        token = draw(logits, filled)
-        ids = tf.where(new, write_column(ids, filled, token), ids)
-        at = tf.equal(tf.range(length), filled - prompt_length)[None, :, None]
-        logits_buffer = tf.where(tf.logical_and(new, at), logits[:, None, :], logits_buffer)
-        filled += tf.cast(new, tf.int32)
-        i, t = i + 1, t + 1
-        full = tf.equal(t, window)  # restart the cache from the last `keep` tokens
-        i = tf.where(full, i - keep, i)
-        t = tf.where(full, 0, t)
-        return i, t, filled, ids, logits_buffer, state
-
-    logits_buffer = tf.zeros([batch_size, length, vocabulary_size], tf.float32)
-    _, _, _, ids, logits_buffer, _ = tf.while_loop(
-        cond, body, (tf.constant(0), tf.constant(0), prompt_length, ids, logits_buffer, state)
-    )
-    return ids[:, prompt_length:], logits_buffer
+    steps = language_model_steps(model, context=context)
+    sampler = GreedySampler() if temperature == 0.0 else RandomSampler(temperature, seed)
+    return sampler(steps, tf.cast(prompt_ids, tf.int32), length, end_id=None,
+                   suppress_ids=never, return_logits=return_logits)

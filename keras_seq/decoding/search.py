@@ -1,10 +1,12 @@
-"""Greedy decoding and beam search of `DecoderSteps`, in one `tf.while_loop`
-over a fixed ``(B, max_length)`` buffer, and `sequence_log_probability`.
+"""Greedy decoding and beam search of `DecoderSteps`, and `sequence_log_probability`.
 
-One loop per search (`_greedy`, `_beam_search`) serves both the seq2seq
-models (`greedy_decode`, `beam_search`) and any `DecoderSteps`
-(`greedy_decode_steps`, `beam_search_steps`); the public functions only
-check their arguments and pick the steps."""
+The loops are the samplers' (`keras_seq.samplers.GreedySampler`,
+`keras_seq.samplers.BeamSampler`): one `tf.while_loop` over a fixed
+``(B, max_length)`` buffer. `greedy_decode` and `beam_search` run them on a
+translator's own step (`decoder_steps`), `greedy_decode_steps` and
+`beam_search_steps` on any `DecoderSteps`; these functions only check their
+arguments.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import tensorflow as tf
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_float, check_positive_int, invalid_type, shape_error
 from keras_seq.decoding.steps import DecoderSteps, decoder_steps
-from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID
+from keras_seq.reserved_tokens import END_ID, START_ID
+from keras_seq.samplers import BeamSampler, GreedySampler
+from keras_seq.samplers.beam_sampler import sequence_lengths
+from keras_seq.samplers.sampler import NEG_INF, write_column
 
 __all__ = [
     "NEG_INF",
@@ -25,16 +30,6 @@ __all__ = [
     "sequence_log_probability",
     "write_column",
 ]
-
-NEG_INF = -1e9
-"""A finite minus infinity for logits, so that -inf - -inf never turns into NaN."""
-
-
-def write_column(buffer, t, values):
-    """buffer[..., t] = values, as a select so it lowers to simple ops."""
-    at_t = tf.equal(tf.range(tf.shape(buffer)[-1]), t)
-    return tf.where(at_t, values[..., None], buffer)
-
 
 
 def _check_decode_args(where, encoder_inputs, max_length):
@@ -68,30 +63,6 @@ def _check_steps_args(where, steps, inputs, max_length):
     return inputs, max_length
 
 
-def _greedy(steps, encoder_inputs, max_length, start_id, end_id):
-    batch_size = tf.shape(encoder_inputs)[0]
-    constants, state = steps.start(encoder_inputs, max_length)
-    ids = tf.zeros([batch_size, max_length], tf.int32)
-    tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
-    finished = tf.zeros([batch_size], tf.bool)
-
-    def cond(t, tokens, finished, ids, state):
-        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
-
-    def body(t, tokens, finished, ids, state):
-        logits, state = steps.step(tokens, t, constants, state)
-        tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        tokens = tf.where(finished, tf.constant(PAD_ID, tf.int32), tokens)
-        ids = write_column(ids, t, tokens)
-        finished = tf.logical_or(finished, tf.equal(tokens, end_id))
-        return t + 1, tokens, finished, ids, state
-
-    _, _, _, ids, _ = tf.while_loop(
-        cond, body, (tf.constant(0), tokens, finished, ids, state)
-    )
-    return ids
-
-
 def greedy_decode(
     model: keras.Model,
     encoder_inputs,
@@ -116,7 +87,7 @@ def greedy_decode(
     """
     require_tensorflow("keras_seq.decoding.greedy_decode")
     encoder_inputs, max_length = _check_decode_args("greedy_decode", encoder_inputs, max_length)
-    return _greedy(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
+    return GreedySampler()(decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
 
 def greedy_decode_steps(
@@ -146,96 +117,7 @@ def greedy_decode_steps(
     """
     require_tensorflow("keras_seq.decoding.greedy_decode_steps")
     inputs, max_length = _check_steps_args("greedy_decode_steps", steps, inputs, max_length)
-    return _greedy(steps, inputs, max_length, start_id, end_id)
-
-
-def _length_penalty(lengths, alpha):
-    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016)."""
-    return tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
-
-
-def _sequence_lengths(ids, end_id):
-    """Tokens up to and including the first END; the whole buffer if none."""
-    max_length = tf.shape(ids)[-1]
-    is_end = tf.equal(ids, end_id)
-    first_end = tf.argmax(tf.cast(is_end, tf.int32), axis=-1, output_type=tf.int32)
-    return tf.where(tf.reduce_any(is_end, axis=-1), first_end + 1, max_length)
-
-
-def _check_batch_major(where, inputs, constants, state):
-    """Every tensor of ``constants`` and ``state`` must have a batch axis first:
-    the search tiles and gathers along it."""
-    batch_size = inputs.shape[0]
-    for kind, nest in (("constants", constants), ("state", state)):
-        for x in tf.nest.flatten(nest):
-            shape = tf.convert_to_tensor(x).shape
-            if shape.rank == 0 or (
-                shape.rank is not None and None not in (shape[0], batch_size)
-                and shape[0] != batch_size
-            ):
-                raise shape_error(
-                    where, "steps",
-                    f"{kind} from steps.start with the batch axis (size {batch_size}) first "
-                    "in every tensor",
-                    shape,
-                )
-
-
-def _beam_search(
-    steps, encoder_inputs, max_length, beam_width, length_penalty, start_id, end_id,
-    where="beam_search_steps",
-):
-    batch_size = tf.shape(encoder_inputs)[0]
-    k = beam_width
-    constants, state = steps.start(encoder_inputs, max_length)
-    _check_batch_major(where, encoder_inputs, constants, state)
-    # Beams of one example sit next to each other: row b * k + j.
-    tile = lambda x: tf.repeat(x, k, axis=0)  # noqa: E731
-    constants = tf.nest.map_structure(tile, constants)
-    state = tf.nest.map_structure(tile, state)
-
-    # Only beam 0 is alive at first, so the k beams do not start as copies.
-    log_probs = tf.tile(
-        tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], axis=0)[None, :], [batch_size, 1]
-    )  # (B, k)
-    ids = tf.zeros([batch_size, k, max_length], tf.int32)
-    finished = tf.zeros([batch_size, k], tf.bool)
-    tokens = tf.fill([batch_size * k], tf.constant(start_id, tf.int32))
-
-    def cond(t, tokens, log_probs, finished, ids, state):
-        return tf.logical_and(t < max_length, tf.logical_not(tf.reduce_all(finished)))
-
-    def body(t, tokens, log_probs, finished, ids, state):
-        # The batch size is read from a loop variable, not captured from
-        # outside: inside the loop's graph a captured shape has no static
-        # value, and the loop variables would come out of the body less
-        # static than they went in (a fixed-shape batch could not trace).
-        batch_size = tf.shape(log_probs)[0]
-        logits, state = steps.step(tokens, t, constants, state)
-        vocabulary_size = tf.shape(logits)[-1]
-        step_log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
-        step_log_probs = tf.reshape(step_log_probs, [batch_size, k, vocabulary_size])
-        # A finished beam may only be extended by PAD, at no cost.
-        pad_only = tf.where(tf.equal(tf.range(vocabulary_size), PAD_ID), 0.0, NEG_INF)
-        step_log_probs = tf.where(finished[:, :, None], pad_only, step_log_probs)
-        scores = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
-        log_probs, flat = tf.math.top_k(scores, k)  # (B, k)
-        beam = flat // vocabulary_size
-        tokens = flat % vocabulary_size
-        ids = write_column(tf.gather(ids, beam, batch_dims=1), t, tokens)
-        finished = tf.logical_or(
-            tf.gather(finished, beam, batch_dims=1), tf.equal(tokens, end_id)
-        )
-        rows = tf.reshape(beam + k * tf.range(batch_size)[:, None], [-1])
-        state = tf.nest.map_structure(lambda x: tf.gather(x, rows), state)
-        return t + 1, tf.reshape(tokens, [-1]), log_probs, finished, ids, state
-
-    _, _, log_probs, _, ids, _ = tf.while_loop(
-        cond, body, (tf.constant(0), tokens, log_probs, finished, ids, state)
-    )
-    normalized = log_probs / _length_penalty(_sequence_lengths(ids, end_id), length_penalty)
-    best = tf.argmax(normalized, axis=-1, output_type=tf.int32)
-    return tf.gather(ids, best, batch_dims=1), tf.gather(log_probs, best, batch_dims=1)
+    return GreedySampler()(steps, inputs, max_length, start_id, end_id)
 
 
 def beam_search(
@@ -254,7 +136,7 @@ def beam_search(
     unchanged. The answer is the beam maximising log p(Y|x) / lp(Y), with the
     GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (α = 0: plain log-probability;
     α > 0 favours longer outputs). ``beam_width=1`` is greedy decoding.
-    It is `beam_search_steps` on ``decoder_steps(model)`` (one search loop).
+    It is `keras_seq.samplers.BeamSampler` on ``decoder_steps(model)`` (one search loop).
 
     Args:
         model: a model built by `models.rnn_seq2seq` or
@@ -277,16 +159,8 @@ def beam_search(
     beam_width = check_positive_int("beam_search", "beam_width", beam_width)
     length_penalty = check_float("beam_search", "length_penalty", length_penalty, low=0.0)
     encoder_inputs, max_length = _check_decode_args("beam_search", encoder_inputs, max_length)
-    return _beam_search(
-        decoder_steps(model),
-        encoder_inputs,
-        max_length,
-        beam_width,
-        length_penalty,
-        start_id,
-        end_id,
-        "beam_search",
-    )
+    return BeamSampler(beam_width, length_penalty).search(
+        decoder_steps(model), encoder_inputs, max_length, start_id, end_id)
 
 
 def beam_search_steps(
@@ -356,9 +230,8 @@ def beam_search_steps(
     beam_width = check_positive_int(where, "beam_width", beam_width)
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     inputs, max_length = _check_steps_args(where, steps, inputs, max_length)
-    return _beam_search(
-        steps, inputs, max_length, beam_width, length_penalty, start_id, end_id, where
-    )
+    return BeamSampler(beam_width, length_penalty).search(steps, inputs, max_length, start_id,
+                                                          end_id)
 
 
 def sequence_log_probability(
@@ -391,5 +264,5 @@ def sequence_log_probability(
         tf.nn.log_softmax(tf.cast(logits, tf.float32)), output_ids, batch_dims=2
     )
     positions = tf.range(tf.shape(output_ids)[1])[None, :]
-    counted = positions < _sequence_lengths(output_ids, end_id)[:, None]
+    counted = positions < sequence_lengths(output_ids, end_id)[:, None]
     return tf.reduce_sum(tf.where(counted, token_log_probs, 0.0), axis=-1)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_seq._validation import check_positive_int
+from keras_seq._validation import ArgumentTypeError, ArgumentValueError, check_positive_int
 from keras_seq.export._checks import check_seq2seq
 
 
@@ -59,15 +59,15 @@ def traceable(model, input_signature: Sequence[tf.TensorSpec] | None, batch_size
 
     if not isinstance(model, keras.Model):
         if input_signature is None:
-            raise TypeError(
-                f"`input_signature` is needed to convert a callable that is not a "
+            raise ArgumentTypeError(
+                None, "`input_signature` is needed to convert a callable that is not a "
                 f"keras.Model; received {type(model).__name__}."
             )
         return (lambda *args: model(*args)), list(input_signature)
     specs = default_signature(model, batch_size) if input_signature is None else list(input_signature)
     if len(specs) != len(model.inputs):
-        raise ValueError(
-            f"`input_signature` must have one spec per input of model {model.name!r} "
+        raise ArgumentValueError(
+            None, f"`input_signature` must have one spec per input of model {model.name!r} "
             f"({len(model.inputs)}: {[t.name for t in model.inputs]}); received {len(specs)}."
         )
     # An unnamed spec takes the name of the model's input it feeds.
@@ -179,39 +179,38 @@ def decoder_step_functions(where: str, model, target_length: int):
 
 
 def language_model_step_function(where: str, model, context: int):
-    """``(step, step_signature, initial_state)`` of a `models.language_model`.
+    """``(step, step_signature, initial_state)`` of a language model (`keras_seq.tasks.CausalLM`).
 
     ``step(token, [t,] *state) -> (logits, *new_state)``: one token ``(B,)``
-    int32, the cache position ``t`` (a scalar int32, the Transformer only:
-    the recurrent step does not use it), and the flattened state of
-    `keras_seq.decoding.language_model_steps` (each recurrent layer's
-    states, or one key/value cache of ``context`` positions per Transformer
-    block). ``initial_state(batch_size)`` gives the first state as arrays.
+    int32, the cache position ``t`` (a scalar int32, only for a cache that
+    holds positions, the Transformer's), and the flattened cache of
+    `CausalLM.call_with_cache` (each recurrent layer's states, or one
+    key/value cache of ``context`` positions per Transformer block).
+    ``initial_state(batch_size)`` gives the first state as arrays.
     """
-    from keras_seq import decoding
-    from keras_seq.models.language_model import language_model_kind
+    from keras_seq.decoding.steps import language_model_steps
 
     context = check_positive_int(where, "context", context)
-    steps = decoding.language_model_steps(model)  # refuses other models
-    transformer = language_model_kind(model) == "transformer"
+    task = language_model_steps(model).task  # refuses other models
+    positional = task.positional_cache
     prompt_spec = tf.TensorSpec([None, None], tf.int32)
-    start = tf.function(lambda ids: steps.start(ids, context))
-    _, state_structure = start.get_concrete_function(prompt_spec).structured_outputs
+    start = tf.function(lambda ids: task.build_cache(ids, context))
+    state_structure = start.get_concrete_function(prompt_spec).structured_outputs
     flat_state = tf.nest.flatten(state_structure)
     signature = [
         tf.TensorSpec([None], tf.int32, name="token"),
-        *([tf.TensorSpec([], tf.int32, name="t")] if transformer else []),
+        *([tf.TensorSpec([], tf.int32, name="t")] if positional else []),
         *(tf.TensorSpec(s.shape, s.dtype, name=f"state_{i}") for i, s in enumerate(flat_state)),
     ]
 
     def step(token, *flat):
-        t, flat = (flat[0], flat[1:]) if transformer else (tf.constant(0), flat)
+        t, flat = (flat[0], flat[1:]) if positional else (tf.constant(0), flat)
         state = tf.nest.pack_sequence_as(state_structure, list(flat))
-        logits, state = steps.step(token, t, {}, state)
+        logits, _, state = task.call_with_cache(token, state, t)
         return (tf.cast(logits, tf.float32), *tf.nest.flatten(state))
 
     def initial_state(batch_size):
-        _, state = start(tf.zeros([batch_size, 1], tf.int32))
+        state = start(tf.zeros([batch_size, 1], tf.int32))
         return [s.numpy() for s in tf.nest.flatten(state)]
 
-    return with_models(step, model), signature, initial_state
+    return with_models(step, task), signature, initial_state

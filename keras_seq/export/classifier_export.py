@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from keras_seq.export._artifacts import REFERENCE_FILE, host_folder
 from keras_seq.export.onnx_export import convert_to_onnx
 from keras_seq.export.saved_model import export_classifier_saved_model
 from keras_seq.export.tflite_export import classifier_probabilities, convert_classifier_to_tflite
@@ -33,7 +34,7 @@ CLASSIFIER_FORMATS = ("savedmodel", "tflite", "onnx")
 """The formats of a classifier run (`export_run`'s default: the first two)."""
 
 
-def export_classifier(run, out: str, formats, quantize, examples: int, host_folder, progress):
+def export_classifier(run, out: str, formats, quantize, examples: int, progress):
     """Writes the artifacts, the host files and the reference of a classifier run into ``out``.
 
     Args:
@@ -42,9 +43,6 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
         formats: any of `CLASSIFIER_FORMATS`; None: ``("savedmodel", "tflite")``.
         quantize: the quantization modes of the TFLite file.
         examples: at most this many held-out texts in ``reference.npz``.
-        host_folder: ``host_folder(out, name, tokenizer, host_config)``, the
-            exporter's writer of a host-side folder (tokenizer files and
-            ``export.json``); returns the folder.
         progress: the export's `keras_seq.export._progress.Progress`.
 
     Returns:
@@ -54,10 +52,10 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
     from keras_seq.data import classification_ids
 
     formats = formats or CLASSIFIER_FORMATS[:2]
-    model = run.load_model(compile=False)
-    tokenizer = run.load_tokenizer()
-    labels = list(run.metrics["labels"])
-    source_length = int(run.config["source_length"])
+    model = run.load_task()
+    tokenizer = model.preprocessor.tokenizer
+    labels = list(model.preprocessor.labels)
+    source_length = int(model.preprocessor.sequence_length)
     written, artifacts = {}, []
 
     def artifact(path, format, mode):
@@ -95,7 +93,7 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
             ids = classification_ids(tokenizer, texts, source_length).numpy().astype(np.int32)
             probabilities = np.asarray(classifier_probabilities(model)(ids, training=False),
                                        np.float32)
-            written["reference"] = os.path.join(out, "reference.npz")
+            written["reference"] = os.path.join(out, REFERENCE_FILE)
             np.savez(
                 written["reference"],
                 texts=np.array(texts, dtype=str),
@@ -107,7 +105,7 @@ def export_classifier(run, out: str, formats, quantize, examples: int, host_fold
     manifest = {
         "task": "classify",
         "run_dir": os.path.basename(os.path.normpath(run.path)),
-        "reference": "reference.npz" if test else None,
+        "reference": REFERENCE_FILE if test else None,
         "artifacts": artifacts,
         "source_length": source_length,
         "labels": labels,

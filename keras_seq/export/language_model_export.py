@@ -28,6 +28,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._validation import Arg, ArgumentValueError
+from keras_seq.export._artifacts import HOST_FILE, REFERENCE_FILE, write_json
 from keras_seq.export._tracing import language_model_step_function
 from keras_seq.export.onnx_export import convert_to_onnx
 from keras_seq.export.streaming import streaming_model
@@ -55,8 +57,7 @@ def lm_step_file(quantize: str | None) -> str:
     return LM_STEP_FILE if quantize is None else f"lm_step_{quantize}.tflite"
 
 
-def export_language_model(run, out: str, formats, quantize, examples: int, write_json,
-                          progress):
+def export_language_model(run, out: str, formats, quantize, examples: int, progress):
     """Writes the step files, the host files and the reference of an LM run into ``out``.
 
     Args:
@@ -66,7 +67,6 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
             ``("tflite",)`` for a Transformer (it has no stream).
         quantize: the quantization modes, besides the float step.
         examples: at most this many prompts (and at most `PROMPTS`).
-        write_json: ``write_json(path, value)``, the exporter's JSON writer.
         progress: the export's `keras_seq.export._progress.Progress`.
 
     Returns:
@@ -77,20 +77,19 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
     Raises:
         ValueError: ``"onnx"`` for a Transformer language model.
     """
-    from keras_seq.models.language_model import language_model_kind
     from keras_seq.reserved_tokens import RESERVED_TOKENS
 
-    model = run.load_model(compile=False)
-    tokenizer = run.load_tokenizer()
-    context = int(run.config["context"])
-    kind = language_model_kind(model)
+    model = run.load_task()
+    tokenizer = model.preprocessor.tokenizer
+    context = int(model.preprocessor.sequence_length)
+    kind = "rnn" if model.recurrent else "transformer"
     if formats is None:
         formats = LM_FORMATS if kind == "rnn" else ("tflite",)
     if "onnx" in formats and kind != "rnn":
-        raise ValueError(
-            "export_run: a Transformer language model has no streaming form (each token "
+        raise ArgumentValueError(
+            "export_run", "a Transformer language model has no streaming form (each token "
             "attends to the whole context); its export is lm_step.tflite ('tflite'), "
-            "received formats with 'onnx'."
+            "received ", Arg("formats"), " with 'onnx'."
         )
     written, artifacts = {}, []
     for mode in [None, *quantize] if "tflite" in formats else list(quantize):
@@ -111,7 +110,7 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
     suppress = list(range(1, len(RESERVED_TOKENS)))
     _, signature, initial_state = language_model_step_function("export_run", model, context)
     write_json(
-        os.path.join(out, "export.json"),
+        os.path.join(out, HOST_FILE),
         {
             "task": "lm",
             "kind": kind,
@@ -124,14 +123,14 @@ def export_language_model(run, out: str, formats, quantize, examples: int, write
     )
     prompts = held_out_prompts(run.held_out_text(), min(examples, PROMPTS), PROMPT_LENGTH)
     if prompts:
-        path = os.path.join(out, "reference.npz")
+        path = os.path.join(out, REFERENCE_FILE)
         with progress.artifact("reference.npz (Keras' greedy text)"):
             write_lm_reference(path, model, tokenizer, prompts, context, suppress)
         written["reference"] = path
     manifest = {
         "task": "lm",
         "run_dir": os.path.basename(os.path.normpath(run.path)),
-        "reference": "reference.npz" if prompts else None,
+        "reference": REFERENCE_FILE if prompts else None,
         "artifacts": artifacts,
         "context": context,
         "kind": kind,

@@ -53,7 +53,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
-from keras_seq._validation import check_positive_int
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_positive_int,
+)
 from keras_seq.export._checks import check_quantize
 from keras_seq.export._flatbuffer import (
     CELL_TO_GATE,
@@ -167,10 +170,7 @@ def _with_batch(where, specs, batch_size):
             if shape[0] is None:
                 shape = tf.TensorShape([batch_size or 1]).concatenate(shape[1:])
             elif batch_size is not None and shape[0] != batch_size:
-                raise ValueError(
-                    f"{where}: `input_signature` has batch {shape[0]} but batch_size="
-                    f"{batch_size}; leave the batch of the specs None or make them agree."
-                )
+                raise ArgumentValueError(where, f'`input_signature` has batch {shape[0]} but batch_size={batch_size}; leave the batch of the specs None or make them agree.')
         fixed.append(tf.TensorSpec(shape, spec.dtype, name=spec.name))
     return fixed
 

@@ -14,7 +14,12 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
-from keras_seq._validation import check_positive_int, invalid_type, invalid_value
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_positive_int,
+    invalid_type,
+    invalid_value,
+)
 from keras_seq.export._checks import check_seq2seq
 from keras_seq.export._tracing import (
     decoder_step_functions,
@@ -101,10 +106,7 @@ def convert_to_onnx(
     # graph, giving a file no runtime loads: fail here instead.
     unsupported = sorted(_unknown_onnx_ops(model_proto.graph))
     if unsupported:
-        raise ValueError(
-            f"convert_to_onnx: tf2onnx cannot convert the TensorFlow op(s) {unsupported} "
-            f"(opset {opset}); see serving/ONNX.md."
-        )
+        raise ArgumentValueError('convert_to_onnx', f'tf2onnx cannot convert the TensorFlow op(s) {unsupported} (opset {opset}); see serving/ONNX.md.')
     with open(path, "wb") as f:
         f.write(model_proto.SerializeToString())
     return path

@@ -82,6 +82,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._validation import ArgumentValueError
 from keras_seq.export._lowering import Lowering, layers_of
 from keras_seq.layers.recurrent.operator_forms import GRUForm, LSTMForm, operator_form
 
@@ -443,10 +444,7 @@ class NativeRecurrence(Lowering):
 
         spec = self.nodes.get(node.get_attr_str("token"))
         if spec is None:
-            raise ValueError(
-                f"{self.where}: the function calls tf.numpy_function or tf.py_function "
-                f"(op {node.name!r}); ONNX has no such operator."
-            )
+            raise ArgumentValueError(self.where, f'the function calls tf.numpy_function or tf.py_function (op {node.name!r}); ONNX has no such operator.')
         forms = spec.forms
         op = forms[0].op
 

@@ -8,7 +8,11 @@ import os
 import tensorflow as tf
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
-from keras_seq._validation import check_float, check_positive_int
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_float,
+    check_positive_int,
+)
 from keras_seq.export._checks import check_seq2seq, check_tokenizer
 
 
@@ -133,11 +137,7 @@ def export_saved_model(
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     logits_size = model.output.shape[-1]
     if target_tokenizer.vocabulary_size > logits_size:
-        raise ValueError(
-            f"{where}: `target_tokenizer` has {target_tokenizer.vocabulary_size} tokens but "
-            f"the model predicts only {logits_size}; was the model trained with another "
-            "vocabulary?"
-        )
+        raise ArgumentValueError(where, f'`target_tokenizer` has {target_tokenizer.vocabulary_size} tokens but the model predicts only {logits_size}; was the model trained with another vocabulary?')
     translator = _Translator(
         model,
         source_tokenizer,
@@ -220,10 +220,7 @@ def export_classifier_saved_model(
     labels = [str(label) for label in labels]
     outputs = model.outputs
     if len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[-1] != len(labels):
-        raise ValueError(
-            f"{where}: `model` must return logits (B, classes) with one class per label "
-            f"({len(labels)}); its outputs are {[tuple(o.shape) for o in outputs]}."
-        )
+        raise ArgumentValueError(where, f'`model` must return logits (B, classes) with one class per label ({len(labels)}); its outputs are {[tuple(o.shape) for o in outputs]}.')
     module = _Classifier(model, tokenizer, labels, int(source_length))
     return module.write(module.classify, directory)
 

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
+from keras_seq._validation import ArgumentTypeError, ArgumentValueError
 from keras_seq.layers import (
     GRU,
     BahdanauAttention,
@@ -116,9 +117,7 @@ def streaming_model(model: keras.Model) -> keras.Model:
     graph = _functional(where, model)
     recurrent = _check_layers(where, graph)
     if not recurrent:
-        raise ValueError(
-            f"{where}: model {model.name!r} has no recurrent layer; it has no state to stream."
-        )
+        raise ArgumentValueError(where, f'model {model.name!r} has no recurrent layer; it has no state to stream.')
     copies = {id(layer): _stateless_copy(layer) for layer in recurrent}
     returns_state = {id(copies[id(layer)]): layer.return_state for layer in recurrent}
     inputs = [
@@ -135,10 +134,7 @@ def streaming_model(model: keras.Model) -> keras.Model:
 
         def call(*args, **kwargs):
             if kwargs.get("initial_state") is not None or len(args) > 1:
-                raise ValueError(
-                    f"{where}: layer {copy.name!r} is called with initial states from the "
-                    "model; a streaming model's states are its inputs."
-                )
+                raise ArgumentValueError(where, f"layer {copy.name!r} is called with initial states from the model; a streaming model's states are its inputs.")
             # The layer's states: fresh inputs, in the cell's state order.
             sizes = _state_sizes(copy)
             states = [
@@ -204,8 +200,8 @@ class _StreamingModel(keras.Model):
         flat = keras.tree.flatten(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         names = [t.name for t in self.inputs]
         if len(flat) != len(names):
-            raise ValueError(
-                f"streaming model {self.name!r}: expected {len(names)} inputs in this order, "
+            raise ArgumentValueError(
+                f"streaming model {self.name!r}", "expected {len(names)} inputs in this order, "
                 f"{', '.join(names)} (the model's inputs, then each recurrent layer's states); "
                 f"received {len(flat)}."
             )
@@ -218,8 +214,8 @@ class _StreamingModel(keras.Model):
             if len(shape) != len(expected) or any(
                 e is not None and s is not None and s != e for s, e in zip(shape, expected)
             ):
-                raise ValueError(
-                    f"streaming model {self.name!r}: state {index} of layer {layer_name!r} "
+                raise ArgumentValueError(
+                    f"streaming model {self.name!r}", f"state {index} of layer {layer_name!r} "
                     f"(input {spec.name!r}) must have shape (batch, {expected[1]}); received "
                     f"shape {shape}."
                 )
@@ -260,13 +256,10 @@ def initial_streaming_states(stream: keras.Model, batch_size: int,
 def _functional(where, model):
     if isinstance(model, keras.Sequential):
         if not model.built:
-            raise TypeError(f"{where}: the Sequential model {model.name!r} is not built.")
+            raise ArgumentTypeError(where, f'the Sequential model {model.name!r} is not built.')
         model = model._functional
     if not isinstance(model, keras.Model) or not hasattr(model, "_run_through_graph"):
-        raise TypeError(
-            f"{where}: `model` must be a functional or Sequential keras.Model, received "
-            f"{type(model).__name__}."
-        )
+        raise ArgumentTypeError(where, f'`model` must be a functional or Sequential keras.Model, received {type(model).__name__}.')
     return model
 
 
@@ -276,25 +269,15 @@ def _check_layers(where, graph) -> list:
     recurrent = []
     for layer in graph.layers:
         if isinstance(layer, _WHOLE_SEQUENCE):
-            raise ValueError(
-                f"{where}: layer {layer.name!r} ({type(layer).__name__}) needs the whole "
-                "sequence; a streaming model runs one chunk at a time."
-            )
+            raise ArgumentValueError(where, f'layer {layer.name!r} ({type(layer).__name__}) needs the whole sequence; a streaming model runs one chunk at a time.')
         if isinstance(layer, keras.layers.RNN):
             if layer.go_backwards:
-                raise ValueError(
-                    f"{where}: layer {layer.name!r} ({type(layer).__name__}) has "
-                    "go_backwards=True and so needs the whole sequence; a streaming model "
-                    "runs forwards, one chunk at a time."
-                )
+                raise ArgumentValueError(where, f'layer {layer.name!r} ({type(layer).__name__}) has go_backwards=True and so needs the whole sequence; a streaming model runs forwards, one chunk at a time.')
             recurrent.append(layer)
         elif isinstance(layer, keras.Model) and any(
             isinstance(inner, keras.layers.RNN) for inner in layer._flatten_layers()
         ):
-            raise ValueError(
-                f"{where}: layer {layer.name!r} is a nested model with a recurrent layer; "
-                "call streaming_model on a model built from its layers."
-            )
+            raise ArgumentValueError(where, f'layer {layer.name!r} is a nested model with a recurrent layer; call streaming_model on a model built from its layers.')
     return recurrent
 
 

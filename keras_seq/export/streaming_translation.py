@@ -25,24 +25,19 @@ from keras_seq._validation import check_positive_int, invalid_value
 __all__ = ["convert_streaming_translator_to_tflite", "tflite_streaming_translate"]
 
 
-def is_monotonic_translator(model) -> bool:
-    """Whether ``model`` is an `rnn_seq2seq` model with monotonic attention,
-    which `convert_streaming_translator_to_tflite` converts."""
-    from keras_seq.models.seq2seq import seq2seq_kind
-
-    return seq2seq_kind(model) == "rnn" and model.get_layer("decoder").monotonic
-
-
 def _check_monotonic(where, model):
+    """The translator (`keras_seq.tasks.Seq2SeqLM`) ``model`` is, if it attends monotonically."""
     from keras_seq.export._checks import check_seq2seq
+    from keras_seq.tasks import as_task
 
     check_seq2seq(where, model)
-    if not is_monotonic_translator(model):
+    task = as_task(model, where)
+    if not task.monotonic:
         raise invalid_value(
             where, "model", "an rnn_seq2seq model with attention='monotonic_bahdanau' or "
             "'monotonic_luong' (soft attention reads the whole source at every step)",
             model.name)
-    return model.get_layer("decoder")
+    return task
 
 
 def convert_streaming_translator_to_tflite(model, quantize: str | None = None) -> dict:
@@ -67,18 +62,16 @@ def convert_streaming_translator_to_tflite(model, quantize: str | None = None) -
     require_tensorflow("keras_seq.export.convert_streaming_translator_to_tflite", EXPORT_THERE)
     import tensorflow as tf
 
-    from keras_seq import decoding
     from keras_seq.export._checks import check_quantize
     from keras_seq.export.streaming import streaming_model
     from keras_seq.export.tflite_export import convert_to_tflite
 
     where = "convert_streaming_translator_to_tflite"
-    decoder = _check_monotonic(where, model)
+    task = _check_monotonic(where, model)
+    decoder = task.decoder
     check_quantize(where, quantize)
-    encoder_step = convert_to_tflite(streaming_model(model.get_layer("encoder")),
-                                     quantize=quantize)
-    steps = decoding.decoder_steps(model)
-    width = model.get_layer("encoder").output.shape[-1]
+    encoder_step = convert_to_tflite(streaming_model(task.encoder), quantize=quantize)
+    width = task.encoder.output.shape[-1]
     num_cell_states = decoder.num_states - 1
     signature = [
         tf.TensorSpec([None], tf.int32, name="token"),
@@ -89,12 +82,13 @@ def convert_streaming_translator_to_tflite(model, quantize: str | None = None) -
     ]
 
     def step(token, memory, *states):
-        constants = {"h": memory, "mask": tf.ones(tf.shape(memory)[:2], tf.bool),
-                     "processed_key": decoder.precompute_keys(memory)}
-        logits, state = steps.step(token, tf.constant(0), constants, {"s": list(states)})
-        return (tf.cast(logits, tf.float32), *state["s"])
+        cache = {"memory": {"h": memory, "mask": tf.ones(tf.shape(memory)[:2], tf.bool),
+                            "processed_key": decoder.precompute_keys(memory)},
+                 "state": {"s": list(states)}}
+        logits, _, cache = task.call_with_cache(token, cache, tf.constant(0))
+        return (tf.cast(logits, tf.float32), *cache["state"]["s"])
 
-    step.keras_models = (model,)
+    step.keras_models = (task,)
     return {"encoder_step": encoder_step,
             "decoder_step": convert_to_tflite(step, signature, quantize=quantize)}
 

@@ -12,7 +12,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq._backend import EXPORT_THERE, require_tensorflow
-from keras_seq._validation import check_bool, check_positive_int
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_bool,
+    check_positive_int,
+)
 from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._tflite_converter import convert_with_signature
 from keras_seq.export._tracing import (
@@ -87,10 +91,7 @@ def convert_to_tflite(
             model, input_signature=input_signature, quantize=quantize, batch_size=batch_size
         )
     if batch_size is not None and input_signature is not None:
-        raise ValueError(
-            f"{where}: `batch_size` sets the batch of the default signature; with an "
-            f"`input_signature`, put the batch size in its specs. Received batch_size={batch_size}."
-        )
+        raise ArgumentValueError(where, f'`batch_size` sets the batch of the default signature; with an `input_signature`, put the batch size in its specs. Received batch_size={batch_size}.')
     call, specs = traceable(model, input_signature, batch_size)
     specs, names = signature_specs(specs)
     concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
@@ -157,19 +158,14 @@ class _Runner:
                 e != -1 and n != e for n, e in zip(shape, expected)
             ):
                 shown = tuple(None if e == -1 else e for e in expected)
-                raise ValueError(
-                    f"run_tflite: input {i} ({d['name']!r}) must have shape {shown} (None: "
-                    f"any size); received shape {tuple(shape)}."
-                )
+                raise ArgumentValueError('run_tflite', f"input {i} ({d['name']!r}) must have shape {shown} (None: any size); received shape {tuple(shape)}.")
 
 
 def run_tflite(tflite_model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
     """Runs a converted model on concrete inputs (resizing dynamic dimensions)."""
     runner = _Runner(tflite_model)
     if runner.num_inputs != len(inputs):
-        raise ValueError(
-            f"run_tflite: the model takes {runner.num_inputs} inputs, received {len(inputs)}."
-        )
+        raise ArgumentValueError('run_tflite', f'the model takes {runner.num_inputs} inputs, received {len(inputs)}.')
     return runner(*inputs)
 
 
@@ -346,10 +342,7 @@ def tflite_greedy_decode(
     # past them would attend to a cache without its own keys: wrong, silently.
     cache_lengths = [s.shape[2] for s in state if s.ndim == 5]
     if cache_lengths and max_length > min(cache_lengths):
-        raise ValueError(
-            f"tflite_greedy_decode: `max_length` must be at most the target_length the "
-            f"decoder step was converted with ({min(cache_lengths)}); received {max_length}."
-        )
+        raise ArgumentValueError('tflite_greedy_decode', f'`max_length` must be at most the target_length the decoder step was converted with ({min(cache_lengths)}); received {max_length}.')
     ids = np.zeros((batch_size, max_length), np.int32)
     tokens = np.full((batch_size,), start_id, np.int32)
     finished = np.zeros((batch_size,), bool)

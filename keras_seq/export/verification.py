@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 
+from keras_seq._validation import ArgumentValueError
 from keras_seq.folders import export_manifest_path
 
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verify_worker.py")
@@ -112,8 +113,8 @@ def verify(
     with open(manifest_path, encoding="utf-8") as f:
         manifest = json.load(f)
     if not manifest.get("reference"):
-        raise ValueError(
-            f"verify: {out_dir} has no reference outputs (the run records no held-out "
+        raise ArgumentValueError(
+            "verify", f"{out_dir} has no reference outputs (the run records no held-out "
             "examples); nothing to compare the artifacts with."
         )
     records, failures = _run_worker(out_dir, manifest, timeout)

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
+from keras_seq._validation import ArgumentTypeError
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -56,10 +57,7 @@ class ScalarMix(keras.layers.Layer):
         if shapes is None or (isinstance(shapes, (list, tuple)) and len(shapes) == 0):
             raise _validation.invalid_value(self, "inputs", expected, [])
         if not all(isinstance(shape, (list, tuple)) for shape in shapes):
-            raise TypeError(
-                f"{_validation.owner_name(self)}: invalid type for argument `inputs`: "
-                f"expected {expected}, received a single tensor of shape {tuple(shapes)}."
-            )
+            raise ArgumentTypeError(_validation.owner_name(self), f'invalid type for argument `inputs`: expected {expected}, received a single tensor of shape {tuple(shapes)}.')
         first = tuple(shapes[0])
         for j, shape in enumerate(shapes[1:], start=1):
             if len(shape) != len(first) or any(

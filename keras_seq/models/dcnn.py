@@ -9,6 +9,7 @@ import keras
 from keras_seq import _validation
 from keras_seq.layers import DynamicKMaxPooling, Folding, WideConvolution1D
 from keras_seq.layers.convolutional._top_features import TopFeatures
+from keras_seq.tasks import TextClassifier
 
 
 def _check_ints(where: str, argument: str, values) -> list[int]:
@@ -67,7 +68,8 @@ def dcnn_classifier(
         name: model name.
 
     Returns:
-        A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``.
+        A `keras_seq.tasks.TextClassifier` ``token_ids (B, T) -> logits (B, num_classes)``
+        (its backbone, ``"dcnn"``, gives the top features).
 
     Examples:
         >>> model = dcnn_classifier(30, 3, embedding_dim=8, filters=(2, 3), kernel_sizes=(3, 2))
@@ -119,6 +121,5 @@ def dcnn_classifier(
         x = DynamicKMaxPooling(k_top, layer, num_layers, name=f"k_max_pooling_{layer}")(x)
         x = keras.layers.Activation("tanh", name=f"tanh_{layer}")(x)
     x = TopFeatures(name="top_features")(x)  # (B, k_top * n * d')
-    x = keras.layers.Dropout(dropout, name="dropout")(x)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(token_ids, logits, name=name)
+    return TextClassifier(keras.Model(token_ids, x, name="dcnn"), num_classes, pooling=None,
+                          dropout=dropout, name=name)

@@ -3,38 +3,10 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_seq._validation import check_positive_int, check_rate, invalid_type, invalid_value
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
-
-
-def _row_reversal(token_ids):
-    """The gather indices that reverse the real tokens of each row in place.
-
-    ``idx[b, t] = n_b − 1 − t`` for t < n_b (n_b: the row's real tokens,
-    padding at the end only) and ``t`` for the padding, so
-    ``take_along_axis(x, idx, axis=1)`` reads the row from its last real token
-    and leaves the padding where it was. The map is its own inverse: the same
-    indices put reversed outputs back in place. Built from keras.ops only (no
-    static length needed), so it runs and reloads on every backend.
-    """
-    t = ops.cumsum(ops.ones_like(token_ids), axis=1) - 1  # (B, T): 0, 1, ..., T − 1
-    n = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1, keepdims=True)  # (B, 1)
-    return ops.where(t < ops.cast(n, t.dtype), ops.cast(n, t.dtype) - 1 - t, t)
-
-
-def _reverse_rows(x, idx):
-    """``x (B, T)`` or ``(B, T, F)`` with each row's real steps reversed (see `_row_reversal`)."""
-    if len(x.shape) == 3:
-        idx = ops.expand_dims(idx, -1)  # (B, T, 1), broadcast over the features
-    return ops.take_along_axis(x, idx, axis=1)
-
-
-def _token_representation(token_ids, embedding, projection):
-    """x = E[ids], then the projection when there is one: (B, T, units), with the padding mask."""
-    x = embedding(token_ids)
-    return x if projection is None else projection(x)
+from keras_seq.tasks import BidirectionalLM, as_task
 
 
 def bidirectional_language_model(
@@ -87,8 +59,8 @@ def bidirectional_language_model(
         dropout: float in [0, 1), dropout rate. Default 0.
 
     Returns:
-        A `keras.Model` ``token_ids (B, T) -> {"forward": (B, T, V),
-        "backward": (B, T, V)}`` of logits.
+        A `keras_seq.tasks.BidirectionalLM` ``token_ids (B, T) -> {"forward":
+        (B, T, V), "backward": (B, T, V)}`` of logits.
 
     Examples:
         >>> bilm = bidirectional_language_model(20, num_layers=2, units=8)
@@ -113,6 +85,8 @@ def bidirectional_language_model(
     check_cell(cell, where)
     embedding_dim = units if embedding_dim is None else embedding_dim
 
+    # The parts are built here, in the order of their calls, so that a seed
+    # gives the weights it gave when this builder returned this graph itself.
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     embedding = keras.layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True,
                                        name="token_embedding")
@@ -121,36 +95,24 @@ def bidirectional_language_model(
     )
     softmax = keras.layers.Dense(vocabulary_size, dtype="float32", name="softmax")
 
-    def dropout_layer(x, name):
-        return keras.layers.Dropout(dropout, name=name)(x) if dropout > 0 else x
-
     def stack(x, direction):
+        layers = []
         for i in range(num_layers):
-            x = dropout_layer(x, f"{direction}_dropout_{i}")
-            x = recurrent_layer(cell, units, return_sequences=True, name=f"{direction}_{i}")(x)
-        return dropout_layer(x, f"{direction}_output_dropout")
+            if dropout > 0:
+                x = keras.layers.Dropout(dropout, name=f"{direction}_dropout_{i}")(x)
+            layers.append(recurrent_layer(cell, units, return_sequences=True,
+                                          name=f"{direction}_{i}"))
+            x = layers[-1](x)
+        if dropout > 0:
+            x = keras.layers.Dropout(dropout, name=f"{direction}_output_dropout")(x)
+        softmax(x)
+        return layers
 
-    h_forward = stack(_token_representation(token_ids, embedding, projection), "forward")
-    idx = _row_reversal(token_ids)
-    h_backward = stack(
-        _token_representation(_reverse_rows(token_ids, idx), embedding, projection), "backward"
-    )  # (B, T, units), rows reversed
-    h_backward = _reverse_rows(h_backward, idx)  # back to the original positions
-    logits = {"forward": softmax(h_forward), "backward": softmax(h_backward)}
-    return keras.Model(token_ids, logits, name="bidirectional_language_model")
-
-
-def _num_layers(bilm) -> int:
-    """L of a `bidirectional_language_model`, or 0 when ``bilm`` is not one."""
-    if not isinstance(bilm, keras.Model) or not getattr(bilm, "inputs", None):
-        return 0
-    names = {layer.name for layer in bilm.layers}
-    if not {"token_embedding", "softmax"} <= names:
-        return 0
-    num_layers = 0
-    while {f"forward_{num_layers}", f"backward_{num_layers}"} <= names:
-        num_layers += 1
-    return num_layers
+    x = embedding(token_ids)
+    x = x if projection is None else projection(x)
+    forward_layers, backward_layers = stack(x, "forward"), stack(x, "backward")
+    return BidirectionalLM(embedding, forward_layers, backward_layers, softmax,
+                           token_projection=projection, dropout=dropout)
 
 
 def contextual_embedder(bilm: keras.Model) -> keras.Model:
@@ -170,8 +132,8 @@ def contextual_embedder(bilm: keras.Model) -> keras.Model:
     `keras_seq.layers.scalar_mix.ScalarMix`.
 
     Args:
-        bilm: a model built by `bidirectional_language_model` (or loaded from
-            its ``.keras`` file): its layers are found by name.
+        bilm: a model built by `bidirectional_language_model` (a
+            `keras_seq.tasks.BidirectionalLM`, or loaded from its ``.keras`` file).
 
     Returns:
         A `keras.Model` ``token_ids (B, T) -> (B, L + 1, T, 2·units)``.
@@ -189,28 +151,14 @@ def contextual_embedder(bilm: keras.Model) -> keras.Model:
     where = "contextual_embedder"
     if not isinstance(bilm, keras.Model):
         raise invalid_type(where, "bilm", "a model built by bidirectional_language_model", bilm)
-    num_layers = _num_layers(bilm)
-    if num_layers == 0:
+    try:
+        task = as_task(bilm)
+    except TypeError:
+        task = None
+    if not isinstance(task, BidirectionalLM):
         raise invalid_value(
             where, "bilm",
-            "a model built by bidirectional_language_model (layers 'token_embedding', "
-            "'forward_0', 'backward_0', 'softmax')",
+            "a model built by bidirectional_language_model (a keras_seq.tasks.BidirectionalLM)",
             bilm.name,
         )
-    embedding = bilm.get_layer("token_embedding")
-    names = {layer.name for layer in bilm.layers}
-    projection = bilm.get_layer("token_projection") if "token_projection" in names else None
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    idx = _row_reversal(token_ids)
-    x = _token_representation(token_ids, embedding, projection)  # (B, T, units)
-    x_reversed = _token_representation(_reverse_rows(token_ids, idx), embedding, projection)
-    representations = [ops.concatenate([x, x], axis=-1)]  # R_0, (B, T, 2·units)
-    h_forward, h_backward = x, x_reversed
-    for j in range(num_layers):
-        h_forward = bilm.get_layer(f"forward_{j}")(h_forward)
-        h_backward = bilm.get_layer(f"backward_{j}")(h_backward)  # reversed rows
-        representations.append(
-            ops.concatenate([h_forward, _reverse_rows(h_backward, idx)], axis=-1)
-        )
-    r = ops.stack(representations, axis=1)  # (B, L + 1, T, 2·units)
-    return keras.Model(token_ids, r, name="contextual_embedder")
+    return task.contextual_embedder()

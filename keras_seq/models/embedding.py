@@ -16,11 +16,13 @@ def embed_positions(ids, vocabulary_size: int, model_dim: int, dropout: float, p
     ``{prefix}_position`` and ``{prefix}_dropout``.
 
     Returns:
-        ``(x, embedding)``: the ``(B, T, model_dim)`` tensor and the embedding layer.
+        ``(x, embedding, position)``: the ``(B, T, model_dim)`` tensor, the
+        embedding layer and the position layer.
     """
     embedding = TokenEmbedding(vocabulary_size, model_dim, name=f"{prefix}_embedding")
-    x = SinusoidalPositionalEncoding(name=f"{prefix}_position")(embedding(ids))
-    return keras.layers.Dropout(dropout, name=f"{prefix}_dropout")(x), embedding
+    position = SinusoidalPositionalEncoding(name=f"{prefix}_position")
+    x = position(embedding(ids))
+    return keras.layers.Dropout(dropout, name=f"{prefix}_dropout")(x), embedding, position
 
 
 def check_num_heads(owner, width_argument: str, width: int, num_heads) -> int:

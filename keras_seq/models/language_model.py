@@ -15,20 +15,17 @@ from keras_seq.layers import RNN, Bidirectional, PaddingMask, RecurrentBlock
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer, takes_num_heads
 from keras_seq.model_kinds import BLOCK_MODELS, LANGUAGE_MODEL_KINDS
 from keras_seq.models.embedding import check_num_heads, embed_positions
+from keras_seq.tasks import CausalLM, TextClassifier, as_task
 
 _CLASSIFIER_KINDS = ("transformer", "rnn")
 
 
 def language_model_kind(model) -> str | None:
-    """Which kind of `language_model` a model is: ``"transformer"``, ``"rnn"`` or None.
+    """Which kind of language model a model is: ``"transformer"``, ``"rnn"`` or None.
 
-    Sampling (`keras_seq.decoding.language_model_steps`) runs a language
-    model one token at a time from its named layers: ``"token_embedding"``,
-    ``"token_position"``, ``"decoder_layer_{i}"`` and ``"logits"`` (Transformer);
-    ``"embedding"``, ``"recurrent_{i}"``, ``"final_norm"`` (if any) and
-    ``"logits"`` (``"rnn"``: every recurrent kind, the residual blocks of
-    `keras_seq.model_kinds.BLOCK_MODELS` included). This is the one place
-    that knows those names. A model loaded from a ``.keras`` file keeps them.
+    ``"rnn"`` for every recurrent kind (stacked layers, or the residual
+    blocks of `keras_seq.model_kinds.BLOCK_MODELS`): a `keras_seq.tasks.CausalLM`
+    (or a model of the release's `language_model`) whose blocks are recurrent.
 
     Examples:
         >>> language_model_kind(language_model(30, kind="rnn", num_layers=1, units=8))
@@ -36,28 +33,20 @@ def language_model_kind(model) -> str | None:
         >>> language_model_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
         True
     """
-    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+    try:
+        task = as_task(model)
+    except TypeError:
         return None
-    if [t.name for t in model.inputs] != ["token_ids"]:
+    if not isinstance(task, CausalLM):
         return None
-    names = {layer.name for layer in model.layers}
-    if {"token_embedding", "token_position", "decoder_layer_0", "logits"} <= names:
-        return "transformer"
-    if {"embedding", "recurrent_0", "logits"} <= names:
-        return "rnn"
-    return None
+    return "rnn" if task.recurrent else "transformer"
 
 
 def language_model_hidden_states(model) -> keras.KerasTensor:
-    """The hidden states ``(B, T, d)`` of a `language_model`'s last block: the
-    symbolic tensor of ``model``'s graph that its output layer reads (after
-    the last ``"decoder_layer_{i}"`` or ``"recurrent_{i}"``, or the
-    ``"final_norm"`` after them where there is one: the residual recurrent
-    blocks' stream grows with depth), to build other heads on the same body
-    (`classifier_from_language_model`).
-
-    Args:
-        model: a model built by `language_model` (or loaded from its ``.keras``).
+    """The hidden states ``(B, T, d)`` of a `language_model`'s last block (after
+    its final norm, where there is one): the tensor its output layer reads, on
+    its own graph, to build other heads on the same body (see
+    `keras_seq.tasks.CausalLM.backbone`).
 
     Raises:
         TypeError: ``model`` was not built by `language_model`.
@@ -68,16 +57,11 @@ def language_model_hidden_states(model) -> keras.KerasTensor:
         ...     keras.ops.ones((2, 5), "int32")).shape)
         (2, 5, 8)
     """
-    kind = language_model_kind(model)
-    if kind is None:
+    task = as_task(model, "language_model_hidden_states")
+    if not isinstance(task, CausalLM):
         raise invalid_type("language_model_hidden_states", "model",
                            "a keras.Model built by keras_seq.models.language_model", model)
-    if any(layer.name == "final_norm" for layer in model.layers):
-        return model.get_layer("final_norm").output
-    prefix = "decoder_layer_" if kind == "transformer" else "recurrent_"
-    blocks = [int(layer.name[len(prefix):]) for layer in model.layers
-              if layer.name.startswith(prefix) and layer.name[len(prefix):].isdigit()]
-    return model.get_layer(f"{prefix}{max(blocks)}").output
+    return task.backbone.output
 
 
 def language_model(
@@ -125,7 +109,7 @@ def language_model(
         name: model name.
 
     Returns:
-        A `keras.Model` ``token_ids (B, T) -> logits (B, T, vocabulary_size)``.
+        A `keras_seq.tasks.CausalLM` ``token_ids (B, T) -> logits (B, T, vocabulary_size)``.
 
     Examples:
         >>> model = language_model(30, num_layers=1, units=8, num_heads=2, intermediate_dim=16)
@@ -149,18 +133,23 @@ def language_model(
     units = check_positive_int(where, "units", units)
     dropout = check_rate(where, "dropout", dropout)
     check_choice(where, "kind", kind, LANGUAGE_MODEL_KINDS)
+    # The parts are built here, in the order of their calls, so that a seed
+    # gives the weights it gave when this builder returned this graph itself.
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     if kind == "rnn":
         check_cell(cell, where)
-        x = keras.layers.Embedding(vocabulary_size, units, mask_zero=True, name="embedding")(
-            token_ids
-        )
+        embedding = keras.layers.Embedding(vocabulary_size, units, mask_zero=True,
+                                           name="embedding")
+        x, blocks = embedding(token_ids), []
         for i in range(num_layers):
             x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
-            x = recurrent_layer(cell, units, return_sequences=True, name=f"recurrent_{i}")(x)
+            blocks.append(recurrent_layer(cell, units, return_sequences=True,
+                                          name=f"recurrent_{i}"))
+            x = blocks[-1](x)
         x = keras.layers.Dropout(dropout, name="output_dropout")(x)
-        logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
-        return keras.Model(token_ids, logits, name=name)
+        output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
+        output_layer(x)
+        return CausalLM(embedding, blocks, output_layer=output_layer, dropout=dropout, name=name)
     if kind in BLOCK_MODELS:
         return _block_language_model(token_ids, vocabulary_size, kind, num_layers, units,
                                      num_heads, intermediate_dim, dropout, name)
@@ -171,18 +160,18 @@ def language_model(
     intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
     tie_embeddings = check_bool(where, "tie_embeddings", tie_embeddings)
     mask = PaddingMask(name="padding_mask")(token_ids)
-    x, embedding = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
+    x, embedding, position = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
+    blocks = []
     for i in range(num_layers):
-        x = TransformerDecoder(
-            intermediate_dim, num_heads, dropout=dropout, name=f"decoder_layer_{i}"
-        )(x, decoder_padding_mask=mask)
-    if tie_embeddings:
-        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(
-            embedding(x, reverse=True)
-        )
-    else:
-        logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
-    return keras.Model(token_ids, logits, name=name)
+        blocks.append(TransformerDecoder(intermediate_dim, num_heads, dropout=dropout,
+                                         name=f"decoder_layer_{i}"))
+        x = blocks[-1](x, decoder_padding_mask=mask)
+    output_layer = None
+    if not tie_embeddings:
+        output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
+        output_layer(x)
+    return CausalLM(embedding, blocks, output_layer=output_layer, token_position=position,
+                    dropout=dropout, name=name)
 
 
 def sequence_classifier(
@@ -218,7 +207,8 @@ def sequence_classifier(
         name: model name.
 
     Returns:
-        A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``.
+        A `keras_seq.tasks.TextClassifier` ``token_ids (B, T) -> logits (B, num_classes)``
+        (its backbone, ``"encoder"``, gives the encoder's outputs ``(B, T, d)``).
 
     Examples:
         >>> model = sequence_classifier(30, 3, units=8)
@@ -248,27 +238,13 @@ def sequence_classifier(
         num_heads = check_num_heads(where, "units", units, num_heads)
         intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
         mask = PaddingMask(name="padding_mask")(token_ids)
-        x, _ = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
+        x, _, _ = embed_positions(token_ids, vocabulary_size, units, dropout, "token")
         for i in range(num_layers):
             x = TransformerEncoder(
                 intermediate_dim, num_heads, dropout=dropout, name=f"encoder_layer_{i}"
             )(x, padding_mask=mask)
-    x = token_mean(x, token_ids)
-    x = keras.layers.Dropout(dropout, name="output_dropout")(x)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(token_ids, logits, name=name)
-
-
-def token_mean(x, token_ids):
-    """The mean of ``x`` ``(B, T, d)`` over each row's real tokens (nonzero
-    ids of ``token_ids`` ``(B, T)``): ``(B, d)``, zeros for a row of padding
-    only (Keras' masked GlobalAveragePooling1D would divide 0 by 0 there).
-    The classifiers' reader (`sequence_classifier`, and
-    `classifier_from_language_model` with ``pooling="mean"``)."""
-    # expand_dims, not [:, :, None]: a new axis by slicing converts to
-    # TensorFlow Lite only through its Flex ops.
-    real = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(token_ids, 0), x.dtype), -1)
-    return keras.ops.sum(x * real, axis=1) / keras.ops.maximum(keras.ops.sum(real, axis=1), 1.0)
+    return TextClassifier(keras.Model(token_ids, x, name="encoder"), num_classes,
+                          pooling="mean", dropout=dropout, name=name)
 
 
 def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, num_heads,
@@ -286,13 +262,17 @@ def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, n
     headed = any(takes_num_heads(cell) for cell in cells)
     num_heads = check_num_heads(where, "units", units, num_heads) if headed else 1
     intermediate_dim = check_positive_int(where, "intermediate_dim", intermediate_dim)
-    x = keras.layers.Embedding(vocabulary_size, units, name="embedding")(token_ids)
+    embedding = keras.layers.Embedding(vocabulary_size, units, name="embedding")
+    x, blocks = embedding(token_ids), []
     for i in range(num_layers):
         block = RecurrentBlock(units, cell=cells[i % len(cells)], num_heads=num_heads,
                                intermediate_dim=intermediate_dim)
         x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
-        x = RNN(block, return_sequences=True, name=f"recurrent_{i}")(x)
-    x = keras.layers.RMSNormalization(epsilon=1e-6, name="final_norm")(x)
-    x = keras.layers.Dropout(dropout, name="output_dropout")(x)
-    logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
-    return keras.Model(token_ids, logits, name=name)
+        blocks.append(RNN(block, return_sequences=True, name=f"recurrent_{i}"))
+        x = blocks[-1](x)
+    final_norm = keras.layers.RMSNormalization(epsilon=1e-6, name="final_norm")
+    x = keras.layers.Dropout(dropout, name="output_dropout")(final_norm(x))
+    output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
+    output_layer(x)
+    return CausalLM(embedding, blocks, output_layer=output_layer, final_norm=final_norm,
+                    dropout=dropout, name=name)

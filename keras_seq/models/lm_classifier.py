@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from keras_seq._validation import (
     check_bool,
@@ -13,11 +12,7 @@ from keras_seq._validation import (
     invalid_type,
 )
 from keras_seq.model_kinds import CLASSIFIER_POOLINGS as POOLINGS
-from keras_seq.models.language_model import (
-    language_model_hidden_states,
-    language_model_kind,
-    token_mean,
-)
+from keras_seq.tasks import CausalLM, TextClassifier, as_task
 
 
 def classifier_from_language_model(
@@ -68,9 +63,11 @@ def classifier_from_language_model(
             ``"mean"`` (the mean of h over the real tokens).
 
     Returns:
-        A `keras.Model` ``token_ids (B, T) -> logits (B, num_classes)``, or
-        with ``lm_logits`` ``-> {"classes": (B, num_classes), "next_tokens":
-        (B, T, vocabulary_size)}``. The new layers are ``"class_dropout"`` and
+        A `keras_seq.tasks.TextClassifier` ``token_ids (B, T) -> logits (B,
+        num_classes)`` over ``lm_model``'s `CausalLM.backbone`, or with
+        ``lm_logits`` ``-> {"classes": (B, num_classes), "next_tokens": (B, T,
+        vocabulary_size)}`` (`TextClassifier.without_language_model` is then
+        the classifier alone). The new layers are ``"class_dropout"`` and
         ``"class_logits"``.
 
     Examples:
@@ -89,20 +86,15 @@ def classifier_from_language_model(
     dropout = check_rate(where, "dropout", dropout)
     lm_logits = check_bool(where, "lm_logits", lm_logits)
     check_choice(where, "pooling", pooling, POOLINGS)
-    if language_model_kind(lm_model) is None:
+    try:
+        language_model = as_task(lm_model)
+    except TypeError:
+        language_model = None
+    if not isinstance(language_model, CausalLM):
         raise invalid_type(where, "lm_model",
                            "a keras.Model built by keras_seq.models.language_model", lm_model)
-    h = language_model_hidden_states(lm_model)  # (B, T, d)
-    token_ids = lm_model.inputs[0]
-    if pooling == "last":
-        lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)  # (B,)
-        last = ops.maximum(lengths - 1, 0)  # a row of padding only reads position 0
-        pooled = ops.take_along_axis(h, last[:, None, None], axis=1)[:, 0]  # (B, d)
-    else:
-        pooled = token_mean(h, token_ids)
-    pooled = keras.layers.Dropout(dropout, name="class_dropout")(pooled)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="class_logits")(pooled)
     if lm_logits:
-        return keras.Model(token_ids, {"classes": logits, "next_tokens": lm_model.output},
-                           name=name)
-    return keras.Model(token_ids, logits, name=name)
+        return TextClassifier(language_model=language_model, num_classes=num_classes,
+                              pooling=pooling, dropout=dropout, name=name)
+    return TextClassifier(language_model.backbone, num_classes, pooling=pooling,
+                          dropout=dropout, name=name)

@@ -1,19 +1,10 @@
 """Sequence-to-sequence builders: recurrent with attention, and Transformer.
 
-Design: each builder returns a functional `keras.Model` with inputs
-``encoder_inputs (B, S)`` and ``decoder_inputs (B, T)`` (int token ids, 0 =
-padding) and the output ``logits (B, T, V)``, trained with teacher forcing.
-Its parts are reachable by layer name so that `keras_seq.decoding` can run the
-decoder one step at a time without a second model:
-
-- ``"encoder"``: a nested functional model, source ids -> encoder outputs
-  (the recurrent one also returns the decoder's initial states);
-- ``"target_embedding"``, then the decoder (``"decoder"`` for the recurrent
-  model, ``"decoder_layer_{i}"`` for the Transformer), then ``"logits"`` (or
-  the tied ``"target_embedding"`` called with ``reverse=True``).
-
-`seq2seq_kind` is the one function that reads these names to tell which
-builder made a model.
+Each builder makes the parts of a translator and returns the
+`keras_seq.tasks.Seq2SeqLM` they make: inputs ``encoder_inputs (B, S)`` and
+``decoder_inputs (B, T)`` (int token ids, 0 = padding), output ``logits (B,
+T, V)``, trained with teacher forcing; decoding runs the task's own step
+(`Seq2SeqLM.call_with_cache`).
 """
 
 from __future__ import annotations
@@ -27,26 +18,23 @@ from keras_seq._validation import (
     check_rate,
     check_zoneout,
 )
-from keras_seq.layers import Bidirectional, PaddingMask, RecurrentDecoder
+from keras_seq.layers import Bidirectional, RecurrentDecoder
 from keras_seq.layers.recurrent.recurrent_decoder import ATTENTION_KINDS
 from keras_seq.layers.recurrent.registry import check_cell, num_states, recurrent_layer
-from keras_seq.models.embedding import check_num_heads, embed_positions
+from keras_seq.models.embedding import check_num_heads
+from keras_seq.tasks import Seq2SeqLM, as_task
 
 
 def seq2seq_kind(model) -> str | None:
-    """Which builder made a translation model: ``"rnn"``, ``"transformer"`` or None.
-
-    Decoding, export and the command line read the models' parts by layer
-    name (see the module docstring); this is the one place that knows which
-    names each builder gives. A model loaded from a ``.keras`` file keeps them.
+    """Which kind of translator a model is: ``"rnn"``, ``"transformer"`` or None.
 
     Args:
-        model: any object; only a `keras.Model` with the builders' inputs and
-            named parts gets a kind.
+        model: any object; a `keras_seq.tasks.Seq2SeqLM` (or a model of the
+            release's builders) gets a kind.
 
     Returns:
-        ``"rnn"`` for `rnn_seq2seq`, ``"transformer"`` for
-        `transformer_seq2seq`, None for anything else.
+        ``"rnn"`` for a recurrent decoder (`rnn_seq2seq`), ``"transformer"``
+        for Transformer blocks (`transformer_seq2seq`), None for anything else.
 
     Examples:
         >>> seq2seq_kind(rnn_seq2seq(20, 15, units=8, embedding_dim=4))
@@ -54,19 +42,13 @@ def seq2seq_kind(model) -> str | None:
         >>> seq2seq_kind(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])) is None
         True
     """
-    if not isinstance(model, keras.Model) or not getattr(model, "inputs", None):
+    try:
+        task = as_task(model)
+    except TypeError:
         return None
-    inputs = {t.name for t in model.inputs}
-    if not {"encoder_inputs", "decoder_inputs"} <= inputs:
+    if not isinstance(task, Seq2SeqLM):
         return None
-    names = {layer.name for layer in model.layers}
-    if not {"encoder", "target_embedding", "logits"} <= names:
-        return None
-    if "decoder" in names:
-        return "rnn"
-    if {"target_position", "decoder_layer_0"} <= names:
-        return "transformer"
-    return None
+    return "rnn" if task.recurrent else "transformer"
 
 
 def rnn_seq2seq(
@@ -122,8 +104,8 @@ def rnn_seq2seq(
             `keras_seq.layers.PeepholeLSTM`), with every ``cell``. Default 0.
 
     Returns:
-        An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
-        logits (B, T, target_vocabulary_size)``.
+        An uncompiled `keras_seq.tasks.Seq2SeqLM` ``{"encoder_inputs",
+        "decoder_inputs"} -> logits (B, T, target_vocabulary_size)``.
 
     Examples:
         >>> model = rnn_seq2seq(20, 15, units=8, embedding_dim=4)
@@ -170,14 +152,15 @@ def rnn_seq2seq(
         encoder = keras.Model(source, h, name="encoder")
     else:
         encoder = _bidirectional_encoder(source, x, cell, units, extra)
-
+    # The parts are built here, in the order of their calls, so that a seed
+    # gives the weights it gave when this builder returned this graph itself.
     encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
     decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
     h, *s0 = encoder(encoder_inputs) if not monotonic else [encoder(encoder_inputs)]
-    y = keras.layers.Embedding(
+    target_embedding = keras.layers.Embedding(
         target_vocabulary_size, embedding_dim, mask_zero=True, name="target_embedding"
-    )(decoder_inputs)
-    y = keras.layers.Dropout(dropout, name="target_dropout")(y)
+    )
+    y = keras.layers.Dropout(dropout, name="target_dropout")(target_embedding(decoder_inputs))
     decoder = RecurrentDecoder(
         units,
         cell=cell,
@@ -186,17 +169,12 @@ def rnn_seq2seq(
         name="decoder",
         **extra,
     )
-    if attention:
-        o = decoder(y, h, initial_state=s0 or None)
-    else:
-        o = decoder(y, initial_state=s0)
+    o = decoder(y, h, initial_state=s0 or None) if attention else decoder(y, initial_state=s0)
     o = keras.layers.Dropout(dropout, name="output_dropout")(o)
-    logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(o)
-    # A list of named inputs, not a dict: the model is still called with a
-    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
-    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
-    # model with a flat list, can convert it.
-    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
+    logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")
+    logits(o)
+    return Seq2SeqLM(encoder, target_embedding, decoder, output_layer=logits, dropout=dropout,
+                     name=name)
 
 
 def _bidirectional_encoder(source, x, cell, units, extra):
@@ -256,8 +234,8 @@ def transformer_seq2seq(
         name: model name.
 
     Returns:
-        An uncompiled `keras.Model` ``{"encoder_inputs", "decoder_inputs"} ->
-        logits (B, T, target_vocabulary_size)``.
+        An uncompiled `keras_seq.tasks.Seq2SeqLM` ``{"encoder_inputs",
+        "decoder_inputs"} -> logits (B, T, target_vocabulary_size)``.
 
     Examples:
         >>> model = transformer_seq2seq(20, 15, num_layers=1, model_dim=8,
@@ -270,7 +248,8 @@ def transformer_seq2seq(
     References:
         Vaswani et al. Attention Is All You Need. NeurIPS 2017.
     """
-    from keras_seq.layers import TransformerDecoder, TransformerEncoder
+    from keras_seq.layers import PaddingMask, TransformerDecoder, TransformerEncoder
+    from keras_seq.models.embedding import embed_positions
 
     where = "transformer_seq2seq"
     source_vocabulary_size = check_positive_int(
@@ -289,7 +268,7 @@ def transformer_seq2seq(
 
     source = keras.Input((None,), dtype="int32", name="source_ids")
     source_mask = PaddingMask(name="source_padding_mask")(source)
-    x, _ = embed_positions(source, source_vocabulary_size, model_dim, dropout, "source")
+    x, _, _ = embed_positions(source, source_vocabulary_size, model_dim, dropout, "source")
     for i in range(num_layers):
         x = TransformerEncoder(
             intermediate_dim,
@@ -302,33 +281,30 @@ def transformer_seq2seq(
         x = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(x)
     encoder = keras.Model(source, x, name="encoder")
 
+    # The parts are built here, in the order of their calls, so that a seed
+    # gives the weights it gave when this builder returned this graph itself.
     encoder_inputs = keras.Input((None,), dtype="int32", name="encoder_inputs")
     decoder_inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
     encoder_mask = PaddingMask(name="encoder_padding_mask")(encoder_inputs)
     decoder_mask = PaddingMask(name="decoder_padding_mask")(decoder_inputs)
     h = encoder(encoder_inputs)
-    y, target_embedding = embed_positions(
+    y, target_embedding, target_position = embed_positions(
         decoder_inputs, target_vocabulary_size, model_dim, dropout, "target"
     )
+    blocks = []
     for i in range(num_layers):
-        y = TransformerDecoder(
-            intermediate_dim,
-            num_heads,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            name=f"decoder_layer_{i}",
-        )(y, h, decoder_padding_mask=decoder_mask, encoder_padding_mask=encoder_mask)
+        blocks.append(TransformerDecoder(intermediate_dim, num_heads, dropout=dropout,
+                                         normalize_first=normalize_first,
+                                         name=f"decoder_layer_{i}"))
+        y = blocks[-1](y, h, decoder_padding_mask=decoder_mask, encoder_padding_mask=encoder_mask)
+    final_norm = None
     if normalize_first:
-        y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(y)
-    if tie_embeddings:
-        # A float32 identity keeps the output name and float32 logits under
-        # mixed precision.
-        logits = target_embedding(y, reverse=True)
-        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-    else:
-        logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")(y)
-    # A list of named inputs, not a dict: the model is still called with a
-    # dict {"encoder_inputs": ..., "decoder_inputs": ...} (Keras matches the
-    # names), and tf.lite.TFLiteConverter.from_keras_model, which calls the
-    # model with a flat list, can convert it.
-    return keras.Model([encoder_inputs, decoder_inputs], logits, name=name)
+        final_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")
+        y = final_norm(y)
+    output_layer = None
+    if not tie_embeddings:
+        output_layer = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")
+        output_layer(y)
+    return Seq2SeqLM(encoder, target_embedding, blocks, output_layer=output_layer,
+                     target_position=target_position, final_norm=final_norm,
+                     dropout=dropout, name=name)

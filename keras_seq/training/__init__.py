@@ -140,17 +140,15 @@ from keras_seq.run_config import (
     TrainingConfig,
     default_for,
 )
+from keras_seq.tasks.text_classifier import class_probabilities
 from keras_seq.training.backup import HISTORY_FILE
 from keras_seq.training.evaluation import (
     classification_scores,
     evaluate_and_save,
-    evaluate_classifier_and_save,
-    evaluate_text_and_save,
     text_loss,
 )
 from keras_seq.training.inference import (
     InputWarning,
-    class_probabilities,
     classify_texts,
     generate_text,
     make_decoder,
@@ -213,8 +211,6 @@ __all__ = [
     "classify_texts",
     "default_for",
     "evaluate_and_save",
-    "evaluate_classifier_and_save",
-    "evaluate_text_and_save",
     "folder_lock",
     "generate_text",
     "length_buckets",

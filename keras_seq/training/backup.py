@@ -20,6 +20,7 @@ import time
 
 import keras
 
+from keras_seq import recipes
 from keras_seq.run_config import BACKUP_DIR, NOT_IN_BACKUP, TrainingConfig
 from keras_seq.training.model import build_optimizer
 
@@ -47,8 +48,8 @@ def run_name(config: TrainingConfig, fingerprint: dict) -> str:
     configuration in ``config.out``, or a new
     ``[lm-]<model>-<cell or layers x units>-<time>``."""
     prefix = "{}{}-{}-".format(
-        f"{config.task}-" if config.task in ("lm", "bilm", "classify") else "",
-        config.model, config.cell if config.model == "rnn" else f"{config.layers}x{config.units}",
+        recipes.get(config.task).run_prefix, config.model,
+        config.cell if config.model == "rnn" else f"{config.layers}x{config.units}",
     )
     if config.name:
         return config.name

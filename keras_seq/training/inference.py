@@ -8,13 +8,19 @@ import warnings
 from collections.abc import Sequence
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
-from keras_seq._validation import check_float, check_int, check_positive_int, invalid_value
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_float,
+    check_int,
+    check_positive_int,
+    invalid_type,
+    invalid_value,
+)
 from keras_seq.run_config import GREEDY_ZERO_DEPRECATED
 from keras_seq.training.run_folder import read_run
 
 __all__ = [
     "InputWarning",
-    "class_probabilities",
     "classify_texts",
     "generate_text",
     "make_decoder",
@@ -105,17 +111,16 @@ def translate_texts(
     beam_width = _beam_width(where, beam_width)
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
-        raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")
+        raise invalid_type(where, "texts", "a sequence of str", texts)
     run = read_run(run_dir, where, task="translate")
-    config = run.config
-    model = run.load_model()
-    tokenizer = run.load_tokenizer()
+    translator = run.load_task()
+    preprocessor = translator.preprocessor
     texts = list(texts)
-    warn_about_inputs(tokenizer, texts, config["source_length"])
-    decode = make_decoder(
-        model, config["source_length"], config["target_length"], beam_width, length_penalty
-    )
-    return translate_strings(decode, tokenizer, texts, config["source_length"])
+    warn_about_inputs(preprocessor.tokenizer, texts, preprocessor.sequence_length)
+    from keras_seq.samplers import BeamSampler
+
+    sampler = "greedy" if beam_width == 1 else BeamSampler(beam_width, length_penalty)
+    return translator.generate(texts, sampler=sampler) if texts else []
 
 
 class InputWarning(UserWarning):
@@ -185,11 +190,9 @@ def classify_texts(
         ValueError: the run is not a classifier.
     """
     require_tensorflow("keras_seq.training.classify_texts", START_UNDER_TENSORFLOW)
-    from keras_seq.data import classification_ids
-
     where = "classify_texts"
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
-        raise TypeError(f"{where}: `texts` must be a sequence of str, received {texts!r:.80}.")
+        raise invalid_type(where, "texts", "a sequence of str", texts)
     batch_size = check_positive_int(where, "batch_size", batch_size)
     run = read_run(run_dir, where, task="classify")
     length = int(run.config["source_length"])
@@ -198,12 +201,7 @@ def classify_texts(
     warn_about_inputs(tokenizer, texts, length, done="classified")
     if not texts:
         return []
-    model = run.load_model(compile=False)
-    batches = (classification_ids(tokenizer, texts[i : i + batch_size], length)
-               for i in range(0, len(texts), batch_size))
-    probabilities = class_probabilities(model, batches)
-    labels = run.metrics["labels"]
-    return [(labels[i], float(p[i])) for p, i in zip(probabilities, probabilities.argmax(-1))]
+    return run.load_task().classify(texts, batch_size=batch_size)
 
 
 def generate_text(
@@ -247,21 +245,21 @@ def generate_text(
     run = read_run(run_dir, where, task="lm")
     config = run.config
     if not isinstance(prompt, str):
-        raise TypeError(f"{where}: `prompt` must be a str, received {type(prompt).__name__}.")
+        raise invalid_type(where, "prompt", "a str", prompt)
     if not prompt:
         raise invalid_value(where, "prompt", "at least one character", prompt)
     tokenizer = run.load_tokenizer()
     vocabulary = tokenizer.vocabulary
     unknown = sorted(set(prompt) - set(vocabulary[len(RESERVED_TOKENS):]))
     if unknown:
-        raise ValueError(
-            f"{where}: the prompt {prompt!r} has characters the run's vocabulary lacks: "
+        raise ArgumentValueError(
+            where, f"the prompt {prompt!r} has characters the run's vocabulary lacks: "
             f"{''.join(unknown)!r}."
         )
     length = check_positive_int(where, "length", length)
     temperature = check_float(where, "temperature", temperature, low=0.0)
     seed = check_int(where, "seed", seed, allow_none=True)
-    model = run.load_model(compile=False)  # for inference: no optimizer
+    model = run.load_task()  # for inference: no optimizer
 
     @tf.function(autograph=False)
     def run(prompt_ids):
@@ -273,16 +271,3 @@ def generate_text(
 
     ids = run(tokenizer.tokenize([prompt]).to_tensor())[0].numpy()
     return "".join(vocabulary[i] for i in ids)
-
-
-def class_probabilities(model, ids_batches):
-    """Class probabilities ``(N, classes)`` float32 (NumPy) of a classifier over
-    batches of token ids ``(B, T)``: the softmax of its logits."""
-    import numpy as np
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def probabilities(ids):
-        return tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
-
-    return np.concatenate([probabilities(ids).numpy() for ids in ids_batches])

@@ -17,10 +17,12 @@ import fcntl
 import os
 from collections.abc import Iterator
 
+from keras_seq._validation import Explained
+
 __all__ = ["FolderInUseError", "folder_lock"]
 
 
-class FolderInUseError(RuntimeError):
+class FolderInUseError(Explained, RuntimeError):
     """Another process is writing the folder (`folder_lock`)."""
 
 
@@ -74,7 +76,7 @@ def folder_lock(folder: str | os.PathLike, where: str) -> Iterator[None]:
         except BlockingIOError:
             os.close(fd)
             raise FolderInUseError(
-                f"{folder} is in use by {_holder(path)}; wait for it to finish, or choose "
+                None, f"{folder} is in use by {_holder(path)}; wait for it to finish, or choose "
                 "another folder."
             ) from None
         # The holder before us may have removed the file between our open and

@@ -1,8 +1,10 @@
 """`train`: the run, from the data to the run folder (``keras-seq train``).
 
-The steps are in their own modules: `keras_seq.training.prepare` (data),
-`keras_seq.training.model` (model and optimizer), `keras_seq.training.backup`
-(resuming), `keras_seq.training.evaluation` (the run folder's files).
+One pipeline for every task: the run's recipe (`keras_seq.recipes`, by its
+``task``) reads its data, prepares its datasets, builds its task model and
+its loss, and scores it; this module runs the strategy, the folder lock,
+the backups (`keras_seq.training.backup`) and ``fit``, and the run folder
+is written by `keras_seq.training.evaluation.evaluate_and_save`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 
 import keras
 
+from keras_seq import recipes
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
-from keras_seq._validation import invalid_value
-from keras_seq.run_config import BACKUP_DIR, TEXT_TASKS, TrainingConfig
+from keras_seq._validation import Arg, ArgumentValueError, ExistingFileError, invalid_value
+from keras_seq.recipes.classification import with_language_model
+from keras_seq.run_config import BACKUP_DIR, TrainingConfig
 from keras_seq.training.backup import (
     HISTORY_FILE,
     History,
@@ -29,14 +33,8 @@ from keras_seq.training.backup import (
     run_fingerprint,
     run_name,
 )
-from keras_seq.training.evaluation import (
-    evaluate_and_save,
-    evaluate_classifier_and_save,
-    evaluate_text_and_save,
-)
+from keras_seq.training.evaluation import evaluate_and_save
 from keras_seq.training.locking import folder_lock
-from keras_seq.training.model import build_model, compile_model
-from keras_seq.training.prepare import load_data, prepare_data, with_language_model
 from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TrainingResult", "train"]
@@ -100,8 +98,9 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     # its options only): bad data stops the run before anything is created.
     # Then the strategy: a multi-worker strategy must exist before TensorFlow
     # runs any op.
+    recipe = recipes.get(config.task)
     config = with_language_model(config)
-    loaded = load_data(config)
+    loaded = recipe.read(config)
     strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
     strategy = make_strategy(strategy_name)
     replicas = strategy.num_replicas_in_sync
@@ -120,28 +119,29 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     # Only the chief writes the run folder; the other workers of a cluster
     # (which may share the machine and the folder) write elsewhere.
     with folder_lock(shared_dir, "train") if chief else contextlib.nullcontext():
-        return _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerprint,
-                                chief, shared_dir)
+        return _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name,
+                                fingerprint, chief, shared_dir)
 
 
-def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerprint, chief,
-                     shared_dir):
+def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, fingerprint,
+                     chief, shared_dir):
     replicas = strategy.num_replicas_in_sync
     backup_dir = os.path.join(shared_dir, BACKUP_DIR)
     state = None if config.fresh else read_backup(backup_dir)
     if state is None and not config.fresh and os.path.isfile(
         os.path.join(shared_dir, "metrics.json")
     ):
-        raise FileExistsError(
-            f"{shared_dir} already holds a finished run (metrics.json); pass fresh=True "
-            "(keras-seq train --fresh) to train it again from the start, or choose another name."
+        raise ExistingFileError(
+            "train", f"{shared_dir} already holds a finished run (metrics.json); pass ",
+            Arg("fresh", True), " to train it again from the start, or choose another ",
+            Arg("name"), "."
         )
     if state is not None and state["config"] != fingerprint:
         changed = sorted(k for k in fingerprint if state["config"].get(k) != fingerprint[k])
-        raise ValueError(
-            f"train: the backup in {backup_dir} was written by a run with other options "
-            f"({', '.join(changed)}); run the same command to resume it, or pass fresh=True "
-            "(--fresh) to start over."
+        raise ArgumentValueError(
+            "train", f"the backup in {backup_dir} was written by a run with other options (",
+            *_listed([Arg(k) for k in changed]), "); run the same command to resume it, or "
+            "pass ", Arg("fresh", True), " to start over."
         )
     if config.fresh and chief:
         for folder in (backup_dir, os.path.join(shared_dir, "logs")):
@@ -151,28 +151,18 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
 
     # Before the folder: a text too short in WordPiece tokens, or a
     # vocabulary larger than asked, is found only once the tokenizer is learned.
-    prepared = prepare_data(config, loaded)
+    prepared = recipe.prepare(config, loaded, replicas)
     os.makedirs(run_dir, exist_ok=True)
     tokenizer, steps_per_epoch = prepared.tokenizer, prepared.steps_per_epoch
-    classify = config.task == "classify"
-    if classify:
-        prepared.validation_data = prepared.validation_batches(replicas)
-        for line in class_report(prepared, config):
-            _say(config, line)
+    for line in recipe.notes(prepared, config):
+        _say(config, line)
     t_data = time.perf_counter()
 
     with strategy.scope():
-        model = build_model(config, tokenizer.vocabulary_size,
-                            len(prepared.labels) if classify else None)
-        warn_about_script_classes(model, "train")
-        kept = model  # the model the run folder keeps
-        if config.scheduled_sampling:
-            from keras_seq.training.scheduled_sampling import ScheduledSampling
-
-            model = ScheduledSampling(kept, config.scheduled_sampling, config.sampling_schedule,
-                                      total_steps=config.epochs * steps_per_epoch,
-                                      seed=config.seed)
-        compile_model(model, config, steps=config.epochs * steps_per_epoch)
+        task = recipe.build(config, prepared)
+        warn_about_script_classes(task, "train")
+        model = recipe.trainer(task, config, prepared)  # what fit trains
+        recipe.compile(model, config, steps=config.epochs * steps_per_epoch)
         epoch, step = 0, 0
         if state is not None:
             epoch, step = restore_backup(model, backup_dir, state)
@@ -213,54 +203,23 @@ def _train_in_folder(config, t_start, loaded, strategy, strategy_name, fingerpri
         "resumed_from_epoch": None if state is None else state["epoch"] + 1,
         # Of the last epoch (None when it was trained before a resumption).
         "loss": history["loss"][-1] if history else None,
+        # Of the last epoch's validation; a score of the recipe's own name wins.
+        "val_loss": history["val_loss"][-1] if history.get("val_loss") else None,
     }
     seconds = {"data": t_data - t_start, "train": t_train - t_data}
-    model = kept
-    if classify:
-        metrics = evaluate_classifier_and_save(
-            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
-            started=t_start, replicas=replicas, extra=extra,
-        )
-    elif config.task in TEXT_TASKS:
-        metrics = evaluate_text_and_save(
-            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
-            started=t_start, replicas=replicas, extra=extra,
-        )
-    else:
-        extra["val_loss"] = history["val_loss"][-1] if history else None
-        metrics = evaluate_and_save(
-            model, prepared, run_dir, dataclasses.asdict(config), seconds=seconds,
-            started=t_start, replicas=replicas,
-            attention=config.model == "transformer" or config.attention != "none",
-            extra=extra,
-        )
+    metrics = evaluate_and_save(task, prepared, run_dir, config, seconds=seconds,
+                                started=t_start, replicas=replicas, extra=extra)
     # The run folder is complete: the backup has done its job.
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
-    return TrainingResult(run_dir, metrics, model, tokenizer)
+    return TrainingResult(run_dir, metrics, recipe.kept(task), tokenizer)
 
 
-def class_report(prepared, config: TrainingConfig) -> list[str]:
-    """What a classification run says about its data before it trains: the
-    classes and their balance, and texts that it reads otherwise than written."""
-    counts = prepared.class_counts(prepared.train_examples)
-    largest, smallest = max(counts), min(counts)
-    lines = [
-        f"Classes: {len(counts)}; training texts per class {smallest} to {largest}"
-        + (f" (imbalance {largest / smallest:.1f}x; class weights {config.class_weight})"
-           if largest > smallest else " (balanced)")
-    ]
-    if largest >= 2 * smallest and config.class_weight == "none":
-        lines.append("Note: the classes are imbalanced; --class-weight balanced weighs each "
-                     "class's texts by n / (classes x n_class).")
-    cut = {part: n for part, n in prepared.truncated.items() if n}
-    if cut:
-        lines.append(
-            "Note: texts longer than " f"{config.max_source_length} tokens are read up to "
-            "there (--max-source-length): " + ", ".join(f"{n} {part}" for part, n in cut.items()))
-    if prepared.unknown_tokens:
-        lines.append(f"Note: {prepared.unknown_tokens} tokens of the training texts are outside "
-                     "the vocabulary and read as [UNK].")
-    return lines
+def _listed(parts: list) -> list:
+    """``parts`` separated by commas, as message parts."""
+    listed = []
+    for i, part in enumerate(parts):
+        listed += [", ", part] if i else [part]
+    return listed
 
 
 def _say(config: TrainingConfig, message: str) -> None:

@@ -1,10 +1,10 @@
-"""Reading a run folder: the one reader that translate, generate and export use.
+"""A run folder: its one writer (`write_run`) and its one reader (`read_run`).
 
 A run folder is what `keras_seq.training.train` (or `keras_seq.tuning.search`)
 writes: ``metrics.json`` (with the run's ``config``), ``model.keras``, the
-tokenizer files, and for translation runs ``test.tsv``, the held-out split
-the run was scored on, so that its pairs are read back as they were, never
-drawn again from the run's options.
+tokenizer files, and the held-out data the run was scored on (``test.tsv``,
+``test.txt``), so that it is read back as it was, never drawn again from the
+run's options.
 
 ``metrics.json`` also records ``user_modules``: the modules that define the
 user classes of the model (`user_modules`), which `RunFolder.load_model`
@@ -18,8 +18,8 @@ import importlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
 
+from keras_seq._validation import Arg, ArgumentValueError, Call, Explained
 from keras_seq.folders import run_metrics_path
 
 __all__ = [
@@ -32,8 +32,7 @@ __all__ = [
     "read_run",
     "user_modules",
     "warn_about_script_classes",
-    "write_held_out",
-    "write_held_out_text",
+    "write_run",
 ]
 
 HELD_OUT_FILE = "test.tsv"
@@ -49,7 +48,7 @@ SCRIPT_MODULE = "__main__"
 _KNOWN_PACKAGES = frozenset({"builtins", "keras", "keras_seq", "tensorflow"})
 
 
-class UserModuleError(ImportError):
+class UserModuleError(Explained, ImportError):
     """A module that a run's model needs (``metrics.json``'s ``user_modules``)
     cannot be imported, or the run's classes came from a script.
 
@@ -59,8 +58,11 @@ class UserModuleError(ImportError):
     """
 
     def __init__(self, message: str, name: str, run_dir: str):
-        super().__init__(message, name=name)
-        self.run_dir = run_dir
+        super().__init__(None, message)
+        self.name, self.run_dir = name, run_dir
+
+    def __reduce__(self):
+        return (UserModuleError, (self.render(), self.name, self.run_dir))
 
 
 def _user_classes(model) -> list[type]:
@@ -141,13 +143,11 @@ class RunFolder:
         return self.metrics["config"]
 
     @property
-    def is_language_model(self) -> bool:
-        return self.config.get("task") == "lm"
+    def recipe(self):
+        """The recipe of the run's task (`keras_seq.recipes`)."""
+        from keras_seq import recipes
 
-    @property
-    def is_classifier(self) -> bool:
-        """A ``task="classify"`` run (its ``metrics.json`` has the ``labels``)."""
-        return self.config.get("task") == "classify"
+        return recipes.recipe_of_run(self.config)
 
     @property
     def user_modules(self) -> list[str]:
@@ -162,9 +162,9 @@ class RunFolder:
             isinstance(m, str) and all(part.isidentifier() for part in m.split("."))
             for m in modules
         ):
-            raise ValueError(
-                f"{os.path.join(self.path, 'metrics.json')}: `{USER_MODULES_KEY}` must be a list "
-                f"of module names, received {modules!r:.200}."
+            raise ArgumentValueError(
+                None, f"{os.path.join(self.path, 'metrics.json')}: `{USER_MODULES_KEY}` must be "
+                f"a list of module names, received {modules!r:.200}."
             )
         return modules
 
@@ -221,6 +221,23 @@ class RunFolder:
                 SCRIPT_MODULE, self.path,
             ) from error
 
+    def load_task(self):
+        """The run's model as its task (`keras_seq.tasks`), with its preprocessor.
+
+        ``model.keras`` loaded for inference (`load_model` with
+        ``compile=False``); a model of the release before tasks (a plain
+        functional model) is read as its task (`keras_seq.tasks.as_task`),
+        its preprocessor made from the run's tokenizer files and lengths.
+        """
+        from keras_seq.tasks import as_task
+        from keras_seq.tasks.release import release_preprocessor
+
+        task = as_task(self.load_model(compile=False), "load_task")
+        if task.preprocessor is None:
+            task.preprocessor = release_preprocessor(task, self.config, self.metrics,
+                                                     self.load_tokenizer())
+        return task
+
     def load_tokenizer(self):
         """The run's tokenizer (`keras_seq.text.load_tokenizer`)."""
         from keras_seq import text
@@ -272,70 +289,68 @@ class RunFolder:
 
 
 def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
-    """Reads a run folder's ``metrics.json``; ``task``: ``"translate"``, ``"lm"``
-    or ``"classify"``, the kind of run ``where`` needs.
+    """Reads a run folder's ``metrics.json``; ``task``: the kind of run ``where``
+    needs (a task name: its runs are those whose recipe has the same use,
+    ``"dates"`` and ``"translate"`` alike), or None for any.
 
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.json``.
         ValueError: ``metrics.json`` is not a run's, or the run is of another kind.
     """
+    from keras_seq import recipes
+
     run_dir = os.fspath(run_dir)
     metrics_path = run_metrics_path(run_dir, where)
     try:
         with open(metrics_path, encoding="utf-8") as f:
             metrics = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{where}: {metrics_path} is not valid JSON ({error}).") from None
+        raise ArgumentValueError(where, f"{metrics_path} is not valid JSON ({error}).") from None
     if not isinstance(metrics, dict) or not isinstance(metrics.get("config"), dict):
-        raise ValueError(f"{where}: {metrics_path} has no `config`; is it a run's?")
+        raise ArgumentValueError(where, f"{metrics_path} has no `config`; is it a run's?")
     run = RunFolder(run_dir, metrics)
-    if task is not None and run.config.get("task") == "bilm":
-        raise ValueError(
-            f"{where}: {run_dir} holds a bidirectional language model (keras-seq train --task "
-            "bilm): load its model.keras and use keras_seq.models.contextual_embedder for "
-            "contextual vectors; it neither translates nor generates."
+    if task is None:
+        return run
+    has, needed = run.recipe, recipes.get(task, where)
+    if has.uses != needed.uses:
+        raise ArgumentValueError(
+            where, f"{run_dir} holds a {has.noun} (", Arg("task", has.name), "), not a "
+            f"{needed.noun}; use ", Call(has.uses), "."
         )
-    if task is not None and task != "classify" and run.is_classifier:
-        raise ValueError(
-            f"{where}: {run_dir} holds a text classifier (keras-seq train --task classify); "
-            "classify texts with classify_texts (keras-seq classify)."
-        )
-    if task == "classify" and not run.is_classifier:
-        kind, use = (("language model", "generate_text (keras-seq generate)")
-                     if run.is_language_model else
-                     ("translation model", "translate_texts (keras-seq translate)"))
-        raise ValueError(
-            f"{where}: {run_dir} holds a {kind}, not a text classifier (train one with "
-            f"task='classify'); use {use}."
-        )
-    if task == "translate" and run.is_language_model:
-        raise ValueError(
-            f"{where}: {run_dir} holds a language model (keras-seq train --task lm); sample "
-            "from it with generate_text (keras-seq generate)."
-        )
-    if task == "lm" and not run.is_language_model:
-        raise ValueError(
-            f"{where}: {run_dir} holds a translation model, not a language model (train one "
-            "with task='lm'); use translate_texts (keras-seq translate)."
-        )
-    if task == "translate":
-        for key in ("source_length", "target_length"):
-            if key not in run.config:
-                raise ValueError(f"{where}: {metrics_path} has no config.{key}.")
+    for key in needed.recorded_sizes:
+        if key not in run.config:
+            raise ArgumentValueError(where, f"{metrics_path} has no config.{key}.")
     return run
 
 
-def write_held_out(run_dir: str, pairs: Sequence[tuple[str, str]]) -> str:
-    """Writes the held-out pairs of a translation run to ``run_dir/test.tsv``."""
-    path = os.path.join(run_dir, HELD_OUT_FILE)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(f"{source}\t{target}\n" for source, target in pairs)
-    return path
+def write_run(run_dir: str, model, tokenizer, metrics: dict, held_out=None, figures=None,
+              seconds: dict | None = None, started: float | None = None) -> dict:
+    """Writes a run folder's files: the one writer of every task's runs.
 
+    ``model.keras`` (the model, with its preprocessor), the tokenizer files
+    (``vocab.txt``, ``tokenizer.json``), the held-out data (``held_out``:
+    ``(file name, text)``), each figure (``figures``: ``{file name: draw(path)}``)
+    and, last, ``metrics.json``: ``metrics``, with ``seconds`` (the run's
+    timings; ``total`` since ``started``, a `time.perf_counter` value) and
+    ``user_modules`` (`user_modules`). Returns the metrics written.
+    """
+    import time
 
-def write_held_out_text(run_dir: str, text: str) -> str:
-    """Writes the held-out text of a language-model run to ``run_dir/test.txt``."""
-    path = os.path.join(run_dir, HELD_OUT_TEXT_FILE)
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    return path
+    model.save(os.path.join(run_dir, "model.keras"))
+    tokenizer.save(run_dir)
+    if held_out is not None:
+        name, text = held_out
+        with open(os.path.join(run_dir, name), "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    for name, draw in (figures or {}).items():
+        draw(os.path.join(run_dir, name))
+    if seconds is not None:
+        timings = {k: round(v, 2) for k, v in seconds.items()}
+        if started is not None:
+            timings["total"] = round(time.perf_counter() - started, 2)
+        metrics["seconds"] = timings
+    metrics[USER_MODULES_KEY] = user_modules(model)
+    with open(os.path.join(run_dir, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return metrics

@@ -18,9 +18,9 @@ from keras import ops
 
 from keras_seq._validation import check_choice, check_float, check_positive_int, invalid_value
 from keras_seq.layers.recurrent.rnn import scan
-from keras_seq.models.seq2seq import seq2seq_kind
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SAMPLING_SCHEDULES
+from keras_seq.tasks import Seq2SeqLM
 
 __all__ = ["ScheduledSampling", "inverse_sigmoid_k", "sampled_decoding", "sampling_probability"]
 
@@ -64,12 +64,6 @@ def sampling_probability(schedule: str, probability: float, step, total_steps: i
     return probability * ops.sigmoid(step / k - math.log(k))
 
 
-def _parts(model):
-    names = ("encoder", "target_embedding", "target_dropout", "decoder", "output_dropout",
-             "logits")
-    return [model.get_layer(name) for name in names]
-
-
 def _split_inputs(inputs):
     if isinstance(inputs, dict):
         return inputs["encoder_inputs"], inputs["decoder_inputs"]
@@ -77,23 +71,20 @@ def _split_inputs(inputs):
 
 
 def sampled_decoding(model, inputs, probability, seed_generator, training=True):
-    """The logits of an `rnn_seq2seq` model when each decoder input after the
-    first is, with probability ``probability``, a token drawn from the
-    model's own softmax at the step before (Gumbel-max: argmax(logits + g),
-    the noise drawn before the loop), and the reference token otherwise;
-    padding stays padding. Returns ``(logits (B, T, V), tokens fed (B, T))``:
-    the logits are those of the model run teacher-forced on the tokens fed.
+    """The logits of a recurrent translator (`keras_seq.tasks.Seq2SeqLM`) when
+    each decoder input after the first is, with probability ``probability``,
+    a token drawn from the model's own softmax at the step before
+    (Gumbel-max: argmax(logits + g), the noise drawn before the loop), and
+    the reference token otherwise; padding stays padding. Each step is the
+    translator's own (`Seq2SeqLM.call_with_cache`, in training). Returns
+    ``(logits (B, T, V), tokens fed (B, T))``: the logits are those of the
+    model run teacher-forced on the tokens fed.
     """
-    encoder, embedding, target_dropout, decoder, output_dropout, dense = _parts(model)
     encoder_inputs, decoder_inputs = _split_inputs(inputs)
     decoder_inputs = ops.cast(decoder_inputs, "int32")
-    encoded = encoder(encoder_inputs, training=training)
-    h, *states = encoded if isinstance(encoded, (list, tuple)) else [encoded]
-    source_mask = ops.not_equal(encoder_inputs, PAD_ID)
-    keys = decoder.precompute_keys(h)
     batch, steps = ops.shape(decoder_inputs)[0], ops.shape(decoder_inputs)[1]
-    states = decoder.first_states(batch, h, states)
-    vocabulary = dense.units
+    cache = model.build_cache(encoder_inputs, 1, training=training)
+    vocabulary = model.vocabulary_size
     reference = ops.transpose(decoder_inputs)  # (T, B): the loop runs over the first axis
     coins = keras.random.uniform((steps, batch), seed=seed_generator)
     after_first = ops.expand_dims(ops.arange(steps) > 0, 1)
@@ -102,25 +93,25 @@ def sampled_decoding(model, inputs, probability, seed_generator, training=True):
     uniform = keras.random.uniform((steps, batch, vocabulary), minval=1e-7, maxval=1.0,
                                    seed=seed_generator)
     gumbel = -ops.log(-ops.log(uniform))
-    zero_logits = ops.zeros((batch, vocabulary), dense.compute_dtype)
+    zero_logits = ops.zeros((batch, vocabulary), "float32")
+    memory = cache["memory"]
 
     def body(xs_t, carry):
         reference_t, replace_t, gumbel_t = xs_t
         previous = ops.stop_gradient(carry[-1])
         drawn = ops.cast(ops.argmax(ops.cast(previous, "float32") + gumbel_t, axis=-1), "int32")
         token = ops.where(replace_t, drawn, reference_t)
-        y = target_dropout(embedding(token), training=training)
-        o, new_states, _ = decoder.step(y, carry[:-1], h, keys, source_mask, training=training)
-        logits = dense(output_dropout(o, training=training))
-        return [logits, token], [*new_states, logits]
+        logits, _, step_cache = model.call_with_cache(
+            token, {"memory": memory, "state": {"s": carry[:-1]}}, 0, training=training)
+        return [logits, token], [*step_cache["state"]["s"], logits]
 
-    outputs, _ = scan(body, [reference, replace, gumbel], [*states, zero_logits],
+    outputs, _ = scan(body, [reference, replace, gumbel], [*cache["state"]["s"], zero_logits],
                       [zero_logits, reference[0]], training=training)
     return outputs[0], outputs[1]
 
 
 class ScheduledSampling(keras.Model):
-    """An `rnn_seq2seq` model that trains with scheduled sampling.
+    """A recurrent translator (`rnn_seq2seq`) that trains with scheduled sampling.
 
     ``model(inputs, training=True)`` is `sampled_decoding` at this step's
     probability (`sampling_probability` of the optimizer's step count);
@@ -140,7 +131,7 @@ class ScheduledSampling(keras.Model):
                  total_steps: int = 1, seed: int | None = None, **kwargs):
         super().__init__(name=kwargs.pop("name", seq2seq.name), **kwargs)
         where = "ScheduledSampling"
-        if seq2seq_kind(seq2seq) != "rnn":
+        if not (isinstance(seq2seq, Seq2SeqLM) and seq2seq.recurrent):
             raise invalid_value(where, "seq2seq", "an rnn_seq2seq model (scheduled sampling "
                                 "feeds the recurrent decoder its own tokens)",
                                 getattr(seq2seq, "name", type(seq2seq).__name__))

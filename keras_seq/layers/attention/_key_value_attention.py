@@ -56,8 +56,8 @@ class KeyValueAttention(keras.layers.Layer):
         """Returns ``k @ key_kernel``, to reuse across decoder steps."""
         key = ops.convert_to_tensor(key, dtype=self.compute_dtype)
         if not self.built:
-            raise ValueError(
-                f"{type(self).__name__} '{self.name}': call the layer once (or build it) "
+            raise _validation.ArgumentValueError(
+                self, "call the layer once (or build it) "
                 "before `precompute_keys`, so that its weights exist."
             )
         self._check_width("key", key, self.key_kernel.shape[0])

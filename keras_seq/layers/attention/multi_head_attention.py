@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
+from keras_seq._validation import ArgumentValueError
 from keras_seq.layers.attention import _masking
 
 
@@ -165,11 +166,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 self, "query", "(batch, time, features) when a `cache` is given", query.shape
             )
         if self.value_dim != self.key_dim:
-            raise ValueError(
-                f"{_validation.owner_name(self)}: `cache` stores keys and values in one "
-                f"tensor, so it needs value_dim == key_dim. Received key_dim={self.key_dim}, "
-                f"value_dim={self.value_dim}."
-            )
+            raise ArgumentValueError(_validation.owner_name(self), f'`cache` stores keys and values in one tensor, so it needs value_dim == key_dim. Received key_dim={self.key_dim}, value_dim={self.value_dim}.')
         _masking.check_mask_shape(
             self,
             "cache",
@@ -197,8 +194,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             key = value
         self._check_inputs(query, value, key, cache, cache_update_index)
         if cache is None and cache_update_index is not None:
-            raise ValueError(
-                f"MultiHeadAttention '{self.name}': `cache_update_index` needs a "
+            raise ArgumentValueError(
+                self, "`cache_update_index` needs a "
                 f"`cache`. Received cache=None, cache_update_index={cache_update_index}."
             )
 
@@ -266,10 +263,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         if rank != 4:
             # Several attention axes: masks are given already merged, as in Keras.
             if query_mask is not None or value_mask is not None or key_mask is not None:
-                raise ValueError(
-                    f"{name}: query/value/key masks need rank-3 inputs (B, T, dim); "
-                    "pass `attention_mask` for inputs with several attention axes."
-                )
+                raise ArgumentValueError(name, 'query/value/key masks need rank-3 inputs (B, T, dim); pass `attention_mask` for inputs with several attention axes.')
             mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
             if causal or self._sliding_window is not None:
                 i, j = self._attention_positions(q, k)

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_seq import _validation
+from keras_seq._validation import ArgumentValueError
 from keras_seq.layers.attention import _masking
 from keras_seq.layers.attention import _transformer_block as block
 
@@ -210,12 +211,7 @@ class TransformerDecoder(keras.layers.Layer):
         has_cross = self._cross_attention_layer is not None
         if has_cross != (encoder_sequence is not None):
             built = "with" if has_cross else "without"
-            raise ValueError(
-                f"{_validation.owner_name(self)}: the layer was built {built} "
-                f"cross-attention, so `encoder_sequence` must {'' if has_cross else 'not '}"
-                "be given. Call it always as layer(decoder_sequence, encoder_sequence) or "
-                "always as layer(decoder_sequence)."
-            )
+            raise ArgumentValueError(_validation.owner_name(self), f"the layer was built {built} cross-attention, so `encoder_sequence` must {('' if has_cross else 'not ')}be given. Call it always as layer(decoder_sequence, encoder_sequence) or always as layer(decoder_sequence).")
         width = self._feedforward_layer_norm.gamma.shape[0]
         block.check_sequence(self, "decoder_sequence", decoder_sequence.shape, width)
         if encoder_sequence is not None:
@@ -232,15 +228,9 @@ class TransformerDecoder(keras.layers.Layer):
                     encoder_sequence.shape,
                 )
         if cross_cache is not None and self_cache is None:
-            raise ValueError(
-                f"{_validation.owner_name(self)}: `cross_attention_cache` is only used "
-                "together with `self_attention_cache` (incremental decoding)."
-            )
+            raise ArgumentValueError(_validation.owner_name(self), '`cross_attention_cache` is only used together with `self_attention_cache` (incremental decoding).')
         if return_attention_scores and (self_cache is not None or encoder_sequence is None):
-            raise ValueError(
-                f"{_validation.owner_name(self)}: `return_attention_scores=True` returns the "
-                "cross-attention weights, so it needs `encoder_sequence` and no caches."
-            )
+            raise ArgumentValueError(_validation.owner_name(self), '`return_attention_scores=True` returns the cross-attention weights, so it needs `encoder_sequence` and no caches.')
 
     def _self_attention_mask(self, decoder_sequence, padding_mask, attention_mask, cache):
         """The `(B, 1|T, S)` self-attention mask (without the causal part), or None."""

@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from keras_seq._validation import ArgumentValueError
+
 # body(xs_t, carry) -> (outputs_t, carry), all lists.
 BodyFn = Callable[[list, list], tuple]
 
@@ -60,8 +62,8 @@ def step_matmul_setting(environ) -> str:
     says in ``environ`` (unset or empty: ``"auto"``)."""
     form = environ.get(STEP_MATMUL_ENV, "").strip().lower() or "auto"
     if form not in (*STEP_MATMUL_FORMS, "auto"):
-        raise ValueError(
-            f"Environment variable {STEP_MATMUL_ENV}: expected 'plain', 'fused' or 'auto' "
+        raise ArgumentValueError(
+            f"Environment variable {STEP_MATMUL_ENV}", "expected 'plain', 'fused' or 'auto' "
             f"(or unset), received {environ[STEP_MATMUL_ENV]!r}."
         )
     return form

@@ -5,7 +5,15 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_seq._validation import check_choice, check_float, check_int, check_positive_int
+from keras_seq._validation import (
+    ArgumentValueError,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_int,
+    invalid_type,
+    invalid_value,
+)
 from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell
 
@@ -37,9 +45,12 @@ class RecurrentBlock(RecurrentCell):
 
     Args:
         units: int, the width d of the stream (input and output).
-        cell: ``"rglru"`` (default), ``"mingru"``, ``"minlstm"``,
+        cell: the recurrence: a cell object of ``units`` units (a
+            `RecurrentCell` of this package or a user's, or a Keras cell), or
+            a name: ``"rglru"`` (default), ``"mingru"``, ``"minlstm"``,
             ``"mlstm"`` or ``"slstm"`` (the registry's block cells,
-            `keras_seq.layers.recurrent.registry.block_cell_names`).
+            `keras_seq.layers.recurrent.registry.block_cell_names`), or a
+            builders' cell name (`keras_seq.models.register_cell`).
         num_heads: int, heads of the cells that take them (the xLSTM cells;
             must divide ``units``). Default 1.
         conv_width: int ≥ 2, steps of the causal convolution. Default 4.
@@ -60,23 +71,34 @@ class RecurrentBlock(RecurrentCell):
         "xLSTM: Extended Long Short-Term Memory", 2024.
     """
 
-    def __init__(self, units: int, cell: str = "rglru", num_heads: int = 1,
+    def __init__(self, units: int, cell="rglru", num_heads: int = 1,
                  conv_width: int = 4, intermediate_dim: int | None = None,
                  epsilon: float = 1e-6,
                  **kwargs):
         owner = type(self).__name__
         units = check_positive_int(owner, "units", units)
-        cell = check_choice(owner, "cell", cell, registry.block_cell_names())
+        if isinstance(cell, dict):  # a cell object, in a saved config
+            cell = keras.saving.deserialize_keras_object(cell)
+        if isinstance(cell, str):
+            check_choice(owner, "cell", cell,
+                         (*registry.block_cell_names(), *registry.cell_names()))
         num_heads = check_positive_int(owner, "num_heads", num_heads)
         conv_width = check_int(owner, "conv_width", conv_width, minimum=2)
         intermediate_dim = check_int(owner, "intermediate_dim", intermediate_dim, minimum=0,
                                      allow_none=True)
         epsilon = check_float(owner, "epsilon", epsilon, low=0.0, low_inclusive=False)
         super().__init__(**kwargs)
-        self.units, self.cell_name, self.num_heads = units, cell, num_heads
+        self.units, self.num_heads = units, num_heads
+        self.cell_name = cell if isinstance(cell, str) else None
         self.conv_width, self.epsilon = conv_width, epsilon
         self.intermediate_dim = 3 * units if intermediate_dim is None else intermediate_dim
-        inner = registry.block_cell(cell, units, num_heads, dtype=self.dtype_policy, name="cell")
+        if self.cell_name is None:
+            inner = _checked_cell(owner, cell, units)
+        elif cell in registry.block_cell_names():
+            inner = registry.block_cell(cell, units, num_heads, dtype=self.dtype_policy,
+                                        name="cell")
+        else:  # a builder's cell (`register_cell`), a user's included
+            inner = registry.cell_class(cell)(units, dtype=self.dtype_policy, name="cell")
         self.recurrence = RNN(inner, return_sequences=True, return_state=True,
                               dtype=self.dtype_policy, name="recurrence")
         self.state_size = [(conv_width - 1) * units, *_sizes(inner.state_size)]
@@ -85,9 +107,7 @@ class RecurrentBlock(RecurrentCell):
     def build(self, input_shape):
         d = self.units
         if input_shape[-1] != d:
-            raise ValueError(f"{type(self).__name__}: invalid shape for argument `inputs`: "
-                             f"expected {d} features (the block's `units`), received "
-                             f"shape {tuple(input_shape)}.")
+            raise ArgumentValueError(type(self).__name__, f"invalid shape for argument `inputs`: expected {d} features (the block's `units`), received shape {tuple(input_shape)}.")
 
         def dense(width, name, inputs=d):
             layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name)
@@ -163,9 +183,26 @@ class RecurrentBlock(RecurrentCell):
                 ops.reshape(history, (-1, width * self.units)))
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units, "cell": self.cell_name,
+        cell = self.cell_name
+        if cell is None:
+            cell = keras.saving.serialize_keras_object(self.recurrence.cell)
+        return {**super().get_config(), "units": self.units, "cell": cell,
                 "num_heads": self.num_heads, "conv_width": self.conv_width,
                 "intermediate_dim": self.intermediate_dim, "epsilon": self.epsilon}
+
+
+def _checked_cell(owner, cell, units):
+    """A cell object that the block can hold: a recurrent cell whose output is ``units`` wide."""
+    if not (isinstance(cell, keras.layers.Layer) and hasattr(cell, "state_size")):
+        raise invalid_type(owner, "cell", "a cell name or a recurrent cell (a layer with "
+                           "`state_size`)", cell)
+    size = getattr(cell, "output_size", None)
+    if size is None:
+        size = _sizes(cell.state_size)[0]
+    if size != units:
+        raise invalid_value(owner, "cell", f"a cell of {units} units (the block's width)",
+                            f"{type(cell).__name__} with output size {size}")
+    return cell
 
 
 def _gelu(x):

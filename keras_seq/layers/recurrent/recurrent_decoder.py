@@ -5,10 +5,13 @@ from __future__ import annotations
 import keras
 
 from keras_seq._validation import (
+    Arg,
+    ArgumentValueError,
     check_bool,
     check_choice,
     check_positive_int,
     check_zoneout,
+    invalid_type,
     invalid_value,
 )
 from keras_seq.layers.attention.bahdanau_attention import BahdanauAttention
@@ -19,7 +22,7 @@ from keras_seq.layers.attention.monotonic import (
 )
 from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.attention_wrapper import AttentionWrapper
-from keras_seq.layers.recurrent.rnn import scan
+from keras_seq.layers.recurrent.rnn import RNN, LoopHints, RecurrentCell
 from keras_seq.layers.recurrent.zoneout import apply_zoneout, zoneout_masks, zoneout_rates
 
 ATTENTION_KINDS = ("bahdanau", "luong", "monotonic_bahdanau", "monotonic_luong")
@@ -33,8 +36,129 @@ ATTENTION_KINDS = ("bahdanau", "luong", "monotonic_bahdanau", "monotonic_luong")
 MONOTONIC_SIGMOID_NOISE = 1.0
 MONOTONIC_SCORE_BIAS = 1.0
 
-# Longer statically known target lengths run in a loop instead of unrolled.
+# Statically known target lengths up to this run unrolled (training
+# batches): TensorFlow schedules the steps' independent ops together, and
+# the gradient pays no while-loop iterations.
 _MAX_UNROLL = 32
+
+
+class _DecoderStep(RecurrentCell):
+    """`RecurrentDecoder`'s step as a cell that reads a memory (the encoder's
+    outputs), for `keras_seq.layers.RNN`: the attention on s_{i-1}, then the
+    cell on [y_{i-1}; c_i], then the decoder's zoneout; output [s_i; c_i].
+
+    States: the cell's, then α (the monotonic attention's previous
+    alignment, or, with ``alignments=True``, the last step's α, carried for
+    `RecurrentDecoder`'s ``return_attention_scores``). Its layers are the
+    decoder's (it owns no weights). Without attention it reads no memory:
+    `_PlainDecoderStep`.
+    """
+
+    loop_hints = LoopHints(steps_per_iteration=1, unroll_up_to=_MAX_UNROLL)
+
+    def __init__(self, cell, attention, wrapper, zoneout_rates, monotonic, alignments=False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.cell, self.attention, self.wrapper = cell, attention, wrapper
+        self.rates, self.monotonic = zoneout_rates, monotonic
+        self.alignments = monotonic or alignments
+        self.alignment_history = alignments
+        self._memory_width = None
+
+    @property
+    def cell_state_sizes(self) -> list:
+        size = self.cell.state_size
+        return list(size) if isinstance(size, (list, tuple)) else [size]
+
+    @property
+    def state_size(self) -> list:
+        return self.cell_state_sizes + ([None] if self.alignments else [])
+
+    @property
+    def output_size(self):
+        return self.cell_state_sizes[0] + (self._memory_width or 0)
+
+    @property
+    def seed_generator(self):
+        return self.cell.seed_generator
+
+    def build(self, input_shape, memory_shape=None):
+        self._memory_width = None if memory_shape is None else int(memory_shape[-1])
+        self.built = True
+
+    def prepare_memory(self, memory, memory_mask=None, processed_key=None):
+        return self.wrapper.prepare_memory(memory, memory_mask, processed_key)
+
+    def get_initial_state(self, batch_size=None, memory=None, cell_states=None):
+        """``cell_states`` (else zeros), then α_0 over ``memory``: the monotonic
+        attention's start, or zeros."""
+        if cell_states is None:
+            cell_states = [keras.ops.zeros((batch_size, size), self.compute_dtype)
+                           for size in self.cell_state_sizes]
+        states = list(cell_states)
+        if self.alignments:
+            if self.monotonic:
+                alpha = self.attention.initial_alignments(memory)
+            else:
+                alpha = keras.ops.zeros(keras.ops.shape(memory)[:2], self.compute_dtype)
+            states.append(keras.ops.cast(alpha, self.compute_dtype))
+        return states
+
+    def step(self, inputs, states, training=False, memory=None, keep_masks=None):
+        """One decoder step: ``(o_i, new_states)``; ``keep_masks``: this step's
+        zoneout masks (training; drawn here when None)."""
+        states = list(states)
+        n = len(self.cell_state_sizes)
+        cell_states = states[:n]
+        previous = states[n] if self.monotonic else None
+        # a_{i-1} of the wrapper's step, from its query s_{i-1} (the hidden
+        # state h for every cell family); monotonic attention is the
+        # expected alignment in training, hard (moving only forward) otherwise.
+        context, alpha = self.wrapper.attend(
+            cell_states[0], memory, previous, training=training,
+            mode=(None if training else "hard") if self.monotonic else None)
+        s, new_states = self.wrapper.cell_step(inputs, context, cell_states, training=training)
+        new_states = self._zoned(cell_states, new_states, training, keep_masks)
+        o = keras.ops.concatenate([new_states[0], keras.ops.cast(context, s.dtype)], axis=-1)
+        if self.alignments:
+            new_states.append(keras.ops.cast(alpha, new_states[0].dtype))
+        return o, new_states
+
+    def _zoned(self, states, new_states, training, keep_masks):
+        """The decoder's zoneout of the cell's new states (none when every rate is 0)."""
+        new_states = list(new_states)
+        if not any(rate > 0 for rate in self.rates):
+            return new_states
+        if training and keep_masks is None:
+            keep_masks = zoneout_masks(self.rates, self.cell_state_sizes,
+                                       (keras.ops.shape(new_states[0])[0],),
+                                       self.cell.seed_generator, self.cell.compute_dtype)
+        return apply_zoneout(self.rates, states, new_states, keep_masks if training else None)
+
+
+class _PlainDecoderStep(_DecoderStep):
+    """The step of a `RecurrentDecoder` without attention: the cell, then the
+    decoder's zoneout; output s_i. It reads no memory."""
+
+    prepare_memory = None  # not a cell that reads a memory (`reads_memory`)
+
+    @property
+    def output_size(self):
+        return self.cell_state_sizes[0]
+
+    def get_initial_state(self, batch_size=None):
+        return [keras.ops.zeros((batch_size, size), self.compute_dtype)
+                for size in self.cell_state_sizes]
+
+    def step(self, inputs, states, training=False, memory=None, keep_masks=None):
+        states = list(states)
+        structure = self.cell.state_size
+        packed = states if isinstance(structure, (list, tuple)) else states[0]
+        kwargs = {"training": training} if self.cell._call_has_training_arg else {}
+        _, new_states = self.cell(inputs, packed, **kwargs)
+        new_states = new_states if isinstance(new_states, (list, tuple)) else [new_states]
+        new_states = self._zoned(states, new_states, training, keep_masks)
+        return new_states[0], new_states
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -72,19 +196,23 @@ class RecurrentDecoder(keras.layers.Layer):
     s_{i-1})`` and ``o_i = s_i``; the encoder reaches it only through the
     initial state.
 
-    The whole-sequence call (teacher forcing) and one-step decoding share
-    `step()`, so greedy decoding computes exactly what training computed.
-    The cell has no dropout of its own (dropout masks cannot be drawn inside
-    the step loop); put `Dropout` layers around the decoder instead. Zoneout
-    (``zoneout=``) draws its masks for every step before the loop; with
-    Keras' own cells (``"lstm"``, ``"simple"``) the decoder applies it after
-    the cell's step, as this package's cells do in theirs.
+    One step, `step`, serves everything: the whole-sequence call (teacher
+    forcing) runs it over the targets in `keras_seq.layers.RNN`, the loop of
+    every recurrent layer, and decoding, scheduled sampling and the exports
+    call it one step at a time, so greedy decoding computes exactly what
+    training computed. The cell has no dropout of its own (dropout masks
+    cannot be drawn inside the step loop); put `Dropout` layers around the
+    decoder instead. Zoneout (``zoneout=``) is the decoder's, whatever the
+    cell: after the cell's step, with fresh masks at every step in training.
 
     Args:
         units: int, width of the decoder state s.
-        cell: str, one of ``"gru"``, ``"lstm"`` (Keras' LSTM), ``"peephole"``,
-            ``"coupled"``, ``"simple"`` (Keras' SimpleRNN, an Elman RNN).
-            Default ``"gru"``.
+        cell: the recurrent cell: a cell object (a `RecurrentCell` of this
+            package or a user's, or a Keras cell; of ``units`` units, without
+            dropout or zoneout of its own), or a registered ``cell=`` name
+            (`keras_seq.models.register_cell`): ``"gru"`` (default),
+            ``"lstm"`` (Keras' LSTM), ``"peephole"``, ``"coupled"``,
+            ``"simple"`` (Keras' SimpleRNN, an Elman RNN), ...
         attention_units: int or None, width of the additive attention's hidden
             layer; None disables attention. With ``attention="luong"`` any
             int switches attention on (the Luong kernel maps keys to
@@ -125,7 +253,7 @@ class RecurrentDecoder(keras.layers.Layer):
     def __init__(
         self,
         units: int,
-        cell: str = "gru",
+        cell="gru",
         attention_units: int | None = None,
         attention_normalize: bool = False,
         attention: str = "bahdanau",
@@ -133,20 +261,24 @@ class RecurrentDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.attention_kind = check_choice("RecurrentDecoder", "attention", attention,
-                                           ATTENTION_KINDS)
-        self.zoneout = check_zoneout("RecurrentDecoder", zoneout)
-        self.units = check_positive_int("RecurrentDecoder", "units", units)
+        where = "RecurrentDecoder"
+        self.attention_kind = check_choice(where, "attention", attention, ATTENTION_KINDS)
+        self.zoneout = check_zoneout(where, zoneout)
+        self.units = check_positive_int(where, "units", units)
         self.attention_units = check_positive_int(
-            "RecurrentDecoder", "attention_units", attention_units, allow_none=True
+            where, "attention_units", attention_units, allow_none=True
         )
-        self.cell_name = registry.check_cell(cell, "RecurrentDecoder")
+        if isinstance(cell, dict):  # a cell object, in a saved config
+            cell = keras.saving.deserialize_keras_object(cell)
+        if isinstance(cell, str):
+            self.cell_name = registry.check_cell(cell, where)
+        else:
+            _check_cell_object(where, cell)
+            self.cell_name = None
+            self.cell = cell
         # One rate per state of the cell, checked before any call.
-        zoneout_rates(self.zoneout, [1] * registry.num_states(self.cell_name),
-                      "RecurrentDecoder")
-        self.attention_normalize = check_bool(
-            "RecurrentDecoder", "attention_normalize", attention_normalize
-        )
+        zoneout_rates(self.zoneout, [1] * self._cell_states, where)
+        self.attention_normalize = check_bool(where, "attention_normalize", attention_normalize)
         self.supports_masking = True
 
     @property
@@ -168,10 +300,9 @@ class RecurrentDecoder(keras.layers.Layer):
 
     def build(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
         if self.attention_units is not None and encoder_outputs_shape is None:
-            raise ValueError(
-                "RecurrentDecoder: with attention the layer needs `encoder_outputs`; "
-                "call it as decoder(inputs, encoder_outputs)."
-            )
+            raise ArgumentValueError(
+                "RecurrentDecoder", "with attention the layer needs ", Arg("encoder_outputs"),
+                "; call it as decoder(inputs, encoder_outputs).")
         input_dim = inputs_shape[-1]
         if self.attention_units is not None:
             value_dim = encoder_outputs_shape[-1]
@@ -199,25 +330,38 @@ class RecurrentDecoder(keras.layers.Layer):
             input_dim += value_dim
         else:
             self.attention = None
-        # The decoder applies the zoneout (`step`), whatever the cell.
-        cell_class = registry.cell_class(self.cell_name)
-        self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
-        self.cell.build((None, input_dim))
-        self._wrapper = None
+        if self.cell_name is not None:
+            # The decoder applies the zoneout (`step`), whatever the cell.
+            cell_class = registry.cell_class(self.cell_name)
+            self.cell = cell_class(self.units, dtype=self.dtype_policy, name="cell")
+        if not self.cell.built:
+            self.cell.build((None, input_dim))
+        rates = zoneout_rates(self.zoneout, self.cell.state_size, self)
+        wrapper = None
         if self.attention is not None:
             # The step's two halves; the wrapper owns no weights of its
             # own, and the decoder's `cell` and `attention` keep their paths.
-            self._wrapper = AttentionWrapper(self.cell, self.attention, output_attention=False,
-                                             dtype=self.dtype_policy, name="attention_wrapper")
-            self._wrapper.build((None, inputs_shape[-1]), (None, None, value_dim))
-        self._zoneout_rates = zoneout_rates(self.zoneout, self.cell.state_size, self)
+            wrapper = AttentionWrapper(self.cell, self.attention, output_attention=False,
+                                       dtype=self.dtype_policy, name="attention_wrapper")
+            wrapper.build((None, inputs_shape[-1]), (None, None, value_dim))
+        self._wrapper = wrapper
+        step_class = _PlainDecoderStep if wrapper is None else _DecoderStep
+        memory_shape = None if wrapper is None else (None, None, value_dim)
+
+        def loop(alignments):
+            step = step_class(self.cell, self.attention, wrapper, rates, self.monotonic,
+                              alignments=alignments, dtype=self.dtype_policy)
+            step.build((None, inputs_shape[-1]), memory_shape)
+            return RNN(step, return_sequences=True, dtype=self.dtype_policy)
+
+        # The loop of the whole-sequence call, and of one that also returns α.
+        self._loop = loop(alignments=False)
+        self._scores_loop = loop(alignments=wrapper is not None)
         self.built = True
 
-    def _zoneout_masks(self, shape_prefix) -> list:
-        """Fresh zoneout keep-masks (one per state, None where z = 0), from the cell's seed."""
-        cell = self.cell
-        return zoneout_masks(self._zoneout_rates, cell.state_size, shape_prefix,
-                             cell.seed_generator, cell.compute_dtype)
+    @property
+    def _step(self) -> _DecoderStep:
+        return self._loop.cell
 
     def get_initial_state(self, batch_size, encoder_outputs=None):
         """Zeros for the cell's states; with monotonic attention, then α_0
@@ -242,7 +386,7 @@ class RecurrentDecoder(keras.layers.Layer):
         if self.monotonic and len(states) == self._cell_states:
             states.append(self.initial_alignments(encoder_outputs))
         if len(states) != self.num_states:
-            expected = f"{self._cell_states} tensor(s) for cell {self.cell_name!r}"
+            expected = f"{self._cell_states} tensor(s) for the decoder's cell"
             if self.monotonic:
                 expected += ", then optionally the alignments"
             raise invalid_value(self, "initial_state", expected, f"{len(states)} tensor(s)")
@@ -274,42 +418,20 @@ class RecurrentDecoder(keras.layers.Layer):
     ):
         """One decoder step: ``(B, E)`` input y_{i-1} and states s_{i-1}.
 
-        ``keep_masks``: the zoneout masks of this step (training), drawn by
-        ``call`` before its loop; without them a training step draws its own.
+        ``keep_masks``: the zoneout masks of this step (training); without
+        them a training step draws its own.
 
         Returns ``(o_i, new_states, alpha_i)``; ``alpha_i`` is ``(B, S)``, or
         None without attention.
         """
-        states = list(states)
+        step = self._step
         if self.attention is None:
-            s, new_states = self.cell(y, states, training=training)
-            new_states = list(new_states) if isinstance(new_states, (list, tuple)) else [
-                new_states]
-            alpha = None
-        else:
-            if self.monotonic:
-                states, previous = states[:-1], states[-1]
-            else:
-                previous = None
-            # a_{i-1} of the wrapper's step, from its query s_{i-1} (the
-            # hidden state h for every cell family); monotonic attention is
-            # the expected alignment in training, hard (moving only
-            # forward) otherwise.
-            memory = self._wrapper.prepare_memory(encoder_outputs, encoder_mask, processed_key)
-            context, alpha = self._wrapper.attend(
-                states[0], memory, previous, training=training,
-                mode=(None if training else "hard") if self.monotonic else None)
-            s, new_states = self._wrapper.cell_step(y, context, states, training=training)
-        if self.zoneout:
-            if training and keep_masks is None:
-                keep_masks = self._zoneout_masks((keras.ops.shape(y)[0],))
-            new_states = apply_zoneout(self._zoneout_rates, states, new_states,
-                                       keep_masks if training else None)
-            s = new_states[0]
-        o = s if self.attention is None else keras.ops.concatenate(
-            [s, keras.ops.cast(context, s.dtype)], axis=-1)
-        if self.monotonic:
-            new_states = [*new_states, alpha]
+            o, new_states = step.step(y, states, training=training, keep_masks=keep_masks)
+            return o, new_states, None
+        memory = step.prepare_memory(encoder_outputs, encoder_mask, processed_key)
+        o, new_states = step.step(y, states, training=training, memory=memory,
+                                  keep_masks=keep_masks)
+        alpha = new_states[-1] if self.monotonic else None
         return o, new_states, alpha
 
     def call(
@@ -322,55 +444,25 @@ class RecurrentDecoder(keras.layers.Layer):
         training=None,
     ):
         batch_size = keras.ops.shape(inputs)[0]
+        if self.attention is None:
+            states = self.first_states(batch_size, encoder_outputs, initial_state)
+            outputs = self._loop(inputs, initial_state=states, training=training)
+            if return_attention_scores:
+                return outputs, keras.ops.zeros((batch_size, keras.ops.shape(inputs)[1], 0),
+                                                self.compute_dtype)
+            return outputs
         states = self.first_states(batch_size, encoder_outputs, initial_state)
-        processed_key = self.precompute_keys(encoder_outputs)
-        if self.attention is not None and encoder_outputs_mask is not None:
-            encoder_outputs_mask = keras.ops.cast(encoder_outputs_mask, "bool")
+        if return_attention_scores:
+            # The α of every step rides with the outputs (the loop's last
+            # state, zeros at first without monotonic attention).
+            return tuple(self._scores_loop(inputs, memory=encoder_outputs,
+                                           memory_mask=encoder_outputs_mask,
+                                           initial_state=states, training=training))
+        return self._loop(inputs, memory=encoder_outputs, memory_mask=encoder_outputs_mask,
+                          initial_state=states, training=training)
 
-        # A known, short length (as in training batches) runs unrolled: that
-        # lets TensorFlow schedule the steps' independent ops together and
-        # avoids the while-loop's per-iteration overhead in the gradient.
-        steps = inputs.shape[1]
-        unroll = steps is not None and steps <= _MAX_UNROLL
-        y_seq = keras.ops.transpose(inputs, (1, 0, 2))  # (T, B, E): the loops run over the first axis
-        o_dim = self.units + (0 if self.attention is None else encoder_outputs.shape[-1])
-        o0 = keras.ops.zeros((batch_size, o_dim), dtype=self.compute_dtype)
-        alpha0 = (
-            keras.ops.zeros((batch_size, keras.ops.shape(encoder_outputs)[1]),
-                            dtype=self.compute_dtype)
-            if self.attention is not None
-            else keras.ops.zeros((batch_size, 0), dtype=self.compute_dtype)
-        )
-        templates = [o0, alpha0] if return_attention_scores else [o0]
-        sequences, masks = [y_seq], []
-        if training and self.zoneout:
-            # Fresh zoneout masks for every step, drawn here: not inside the loop.
-            masks = self._zoneout_masks((keras.ops.shape(y_seq)[0], batch_size))
-            sequences += [m for m in masks if m is not None]
-
-        def body(y_t, carry):
-            keep_masks = None
-            if masks:
-                drawn = iter(y_t[1:])
-                keep_masks = [None if m is None else next(drawn) for m in masks]
-            o, new_states, alpha = self.step(
-                y_t[0], carry, encoder_outputs, processed_key, encoder_outputs_mask, training,
-                keep_masks,
-            )
-            if not return_attention_scores:
-                return [o], list(new_states)
-            return [o, alpha0 if alpha is None else keras.ops.cast(alpha, self.compute_dtype)], list(
-                new_states
-            )
-
-        # Training runs one step per loop iteration, as the decoder's tf.scan
-        # did; more per iteration were not measured here.
-        outputs, _ = scan(body, sequences, states, templates, training=training, unroll=unroll,
-                          steps_per_iteration=1 if training is True else None)
-        # (B, T, o_dim) and (B, T, S)
-        return tuple(outputs) if return_attention_scores else outputs[0]
-
-    def compute_output_shape(self, inputs_shape, encoder_outputs_shape=None, initial_state_shape=None):
+    def compute_output_shape(self, inputs_shape, encoder_outputs_shape=None,
+                             initial_state_shape=None):
         o_dim = self.units
         if self.attention_units is not None:
             o_dim += encoder_outputs_shape[-1]
@@ -384,7 +476,8 @@ class RecurrentDecoder(keras.layers.Layer):
         config.update(
             {
                 "units": self.units,
-                "cell": self.cell_name,
+                "cell": (self.cell_name if self.cell_name is not None
+                         else keras.saving.serialize_keras_object(self.cell)),
                 "attention_units": self.attention_units,
                 "attention_normalize": self.attention_normalize,
             }
@@ -395,3 +488,17 @@ class RecurrentDecoder(keras.layers.Layer):
         if self.zoneout:
             config["zoneout"] = self.zoneout
         return config
+
+
+def _check_cell_object(where, cell) -> None:
+    """A cell the decoder can step: a layer with ``state_size``, without
+    dropout or zoneout of its own (the decoder's zoneout is ``zoneout=``)."""
+    if not (isinstance(cell, keras.layers.Layer) and hasattr(cell, "state_size")):
+        raise invalid_type(where, "cell", "a registered cell name or a recurrent cell (a "
+                           "layer with `state_size`)", cell)
+    for name in ("dropout", "recurrent_dropout", "zoneout"):
+        if getattr(cell, name, 0.0):
+            raise invalid_value(
+                where, "cell", f"a cell without {name} (its masks cannot be drawn inside the "
+                "step loop; give the decoder zoneout=, and put Dropout layers around it)",
+                f"{type(cell).__name__} with {name}={getattr(cell, name)}")

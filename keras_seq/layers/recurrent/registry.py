@@ -22,7 +22,10 @@ import inspect
 
 import keras
 
-from keras_seq._validation import check_choice
+from keras_seq._validation import (
+    ArgumentTypeError,
+    check_choice,
+)
 from keras_seq.layers.recurrent.convertible_rnn import ConvertibleLSTM, ConvertibleSimpleRNN
 from keras_seq.layers.recurrent.coupled_gate_lstm import CoupledGateLSTM, CoupledGateLSTMCell
 from keras_seq.layers.recurrent.gated_cell import cell_and_rnn_arguments
@@ -67,20 +70,12 @@ def register_cell(name: str, *classes: type) -> None:
         >>> models.register_cell("peephole", layers.PeepholeLSTM, layers.PeepholeLSTMCell)
     """
     if not isinstance(name, str) or not name:
-        raise TypeError(f"register_cell: `name` must be a non-empty str, received {name!r}.")
+        raise ArgumentTypeError('register_cell', f'`name` must be a non-empty str, received {name!r}.')
     if len(classes) not in (1, 2) or not all(isinstance(c, type) for c in classes):
-        raise TypeError(
-            "register_cell: expected register_cell(name, cell_class) or register_cell(name, "
-            f"layer_class, cell_class) with classes, received {len(classes)} argument(s) "
-            f"after the name: {classes!r}."
-        )
+        raise ArgumentTypeError('register_cell', f'expected register_cell(name, cell_class) or register_cell(name, layer_class, cell_class) with classes, received {len(classes)} argument(s) after the name: {classes!r}.')
     layer_class, cell_class = (None, *classes) if len(classes) == 1 else classes
     if issubclass(cell_class, keras.layers.RNN):
-        raise TypeError(
-            f"register_cell: {cell_class.__name__} is a layer; pass the cell class "
-            "(register_cell(name, cell_class)) or both (register_cell(name, layer_class, "
-            "cell_class))."
-        )
+        raise ArgumentTypeError('register_cell', f'{cell_class.__name__} is a layer; pass the cell class (register_cell(name, cell_class)) or both (register_cell(name, layer_class, cell_class)).')
     _CELLS[name] = (layer_class, cell_class)
     num_states.cache_clear()
 

@@ -58,6 +58,9 @@ class LoopHints:
             that is a few elementwise operations: where a compiled loop
             fuses them (JAX's CPU), the step loop trains faster than the
             parallel form, and `RNN` trains with it there.
+        unroll_up_to: a sequence of a static length up to this many steps
+            runs unrolled (a Python loop): for a step so large that a
+            while loop's per-iteration cost matters (`RecurrentDecoder`'s).
     """
 
     pointwise_projection: bool = False
@@ -65,6 +68,7 @@ class LoopHints:
     steps_per_iteration: int | None = None
     projects_in_step_under_xla: bool = False
     steps_fuse_on_cpu: bool = False
+    unroll_up_to: int | None = None
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
@@ -574,11 +578,14 @@ class RNN(keras.layers.RNN):
             if history:
                 size = size + ops.shape(states[-1])[1]
             initial_output = ops.zeros((ops.shape(sequences)[0], size), dtype=cell.compute_dtype)
+        steps = sequences.shape[1]
+        unroll = self.unroll or (hints.unroll_up_to is not None and steps is not None
+                                 and steps <= hints.unroll_up_to)
         return run_loop(
             step, inputs, states, mask=mask, go_backwards=self.go_backwards,
             return_sequences=self.return_sequences,
             zero_output_for_mask=self.zero_output_for_mask, initial_output=initial_output,
-            training=training, unroll=self.unroll,
+            training=training, unroll=unroll,
             steps_per_iteration=hints.steps_per_iteration,
         )
 

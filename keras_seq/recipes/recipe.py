@@ -1,0 +1,202 @@
+"""`Recipe`: how ``keras-seq`` trains, scores, exports and checks one task.
+
+A recipe declares what a run of its task reads and writes: its options
+(the `TrainingConfig` fields it takes beyond the common ones, and their
+defaults), its data reader, the task model it builds (`keras_seq.tasks`),
+its loss and metrics, what its run folder holds and how its exports are
+written and checked. `train`, `export_run`, `verify` and the command line
+ask the run's recipe, found by its ``task`` name in one registry
+(`keras_seq.recipes.RECIPES`); nothing else branches on a task's name.
+
+This module and the recipes import neither Keras nor TensorFlow: the
+command line reads a recipe's options, defaults and data reader before it
+loads TensorFlow (an argument error in well under a second). Their Keras
+parts import when they run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
+
+__all__ = ["COMMON_OPTIONS", "Recipe", "family_defaults", "listed", "needs"]
+
+COMMON_OPTIONS = (
+    "task", "model", "cell", "epochs", "batch_size", "learning_rate", "units", "layers", "out",
+    "name", "seed", "distribute", "precision", "backup_every_steps", "fresh", "verbose",
+)
+"""The `TrainingConfig` fields of every task."""
+
+FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers")
+"""The options whose defaults depend on the model family."""
+
+
+class Recipe:
+    """How ``keras-seq`` trains, scores, exports and checks the task ``name``.
+
+    Subclasses set the class attributes and define the methods; the base
+    gives the choice of model and cell, the family defaults, and the run
+    folder's common files. See `keras_seq.recipes` for the registry.
+
+    Attributes:
+        name: the ``task`` (``keras-seq train --task NAME``).
+        summary: one line for ``--help``.
+        options: the `TrainingConfig` fields it takes besides `COMMON_OPTIONS`.
+        models: its ``model`` choices, the default first.
+        default_cell: its ``cell`` when none is given (None: no cell).
+        run_prefix: the start of its run folders' default names.
+        noun: what its runs hold (``"translation model"``).
+        uses: the function that uses its runs (``"translate_texts"``).
+        data: what ``data`` holds (``"source<TAB>target file."``).
+        formats: the export formats it has.
+        recorded_sizes: the sizes its runs record in their ``config``
+            (``source_length``, ...), which the commands read.
+    """
+
+    name = ""
+    summary = ""
+    options: tuple[str, ...] = ()
+    models: tuple[str, ...] = ("rnn",)
+    default_cell: str | None = "gru"
+    run_prefix = ""
+    noun = ""
+    uses = ""
+    data = ""
+    formats: tuple[str, ...] = ()
+    recorded_sizes: tuple[str, ...] = ()
+
+    # --- the options (no Keras) ---
+
+    def family_defaults(self, model: str, cell: str | None) -> dict:
+        """The defaults of `FAMILY_KEYS` (and the recipe's own defaults, such as
+        ``context``) for ``model`` and ``cell``."""
+        raise NotImplementedError(f"{type(self).__name__} must define family_defaults.")
+
+    def resolve(self, config) -> dict:
+        """The resolved values of ``config`` (its task set), checked: the model,
+        the cell, and every option left None at its default. Subclasses add
+        their own rules (`check`) and values."""
+        where = "TrainingConfig"
+        model = config.model if config.model is not None else self.models[0]
+        check_choice(where, "model", model, self.models, expected=self._models_expected())
+        cell = config.cell
+        if cell is not None and not self.takes_cell(model):
+            raise ArgumentValueError(
+                where, Arg("cell", cell), " chooses the recurrent cell of ", Arg("model", "rnn"),
+                "; ", Arg("model", model), " has none of its own to choose (leave ", Arg("cell"),
+                " out)")
+        if cell is None and self.takes_cell(model):
+            cell = self.default_cell
+        defaults = self.family_defaults(model, config.cell)
+        values = {key: getattr(config, key) if getattr(config, key) is not None else default
+                  for key, default in defaults.items()}
+        self.check(dataclasses.replace(config, model=model, cell=cell, **values))
+        return {"model": model, "cell": cell, **values}
+
+    def takes_cell(self, model: str) -> bool:
+        """Whether ``model`` takes a recurrent ``cell``."""
+        return model == "rnn"
+
+    def check(self, config) -> None:
+        """Rules between the recipe's options (the model and cell resolved)."""
+
+    def _models_expected(self):
+        return (f"one of {', '.join(map(repr, self.models))} for ", Arg("task", self.name))
+
+    def read(self, config):
+        """The run's data, read and checked without TensorFlow (a bad file stops
+        the run before anything is created)."""
+        raise NotImplementedError(f"{type(self).__name__} must define read.")
+
+    def result_line(self, metrics: dict) -> str:
+        """What ``keras-seq train`` prints last, from the run's metrics."""
+        raise NotImplementedError(f"{type(self).__name__} must define result_line.")
+
+    def default_formats(self, run) -> tuple[str, ...]:
+        """The formats ``keras-seq export`` writes when none are given."""
+        return self.formats
+
+    # --- a run's model (Keras) ---
+
+    def prepare(self, config, loaded, replicas: int = 1):
+        """The tokenizer and datasets the run trains on (``loaded``: `read`'s;
+        ``replicas``: the strategy's replicas in sync)."""
+        raise NotImplementedError(f"{type(self).__name__} must define prepare.")
+
+    def notes(self, prepared, config) -> list[str]:
+        """What the run says about its data before it trains."""
+        return []
+
+    def build(self, config, prepared):
+        """The task (`keras_seq.tasks`) the run trains, with its preprocessor."""
+        raise NotImplementedError(f"{type(self).__name__} must define build.")
+
+    def trainer(self, task, config, prepared):
+        """The model ``fit`` trains (default: the task itself)."""
+        return task
+
+    def compile(self, model, config, steps: int) -> None:
+        """Compiles the trained model: Adam with warm-up and cosine decay on the
+        recipe's loss (`keras_seq.training.model.compile_run`)."""
+        raise NotImplementedError(f"{type(self).__name__} must define compile.")
+
+    def score(self, task, prepared, config, replicas: int):
+        """The held-out scores of the trained task, for the run folder
+        (`keras_seq.training.run_folder.write_run`): ``(metrics, held_out,
+        figures, recorded)``: the metrics, ``(file name, text)`` of the held-out
+        data, ``{file name: draw(path)}`` of its figures, and the sizes
+        recorded in its ``config`` (a source length, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} must define score.")
+
+    def kept(self, task):
+        """The model the run folder keeps of the trained task (default: the task)."""
+        return task
+
+    # --- its exports ---
+
+    def export(self, run, out: str, formats, beam_width: int, quantize, examples: int,
+               progress) -> tuple[dict, dict]:
+        """Writes the run's artifacts into ``out``: ``(paths written, manifest)``."""
+        raise NotImplementedError(f"{type(self).__name__} must define export.")
+
+
+def family_defaults(table: dict, model: str, keys=FAMILY_KEYS) -> dict:
+    """``table[model]``'s values of ``keys``."""
+    return {key: table[model][key] for key in keys if key in table[model]}
+
+
+def needs(where: str, config, option: str, needed: str, needed_value, why: str) -> None:
+    """Refuses ``option`` (set away from its default) unless ``needed`` is set
+    (``needed_value`` None: to anything)."""
+    value = getattr(config, option)
+    default = _field_default(config, option)
+    if value == default:
+        return
+    has = getattr(config, needed)
+    if (has is not None and needed_value is None) or has == needed_value:
+        return
+    wanted = Arg(needed) if needed_value is None else Arg(needed, needed_value)
+    raise ArgumentValueError(where, Arg(option, value), f" {why}: it needs ", wanted, ".")
+
+
+def _field_default(config, name):
+    for field in dataclasses.fields(config):
+        if field.name == name:
+            return field.default
+    raise KeyError(name)
+
+
+def listed(parts: list, last: str = " or ") -> list:
+    """Message parts joined by commas, the last by ``last``."""
+    out = []
+    for i, part in enumerate(parts):
+        if i:
+            out.append(last if i == len(parts) - 1 else ", ")
+        out.append(part)
+    return out
+
+
+def use_run(recipe: Recipe) -> list:
+    """Message parts: what to do with a run of ``recipe`` (``use translate_texts``)."""
+    return ["use ", Call(recipe.uses)]

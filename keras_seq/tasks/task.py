@@ -1,0 +1,61 @@
+"""`Task`: the base of keras-seq's tasks, a `keras.Model` for one job (KerasHub's shape)."""
+
+from __future__ import annotations
+
+import keras
+
+__all__ = ["Task"]
+
+
+class Task(keras.Model):
+    """A `keras.Model` for one job, built from its parts, with its preprocessor.
+
+    A task's constructor takes its parts (layers and models) and a few
+    values, wires them into a functional model, and keeps each part as an
+    attribute: the code that drives a task (decoding, export, training) asks
+    it for its parts and its step, never looks a layer up by name. Its
+    ``preprocessor`` (the tokenizer and lengths, labels or tags; None for a
+    model built from ids alone) turns strings into the model's inputs and
+    saves with the model as the ``.keras`` file's assets. The subclasses
+    (`Seq2SeqLM`, `CausalLM`, `BidirectionalLM`, `TextClassifier`,
+    `SequenceTagger`) name their parts in ``_PARTS`` and their other
+    constructor values in ``_VALUES``: `get_config` and `from_config` read
+    those, so a task saves and loads as one ``.keras`` file
+    (``safe_mode=True``).
+    """
+
+    _PARTS: tuple[str, ...] = ()
+    _VALUES: tuple[str, ...] = ()
+
+    def __init__(self, *args, preprocessor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.preprocessor = preprocessor
+
+    def get_config(self) -> dict:
+        config = {"name": self.name, "trainable": self.trainable}
+        for name in self._PARTS:
+            config[name] = keras.saving.serialize_keras_object(getattr(self, name))
+        for name in self._VALUES:
+            config[name] = getattr(self, name)
+        config["preprocessor"] = keras.saving.serialize_keras_object(self.preprocessor)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        for name in (*cls._PARTS, "preprocessor"):
+            if config.get(name) is not None:
+                config[name] = keras.saving.deserialize_keras_object(config[name])
+        return cls(**config)
+
+    def _require_preprocessor(self, method: str):
+        """The preprocessor, or the error that says how to get one."""
+        if self.preprocessor is None:
+            from keras_seq._validation import ArgumentValueError
+
+            raise ArgumentValueError(
+                f"{type(self).__name__}.{method}", "this task has no preprocessor, so it "
+                "takes token ids, not strings: pass `preprocessor=` when building it, or load "
+                "a trained one (keras_seq.tasks.from_run, or a .keras file saved by a run)."
+            )
+        return self.preprocessor
