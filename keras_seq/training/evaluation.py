@@ -64,8 +64,8 @@ def evaluate_and_save(model, prepared, run_dir: str, config, seconds: dict, star
     require_tensorflow("keras_seq.training.evaluate_and_save")
     recipe = recipes.get(config.task)
     t_evaluate = time.perf_counter()
-    metrics, held_out, figures, sizes = recipe.score(model, prepared, config, replicas)
-    kept = recipe.kept(model)
+    kept = recipe.kept(model)  # what the run folder keeps, and what is scored
+    metrics, held_out, figures, sizes = recipe.score(kept, prepared, config, replicas)
     options = {k: v for k, v in dataclasses.asdict(config).items() if k != "verbose"}
     metrics["config"] = {**options, **sizes, **(recorded or {}),
                          "vocabulary_size": prepared.tokenizer.vocabulary_size,
