@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None,
     parser, subparsers = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
-        if args.command in ("translate", "classify", "tag") and not any(
+        if hasattr(args, "texts") and not any(
             e.startswith("-") and e != "-" for e in extras
         ):
             # argparse gives TEXT... nothing when an option precedes them

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import warnings
 
+from keras_seq import recipes
 from keras_seq._validation import Explained
 
 __all__ = ["COMMANDS", "UsageError"]
@@ -129,11 +130,6 @@ def _check_run_folder(args, where: str) -> None:
     run_metrics_path(args.run_dir, where)
 
 
-def _check_classify(args) -> None:
-    _check_inputs(args, "classify")
-    _check_run_folder(args, "classify_texts")
-
-
 def _read_inputs(path: str) -> list[str]:
     """One input per line of ``path`` (``-``: standard input), line ends dropped."""
     if path == "-":
@@ -213,17 +209,27 @@ def _translate(args) -> int:
     return 0
 
 
-def _classify(args) -> int:
-    from keras_seq import training
+def _texts_command(recipe):
+    """The check and the run of ``recipe``'s command (`keras_seq.recipes.Recipe.command`):
+    RUN_DIR applied to TEXT... or the lines of --input, its lines printed."""
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", training.InputWarning)
-        texts = args.texts if args.input is None else _read_inputs(args.input)
-        results = training.classify_texts(args.run_dir, texts)
-    _print_warnings("classify", caught, training.InputWarning)
-    for label, probability in results:
-        print(f"{label}\t{probability:.4f}")
-    return 0
+    def check(args) -> None:
+        _check_inputs(args, recipe.command)
+        _check_run_folder(args, recipe.uses)
+
+    def run(args) -> int:
+        from keras_seq import training
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", training.InputWarning)
+            texts = args.texts if args.input is None else _read_inputs(args.input)
+            lines = recipe.use(args.run_dir, texts)
+        _print_warnings(recipe.command, caught, training.InputWarning)
+        for line in lines:
+            print(line)
+        return 0
+
+    return check, run
 
 
 def _print_warnings(command: str, caught, category) -> None:
@@ -292,8 +298,10 @@ COMMANDS = {
     "train": (_check_train, _train),
     "tune": (_check_tune, _tune),
     "translate": (_check_translate, _translate),
-    "classify": (_check_classify, _classify),
     "generate": (_check_generate, _generate),
     "export": (_check_export, _export),
     "verify": (_check_verify, _verify),
 }
+for _recipe in recipes.RECIPES.values():
+    if _recipe.command is not None:
+        COMMANDS[_recipe.command] = _texts_command(_recipe)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keras_seq import run_config
+from keras_seq import recipes, run_config
 from keras_seq.model_kinds import BUILT_IN_CELLS, LANGUAGE_MODEL_KINDS
 
 __all__ = ["build_parser"]
@@ -103,12 +103,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     train.add_argument(
         "--task",
         choices=training.TASKS,
-        help="dates: the embedded date task; translate: a parallel corpus (--data FILE.tsv); "
-        "lm: a character language model of --data FILE.txt, by default tiny Shakespeare; "
-        "bilm: ELMo's bidirectional language model of the same text, in characters or "
-        "WordPiece tokens (--tokenizer); classify: a text classifier of --data FILE.tsv "
-        "(label<TAB>text), from scratch or fine-tuned from a --task lm run (--init-from) "
-        "(default: dates, or translate when --data is given)",
+        help="; ".join(f"{recipe.name}: {recipe.summary}" for recipe in recipes.RECIPES.values())
+        + " (default: dates, or translate when --data is given)",
     )
     train.add_argument(
         "--model", choices=training.MODELS,
@@ -271,20 +267,19 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
     _add_tune_parser(commands, training, config)
 
-    classify = commands.add_parser(
-        "classify",
-        help="print a trained classifier's label and its probability for each text",
-        description="Classify each TEXT (or each line of --input FILE) with the classifier in "
-        "RUN_DIR (a classification run of keras-seq train) and print one line per input, in "
-        "order: the label, a tab, and its probability.",
-    )
-    classify.add_argument("run_dir", metavar="RUN_DIR")
-    classify.add_argument("texts", metavar="TEXT", nargs="*",
-                          help="texts to classify (or give --input)")
-    classify.add_argument(
-        "--input", metavar="FILE",
-        help="read the texts from FILE, one per line (UTF-8); - reads standard input",
-    )
+    for recipe in recipes.RECIPES.values():
+        if recipe.command is None:
+            continue
+        # A command that applies a run to texts: the run, the texts or a file.
+        command = commands.add_parser(recipe.command, help=recipe.command_help,
+                                      description=recipe.command_description)
+        command.add_argument("run_dir", metavar="RUN_DIR")
+        command.add_argument("texts", metavar="TEXT", nargs="*",
+                             help=f"texts to {recipe.command} (or give --input)")
+        command.add_argument(
+            "--input", metavar="FILE",
+            help="read the texts from FILE, one per line (UTF-8); - reads standard input",
+        )
 
     translate = commands.add_parser(
         "translate",

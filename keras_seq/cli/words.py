@@ -14,6 +14,7 @@ Nothing here imports Keras.
 
 from __future__ import annotations
 
+from keras_seq import recipes
 from keras_seq._validation import Arg, Call, Value, python_words
 
 __all__ = ["ALIASES", "COMMAND_OF_FUNCTION", "CommandWords"]
@@ -24,15 +25,14 @@ ALIASES = {"beam_width": "beam", "num_layers": "layers", "out_dir": "out",
 
 COMMAND_OF_FUNCTION = {
     "translate_texts": "translate",
-    "classify_texts": "classify",
     "generate_text": "generate",
-    "tag_texts": "tag",
     "export_run": "export",
     "train": "train",
     "verify": "verify",
     "search": "tune",
+    **{recipe.uses: recipe.command for recipe in recipes.RECIPES.values() if recipe.command},
 }
-"""The library functions behind the commands."""
+"""The library functions behind the commands (a recipe's `Recipe.uses`: its command)."""
 
 
 class CommandWords:

@@ -7,8 +7,10 @@ this package. This package adds, one module per job:
 - `saved_model`: `export_saved_model` writes a SavedModel whose
   ``serving_default`` signature maps a ``(B,)`` string tensor to ``(B,)``
   strings (tokenize -> greedy or beam decoding -> detokenize, all TensorFlow
-  ops), for TF Serving or plain `tf.saved_model.load`; `saved_model_op_names`
-  lists the ops a server must provide.
+  ops), for TF Serving or plain `tf.saved_model.load`;
+  `export_strings_saved_model` writes any task that reads a text in one pass
+  (a classifier, a tagger) the same way; `saved_model_op_names` lists the
+  ops a server must provide.
 - `tflite_export`: `convert_to_tflite` converts any model or function with TFLite
   builtin ops only, optionally quantized (``quantize="dynamic"`` or
   ``"float16"``) or with fused LSTM kernels (``fuse_lstm=True``);
@@ -38,7 +40,8 @@ this package. This package adds, one module per job:
   formats, with Keras' reference outputs on held-out examples; a language
   model's run as ``lm_step.tflite`` and, if recurrent, ``lm_stream.onnx``
   (`language_model_export`), a classifier's as ``classifier/1/`` and
-  ``tflite/classifier.tflite`` (`classifier_export`).
+  ``tflite/classifier.tflite`` (`classifier_export`); each run's recipe
+  (`keras_seq.recipes`) says which.
 - `verification`: `verify` runs every artifact of such a folder in a process that
   cannot import keras_seq (ONNX files on every onnxruntime execution provider
   there) and compares it with Keras (``keras-seq verify``).
@@ -53,6 +56,7 @@ from keras_seq.export.run import export_run
 from keras_seq.export.saved_model import (
     export_classifier_saved_model,
     export_saved_model,
+    export_strings_saved_model,
     saved_model_op_names,
 )
 from keras_seq.export.streaming import initial_streaming_states, streaming_model
@@ -87,6 +91,7 @@ __all__ = [
     "export_classifier_saved_model",
     "export_run",
     "export_saved_model",
+    "export_strings_saved_model",
     "initial_streaming_states",
     "run_tflite",
     "saved_model_op_names",

@@ -594,8 +594,9 @@ def main(argv):
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     reference = dict(np.load(os.path.join(out_dir, manifest["reference"])))
-    task = manifest.get("task")
-    targets = None if task else [str(s) for s in reference["targets"]]
+    # What to check: the manifest's "check" (an export before it: by its task).
+    kind = manifest.get("check") or _CHECK_OF_TASK.get(manifest.get("task"), "translation")
+    artifact_check = CHECKS[kind]
 
     with open(results_path, "w", encoding="utf-8") as results:
         for entry in manifest["artifacts"]:
@@ -605,12 +606,7 @@ def main(argv):
                               + "\n")
                 results.flush()
                 try:
-                    if task == "lm":
-                        record = lm_artifact(out_dir, entry, reference, provider)
-                    elif task == "classify":
-                        record = classifier_artifact(out_dir, entry, reference, provider)
-                    else:
-                        record = check(out_dir, entry, reference, targets, provider)
+                    record = artifact_check(out_dir, entry, reference, provider)
                 except Exception as error:  # a broken artifact must not hide the others
                     on = f" on {provider}" if provider else ""
                     record = {**entry, "provider": provider,
@@ -619,7 +615,9 @@ def main(argv):
                 results.flush()
 
 
-def check(out_dir, entry, reference, targets, provider=None):
+def translation_artifact(out_dir, entry, reference, provider=None):
+    """The translations of the reference sources by one artifact, against Keras'."""
+    targets = [str(s) for s in reference["targets"]]
     path = os.path.join(out_dir, entry["artifact"])
     problems = []
     if entry["format"] == "savedmodel":
@@ -649,6 +647,13 @@ def check(out_dir, entry, reference, targets, provider=None):
     ]
     return {**entry, **row, "provider": provider, "problems": problems,
             "examples": len(targets), "mismatches": mismatches[:5]}
+
+
+# The check of each kind of export (the manifest's "check").
+CHECKS = {"translation": translation_artifact, "generation": lm_artifact,
+          "labels": classifier_artifact}
+# The check of an export written before the manifest named it.
+_CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
 
 
 if __name__ == "__main__":

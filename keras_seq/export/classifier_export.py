@@ -104,6 +104,7 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
             )
     manifest = {
         "task": "classify",
+        "check": "labels",
         "run_dir": os.path.basename(os.path.normpath(run.path)),
         "reference": REFERENCE_FILE if test else None,
         "artifacts": artifacts,

@@ -129,6 +129,7 @@ def export_language_model(run, out: str, formats, quantize, examples: int, progr
         written["reference"] = path
     manifest = {
         "task": "lm",
+        "check": "generation",
         "run_dir": os.path.basename(os.path.normpath(run.path)),
         "reference": REFERENCE_FILE if prompts else None,
         "artifacts": artifacts,

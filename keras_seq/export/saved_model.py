@@ -1,5 +1,6 @@
 """SavedModel: strings in, strings out, for TF Serving or plain TensorFlow
-(translators: `export_saved_model`; classifiers: `export_classifier_saved_model`)."""
+(translators: `export_saved_model`; the tasks that read a text in one pass,
+classifiers and taggers: `export_strings_saved_model`)."""
 
 from __future__ import annotations
 
@@ -150,26 +151,38 @@ def export_saved_model(
     return translator.write(translator.translate, directory)
 
 
-class _Classifier(_ModelModule):
-    """Tokenizer + classifier + softmax as one module with a string signature."""
+def export_strings_saved_model(model, serve, directory: str | os.PathLike, name: str,
+                               resources=()) -> str:
+    """Writes a SavedModel whose ``serving_default`` runs ``serve`` on strings.
 
-    def __init__(self, model, tokenizer, labels, source_length):
-        super().__init__(model, name="classifier")
-        self.tokenizer = tokenizer
-        self.labels = tf.constant(labels, tf.string)
-        self._source_length = source_length
+    The one SavedModel writer of the tasks that map texts to outputs in one
+    pass (a classifier, a tagger): its signature takes ``inputs``, a ``(B,)``
+    tf.string tensor (any other rank is an ``InvalidArgumentError`` naming
+    ``inputs``), and returns ``serve(inputs)``, a dict of tensors. Only
+    ``model``'s variables are saved (no optimizer state).
+
+    Args:
+        model: the Keras model ``serve`` runs.
+        serve: a function of the ``(B,)`` strings to a dict of output tensors,
+            in TensorFlow ops.
+        directory: where to write; for TF Serving a version folder.
+        name: the module's name.
+        resources: TensorFlow resources ``serve`` reads (lookup tables, a
+            tokenizer module), saved with it.
+
+    Returns:
+        ``directory`` as a string.
+    """
+    module = _ModelModule(model, name=name)
+    module.resources = list(resources)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    def classify(self, inputs):
-        from keras_seq.data import classification_ids
+    def serving(inputs):
+        # The signature's (None,) shape is not enforced on a loaded model: a
+        # scalar or a (B, 1) batch would otherwise be read as a batch.
+        return serve(tf.ensure_shape(inputs, [None], name="inputs_must_be_a_rank_1_batch"))
 
-        inputs = tf.ensure_shape(inputs, [None], name="inputs_must_be_a_rank_1_batch")
-        ids = classification_ids(self.tokenizer, inputs, self._source_length)
-        probabilities = tf.nn.softmax(tf.cast(self.model(ids, training=False), tf.float32))
-        return {
-            "labels": tf.gather(self.labels, tf.argmax(probabilities, axis=-1)),
-            "probabilities": probabilities,
-        }
+    return module.write(serving, directory)
 
 
 def export_classifier_saved_model(
@@ -221,8 +234,17 @@ def export_classifier_saved_model(
     outputs = model.outputs
     if len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[-1] != len(labels):
         raise ArgumentValueError(where, f'`model` must return logits (B, classes) with one class per label ({len(labels)}); its outputs are {[tuple(o.shape) for o in outputs]}.')
-    module = _Classifier(model, tokenizer, labels, int(source_length))
-    return module.write(module.classify, directory)
+    names = tf.constant(labels, tf.string)
+
+    def classify(inputs):
+        from keras_seq.data import classification_ids
+
+        ids = classification_ids(tokenizer, inputs, source_length)
+        probabilities = tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
+        return {"labels": tf.gather(names, tf.argmax(probabilities, axis=-1)),
+                "probabilities": probabilities}
+
+    return export_strings_saved_model(model, classify, directory, "classifier", [tokenizer])
 
 
 def saved_model_op_names(directory: str | os.PathLike) -> set[str]:

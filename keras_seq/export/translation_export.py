@@ -85,6 +85,7 @@ def export_translation(folder, out, formats, beam_width, quantize, examples, pro
         written.update(paths)
     written.update(_export_reference(run, out, examples, beam_width, progress))
     manifest = {
+        "check": "translation",
         "run_dir": os.path.basename(os.path.normpath(folder.path)),
         "reference": REFERENCE_FILE if "reference" in written else None,
         "artifacts": [entry for _, entry in steps],

@@ -30,6 +30,12 @@ _ROW_KEYS = (
 _LM_ROW_KEYS = ("task", "token_agreement", "ms_per_token", "keras_ms_per_token")
 # And a classifier's these.
 _CLASSIFIER_ROW_KEYS = ("task", "max_abs_probability_error")
+# Each kind of export's further keys (the manifest's "check").
+_ROW_EXTRAS = {"generation": _LM_ROW_KEYS, "labels": _CLASSIFIER_ROW_KEYS}
+# An export written before its manifest named its check: by its task.
+_CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
+# What an artifact does to an example, in a failure's words.
+_DOES = {"labels": "labels", "generation": "continues"}
 # And a streaming translator's (``tflite_stream/``) these.
 _STREAM_ROW_KEYS = ("latency_ms_per_token", "emitted_before_source_end")
 # A float artifact's probabilities may differ from Keras' by rounding, no more.
@@ -118,9 +124,10 @@ def verify(
             "examples); nothing to compare the artifacts with."
         )
     records, failures = _run_worker(out_dir, manifest, timeout)
+    check = manifest.get("check") or _CHECK_OF_TASK.get(manifest.get("task"), "translation")
     rows = []
     for record in records:
-        extra = {"lm": _LM_ROW_KEYS, "classify": _CLASSIFIER_ROW_KEYS}.get(record.get("task"), ())
+        extra = _ROW_EXTRAS.get(check, ())
         if record.get("format") == "tflite_stream":
             extra = _STREAM_ROW_KEYS
         rows.append({key: record.get(key) for key in _ROW_KEYS + extra})
@@ -130,7 +137,7 @@ def verify(
         name = record["artifact"]
         if record.get("provider"):
             name += f" on {record['provider']}"
-        if record.get("task") == "lm" and record["quantize"] is not None:
+        if check == "generation" and record["quantize"] is not None:
             if record["token_agreement"] < QUANTIZED_MIN_STRING_MATCH:
                 failures.append(
                     f"{name}: chooses Keras' next character at "
@@ -150,7 +157,7 @@ def verify(
                 f"{m['source']!r}: Keras {m['keras']!r}, artifact {m['artifact']!r}"
                 for m in record["mismatches"]
             )
-            does = "labels" if record.get("task") == "classify" else "decodes"
+            does = _DOES.get(check, "decodes")
             failures.append(
                 f"{name}: {does} {record['string_match']:.2%} of "
                 f"{record['examples']} examples as Keras does (needs {minimum:.1%}); "

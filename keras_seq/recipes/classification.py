@@ -92,6 +92,12 @@ class Classification(Recipe):
     data = "label<TAB>text file."
     formats = ("savedmodel", "tflite", "onnx")
     recorded_sizes = ("source_length",)
+    command = "classify"
+    command_help = "print a trained classifier's label and its probability for each text"
+    command_description = (
+        "Classify each TEXT (or each line of --input FILE) with the classifier in RUN_DIR (a "
+        "classification run of keras-seq train) and print one line per input, in order: the "
+        "label, a tab, and its probability.")
 
     def family_defaults(self, model, cell):
         return dict(CLASSIFY_DEFAULTS[model])
@@ -317,6 +323,13 @@ class Classification(Recipe):
     def result_line(self, metrics):
         return (f"Held-out accuracy: {metrics['test_accuracy']:.2%} ({metrics['test_correct']}/"
                 f"{metrics['test_examples']}), macro-F1 {metrics['test_macro_f1']:.4f}")
+
+    def use(self, run_dir, texts):
+        """``keras-seq classify``'s lines: the label, a tab and its probability."""
+        from keras_seq.training.inference import classify_texts
+
+        return [f"{label}\t{probability:.4f}"
+                for label, probability in classify_texts(run_dir, texts)]
 
     # --- the exports ---
 

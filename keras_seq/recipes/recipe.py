@@ -52,6 +52,9 @@ class Recipe:
         formats: the export formats it has.
         recorded_sizes: the sizes its runs record in their ``config``
             (``source_length``, ...), which the commands read.
+        command: the ``keras-seq`` command that applies its runs to texts
+            (``RUN_DIR TEXT... | --input FILE``, `use`), or None;
+            ``command_help`` and ``command_description`` its help.
     """
 
     name = ""
@@ -65,6 +68,9 @@ class Recipe:
     data = ""
     formats: tuple[str, ...] = ()
     recorded_sizes: tuple[str, ...] = ()
+    command: str | None = None
+    command_help = ""
+    command_description = ""
 
     # --- the options (no Keras) ---
 
@@ -116,6 +122,10 @@ class Recipe:
     def default_formats(self, run) -> tuple[str, ...]:
         """The formats ``keras-seq export`` writes when none are given."""
         return self.formats
+
+    def use(self, run_dir, texts) -> list[str]:
+        """The lines `command` prints for ``texts`` by the run in ``run_dir``."""
+        raise NotImplementedError(f"{type(self).__name__} must define use.")
 
     # --- a run's model (Keras) ---
 
