@@ -13,6 +13,13 @@ this / base is printed per layer, batch and mode.
 Usage: ``python benchmarks/compare_checkouts.py --base ../other-checkout
 [--backend tensorflow|jax|torch] [--only GRU LayerNormLSTM] [--batches 64 1]``
 (``--base`` is a directory that holds a ``keras_seq/`` package).
+
+``--commands`` compares the command line instead: the main job (``keras-seq
+train`` with its defaults), ``translate`` of 200 dates, ``export`` and
+``verify``, each checkout's own command in a fresh process (its directory
+first on ``PYTHONPATH``), the two checkouts alternating for ``--repeats``
+rounds; it prints each command's median seconds, the ratio this / base, and
+each run's held-out exact match.
 """
 
 from __future__ import annotations
@@ -94,6 +101,61 @@ class _TwoInputs:
                                          training=training)
 
 
+def _command(checkout: pathlib.Path) -> list[str]:
+    """A checkout's ``keras-seq``: its console script's module, or the CLI package."""
+    if (checkout / "keras_seq_command.py").is_file():
+        return [sys.executable, "-m", "keras_seq_command"]
+    return [sys.executable, "-m", "keras_seq.cli"]
+
+
+def compare_commands(base: pathlib.Path, repeats: int) -> None:
+    """Times train, translate, export and verify of both checkouts, alternating."""
+    import json
+    import subprocess
+    import time
+
+    checkouts = {"this": HERE.parent, "base": base.resolve()}
+    dates = [f"{d} {m} {y}" for d, m, y in zip(range(1, 29), ["Jan", "Feb", "Mar", "Apr", "May",
+                                                             "Jun", "Jul"] * 4,
+                                              range(1990, 2018))] * 8
+    seconds = {(v, c): [] for v in checkouts for c in ("train", "translate", "export", "verify")}
+    matches = {v: [] for v in checkouts}
+    with tempfile.TemporaryDirectory() as scratch:
+        inputs = pathlib.Path(scratch, "dates.txt")
+        inputs.write_text("\n".join(dates[:200]) + "\n", encoding="utf-8")
+        for r in range(repeats):
+            for version in (("this", "base") if r % 2 == 0 else ("base", "this")):
+                checkout = checkouts[version]
+                env = dict(os.environ, PYTHONPATH=str(checkout), KERAS_BACKEND="tensorflow")
+                out = pathlib.Path(scratch, f"{version}{r}")
+                run_dir, export_dir = out / "run", out / "export"
+                steps = {
+                    "train": ["train", "--out", str(out), "--name", "run"],
+                    "translate": ["translate", str(run_dir), "--input", str(inputs)],
+                    "export": ["export", str(run_dir), str(export_dir)],
+                    "verify": ["verify", str(export_dir)],
+                }
+                for step, argv in steps.items():
+                    start = time.perf_counter()
+                    done = subprocess.run(_command(checkout) + argv, env=env, cwd=scratch,
+                                          capture_output=True, text=True)
+                    seconds[(version, step)].append(time.perf_counter() - start)
+                    if done.returncode != 0:
+                        raise SystemExit(f"{version} {step} failed:\n{done.stderr[-3000:]}")
+                metrics = json.loads((run_dir / "metrics.json").read_text())
+                matches[version].append(metrics["test_exact_match"])
+                print(f"round {r + 1} {version}: " + ", ".join(
+                    f"{step} {seconds[(version, step)][-1]:.1f} s" for step in steps)
+                    + f"; exact match {matches[version][-1]:.4f}", flush=True)
+    print("\n| command | this median s | base median s | this / base |")
+    print("|---|---|---|---|")
+    for step in ("train", "translate", "export", "verify"):
+        this_t = statistics.median(seconds[("this", step)])
+        base_t = statistics.median(seconds[("base", step)])
+        print(f"| {step} | {this_t:.1f} | {base_t:.1f} | **{this_t / base_t:.3f}** |")
+    print(f"\nexact match: this {matches['this']}, base {matches['base']}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True)
@@ -103,7 +165,12 @@ def main():
     parser.add_argument("--batches", nargs="*", type=int, default=[64, 1])
     parser.add_argument("--jit", choices=("both", "on", "off"), default="both",
                         help="TensorFlow only: with and/or without jit_compile")
+    parser.add_argument("--commands", action="store_true",
+                        help="compare the command line (train, translate, export, verify)")
     args = parser.parse_args()
+    if args.commands:
+        compare_commands(pathlib.Path(args.base), args.repeats if args.repeats != 21 else 3)
+        return
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent))

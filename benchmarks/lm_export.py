@@ -86,7 +86,7 @@ def measure(run_dir, repetitions):
     from keras_seq.export.streaming import streaming_model
     from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
     from keras_seq.reserved_tokens import RESERVED_TOKENS
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.run_folder import read_run
 
     run = read_run(run_dir, "lm_export")
     model = run.load_model(compile=False)

@@ -53,7 +53,7 @@ def _streaming(run: str, sources: int = 100) -> dict:
 
     from keras_seq.export import convert_streaming_translator_to_tflite
     from keras_seq.export.streaming_translation import tflite_streaming_translate
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.recipes import read_run
 
     folder = read_run(run, "benchmark", task="translate")
     model, tokenizer, config = folder.load_model(), folder.load_tokenizer(), folder.config

@@ -131,7 +131,7 @@ def measure(run_dir: str, repetitions: int, calls: int) -> dict:
     from keras_seq.export.language_model_export import language_model_stream_function
     from keras_seq.export.onnx_export import convert_to_onnx
     from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.run_folder import read_run
 
     run = read_run(run_dir, "onnx_step_cost")
     model = run.load_model(compile=False)

@@ -53,8 +53,8 @@ def _train(work: str, name: str, task_args: list[str], arm_args: list[str], seed
 
 
 def _beam(run: str, width: int = 4) -> float:
+    from keras_seq.recipes import read_run
     from keras_seq.training import translate_texts
-    from keras_seq.training.run_folder import read_run
 
     pairs = read_run(run, "benchmark", task="translate").held_out_pairs(10_000)
     outputs = translate_texts(run, [s for s, _ in pairs], beam_width=width)

@@ -23,7 +23,7 @@ def run_metrics_path(run_dir, where: str) -> str:
     """The ``metrics.json`` of the run folder ``run_dir``, which makes it one.
 
     Needs no Keras: the command line checks a run folder before it loads
-    anything (`keras_seq.training.run_folder.read_run` reads it).
+    anything (`keras_seq.run_folder.read_run` reads it).
 
     Raises:
         FileNotFoundError: naming ``where`` and the folder, when there is none.

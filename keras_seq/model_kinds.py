@@ -8,7 +8,8 @@ here; the classes behind the names are in the one registry,
 (and the cells a block model names, its `RecurrentBlock` cells).
 """
 
-__all__ = ["BLOCK_MODELS", "BUILT_IN_CELLS", "CLASSIFIER_POOLINGS", "LANGUAGE_MODEL_KINDS"]
+__all__ = ["BLOCK_MODELS", "BUILT_IN_CELLS", "CLASSIFIER_POOLINGS", "GREEDY_ZERO_DEPRECATED",
+           "LANGUAGE_MODEL_KINDS", "SAMPLING_SCHEDULES"]
 
 BUILT_IN_CELLS = ("gru", "lstm", "peephole", "coupled", "simple", "layernorm_lstm",
                   "mingru", "minlstm")
@@ -31,3 +32,13 @@ LANGUAGE_MODEL_KINDS = ("transformer", "rnn", *BLOCK_MODELS)
 CLASSIFIER_POOLINGS = ("last", "mean")
 """`keras_seq.models.classifier_from_language_model`'s ``pooling`` choices:
 the hidden state at the last real token (GPT's) or their mean over the real tokens."""
+
+SAMPLING_SCHEDULES = ("constant", "linear", "inverse_sigmoid")
+"""`TrainingConfig.sampling_schedule` choices (Bengio et al. 2015's decays;
+`keras_seq.tasks.scheduled_sampling`)."""
+
+GREEDY_ZERO_DEPRECATED = (
+    "beam width 0 for greedy decoding is deprecated: greedy is a beam width of 1, the "
+    "default, as in keras-seq export and keras_seq.decoding.beam_search"
+)
+"""What `keras_seq.training.translate_texts` and ``keras-seq translate`` say to ``--beam 0``."""

@@ -80,11 +80,8 @@ __all__ = [
 
 TUNERS = ("random", "hyperband", "bayesian")
 """The ``tuner`` names of `keras_seq.tuning.search` (``keras-seq tune --tuner``)."""
-GREEDY_ZERO_DEPRECATED = (
-    "beam width 0 for greedy decoding is deprecated: greedy is a beam width of 1, the "
-    "default, as in keras-seq export and keras_seq.decoding.beam_search"
-)
-"""What `keras_seq.training.translate_texts` and ``keras-seq translate`` say to ``--beam 0``."""
+GREEDY_ZERO_DEPRECATED = model_kinds.GREEDY_ZERO_DEPRECATED
+"""What ``keras-seq translate`` says to ``--beam 0`` (`keras_seq.model_kinds`)."""
 SEARCH_UNITS = (64, 128, 256)
 """The recurrent widths `keras_seq.tuning.Seq2SeqHyperModel` searches by default."""
 SEARCH_EMBEDDING_DIMS = (32, 64)
@@ -208,7 +205,7 @@ class TrainingConfig:
         sampling_schedule: how that probability grows over the training
             steps: ``"constant"`` (P throughout), ``"linear"`` (from 0 to P)
             or ``"inverse_sigmoid"`` (Bengio et al.'s decay, half of P
-            halfway); `keras_seq.training.scheduled_sampling`.
+            halfway); `keras_seq.tasks.scheduled_sampling`.
         data: a ``source<TAB>target`` file (``task="translate"``), a UTF-8
             text (``task="lm"``) or a ``label<TAB>text`` file
             (``task="classify"``, `keras_seq.data.load_labelled_tsv`), split
@@ -356,8 +353,6 @@ class TrainingConfig:
             raise ArgumentValueError(
                 where, Arg(field.name, value), " is an option of ", *listed(takers),
                 "; received ", Arg("task", task), ".")
-        if self.cell is not None:
-            check_choice(where, "cell", self.cell, CELLS)
         values = recipe.resolve(dataclasses.replace(self, task=task))
         check_choice(where, "distribute", self.distribute, DISTRIBUTIONS)
         check_choice(where, "precision", self.precision, PRECISIONS)

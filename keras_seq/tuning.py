@@ -50,8 +50,8 @@ from keras_seq.layers.recurrent.registry import cell_names
 from keras_seq.recipes.translation import Translation
 from keras_seq.reserved_tokens import PAD_ID
 from keras_seq.run_config import SEARCH_EMBEDDING_DIMS, SEARCH_UNITS, TUNE_ATTENTIONS, TUNERS
+from keras_seq.run_folder import warn_about_script_classes
 from keras_seq.training.locking import folder_lock
-from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TUNERS", "ClassifierHyperModel", "SearchResult", "Seq2SeqHyperModel", "search"]
 

@@ -16,8 +16,8 @@ import pytest
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import text
 from keras_seq.cli import main
+from keras_seq.recipes.language_model import bidirectional_targets
 from keras_seq.run_config import TrainingConfig
-from keras_seq.training.prepare import bidirectional_targets
 
 _TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"

@@ -17,9 +17,8 @@ import pytest
 import tensorflow as tf
 
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
-from keras_seq import data, text, training
+from keras_seq import data, recipes, text, training
 from keras_seq.cli import main
-from keras_seq.training.model import build_model, compile_model
 
 LABELS = {"apple": "a", "banana": "b", "cherry": "c"}
 # 2 epochs of a bidirectional GRU of 8 units; the fine-tuned runs train 2 epochs too.
@@ -229,8 +228,9 @@ def test_fine_tuning_starts_from_the_lm_and_minimises_task_plus_lambda_lm_loss(r
     config = training.with_language_model(config)
     assert (config.model, config.units, config.layers) == ("transformer", 16, 1)
     prepared = training.prepare_data(config)
-    model = build_model(config, prepared.tokenizer.vocabulary_size, len(prepared.labels))
-    compile_model(model, config, steps=10)
+    recipe = recipes.get("classify")
+    model = recipe.trainer(recipe.build(config, prepared), config, prepared)
+    recipe.compile(model, config, steps=10)
     lm = keras.saving.load_model(runs / "lm" / "model.keras", safe_mode=True)
     for name in ("token_embedding", "decoder_layer_0"):
         for a, b in zip(lm.get_layer(name).get_weights(), model.get_layer(name).get_weights()):

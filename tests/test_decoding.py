@@ -11,7 +11,6 @@ import pytest
 import tensorflow as tf
 
 from keras_seq import decoding, models, samplers
-from keras_seq.decoding import search
 from keras_seq.text import END_ID, PAD_ID, START_ID
 
 V = 12  # vocabulary size of the test models

@@ -157,7 +157,9 @@ def test_keras_fit_under_plain_multi_worker_strategy_still_fails(tmp_path, local
 
 
 def test_unknown_strategy_and_missing_cluster_are_rejected(monkeypatch):
-    with pytest.raises(ValueError, match="make_strategy: `name` must be one of"):
+    with pytest.raises(ValueError, match=r"make_strategy: invalid value for argument `name`: "
+                       r"expected one of \['auto', 'none', 'mirrored', 'multi_worker'\], "
+                       r"received 'tpu'"):
         make_strategy("tpu")
     assert "auto" in STRATEGIES
     monkeypatch.delenv("TF_CONFIG", raising=False)

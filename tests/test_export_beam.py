@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_seq import decoding, text
 from keras_seq.cli import main
-from keras_seq.training.run_folder import read_run
+from keras_seq.run_folder import read_run
 
 pytestmark = pytest.mark.slow
 

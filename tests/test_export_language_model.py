@@ -16,7 +16,7 @@ import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import training
 from keras_seq.cli import main
 from keras_seq.export import convert_language_model_step_to_tflite, tflite_op_names, verify
-from keras_seq.training.run_folder import read_run
+from keras_seq.recipes import read_run
 
 _TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"

@@ -93,7 +93,7 @@ def test_tune_refuses_a_finished_run_without_fresh(tiny_date_run, capsys):
     assert main(["tune", "--out", str(run_dir.parent), "--name", run_dir.name,
                  "--trials", "1"]) == 1
     message = _one_line(capsys)
-    assert "already holds a finished run" in message and "tune --fresh" in message
+    assert "already holds a finished run" in message and "pass --fresh" in message
     assert (run_dir / "metrics.json").read_bytes() == before
 
 

@@ -46,7 +46,7 @@ def test_the_held_out_text_is_the_last_tenth():
 
 
 def test_an_lm_of_a_tsv_reads_its_text_column_one_text_a_line(tmp_path):
-    from keras_seq.run_data import load_data
+    from keras_seq.recipes import load_data
 
     reviews = [("great", "Crisp and fresh.<br />Buy it."), ("other", "Stale\tand dull."),
                ("great", "My dog loves these treats, " * 3)]
@@ -151,9 +151,10 @@ def test_offline_lm_without_data_says_to_pass_a_text_in_one_line(tmp_path, monke
 def test_task_options_are_checked_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="argument `data`"):
         training.TrainingConfig(task="translate").resolved()
-    with pytest.raises(ValueError, match="argument `data`"):
+    with pytest.raises(ValueError, match=r"data='x.tsv' is an option of task='translate', "
+                       r".*; received task='dates'"):
         training.TrainingConfig(task="dates", data="x.tsv").resolved()
-    with pytest.raises(ValueError, match="argument `context`"):
+    with pytest.raises(ValueError, match=r"context=8 is an option of task='lm' or task='bilm'"):
         training.TrainingConfig(context=8).resolved()
     assert training.TrainingConfig(data="x.tsv").resolved().task == "translate"
     lm = training.TrainingConfig(task="lm").resolved()
@@ -162,8 +163,9 @@ def test_task_options_are_checked_before_any_work(tmp_path):
     for model in training.BLOCK_MODELS:
         blocks = training.TrainingConfig(task="lm", model=model).resolved()
         assert (blocks.layers, blocks.units, blocks.context) == (4, 128, 64)
-    with pytest.raises(ValueError, match=r"TrainingConfig: .*`model`: expected 'rnn' or "
-                                         r"'transformer' for task 'dates'.*received 'mingru'"):
+    with pytest.raises(ValueError, match=r"TrainingConfig: invalid value for argument `model`: "
+                                         r"expected one of 'rnn', 'transformer' for "
+                                         r"task='dates', received 'mingru'"):
         training.TrainingConfig(model="mingru").resolved()
 
 

@@ -122,11 +122,17 @@ def test_a_run_with_scheduled_sampling_keeps_the_plain_model(tmp_path):
 
 
 def test_the_command_lines_monotonic_attention_builds_a_monotonic_decoder():
+    import dataclasses
+
+    from keras_seq import recipes, text
+    from keras_seq.recipes.translation import PreparedData
     from keras_seq.training import TrainingConfig
-    from keras_seq.training.model import build_model
 
     config = TrainingConfig(attention="monotonic_luong", units=8).resolved()
-    decoder = build_model(config, V).get_layer("decoder")
+    prepared = PreparedData(*[None] * len(dataclasses.fields(PreparedData)))
+    prepared.tokenizer = text.CharTokenizer.from_corpus(["abcdefgh"])
+    prepared.source_length = prepared.target_length = 8
+    decoder = recipes.get(config.task).build(config, prepared).decoder
     assert decoder.monotonic and decoder.attention_kind == "monotonic_luong"
 
 

@@ -88,7 +88,6 @@ def test_export_writes_the_stream_and_verify_runs_it_without_keras_seq(translato
 
     from keras_seq import text
     from keras_seq.export import export_run, verify
-    from keras_seq.training.run_folder import write_held_out
 
     # A run folder as `keras-seq train` writes it: ids 4..13 are "a".."j".
     run = tmp_path / "run"
@@ -99,7 +98,7 @@ def test_export_writes_the_stream_and_verify_runs_it_without_keras_seq(translato
                                                              "target_length": MAX}}))
     rng = np.random.default_rng(7)
     sources = ["".join("abcdefghij"[i] for i in rng.integers(0, 10, size=8)) for _ in range(12)]
-    write_held_out(str(run), [(s, s) for s in sources])
+    (run / "test.tsv").write_text("".join(f"{s}\t{s}\n" for s in sources), encoding="utf-8")
     written = export_run(run, tmp_path / "out", formats=("tflite",))
     assert os.path.isfile(written["tflite_stream_decoder_step"])
     result = verify(tmp_path / "out")

@@ -24,13 +24,13 @@ from keras import ops
 import keras_seq
 from keras_seq.cli import main
 from keras_seq.layers import RNN, RecurrentCell
-from keras_seq.training import with_language_model
-from keras_seq.training.run_folder import (
+from keras_seq.run_folder import (
     UserModuleError,
     read_run,
     user_modules,
     warn_about_script_classes,
 )
+from keras_seq.training import with_language_model
 
 # A user's module: the JANET cell (van der Westhuizen & Lasenby 2018, "The
 # unreasonable effectiveness of the forget gate"), keras.ops only, registered

@@ -74,11 +74,10 @@ def _quiet_tensorflow() -> None:
 
 
 def on_purpose(error: BaseException) -> bool:
-    """Whether ``error`` is one the library raised on purpose (one line), not a
-    failure to show with its traceback."""
-    if isinstance(error, Explained):
-        return True
-    return isinstance(error, OSError) and error.filename is not None and bool(error.strerror)
+    """Whether ``error`` is one line, not a failure to show with its traceback:
+    an error the library raised on purpose, or the system's (a missing file, a
+    full disk, a permission: `OSError`), which no traceback explains."""
+    return isinstance(error, (Explained, OSError))
 
 
 def reason(error, words: CommandWords) -> str:

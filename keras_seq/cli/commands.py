@@ -259,13 +259,13 @@ def _generate(args) -> int:
 
 def _export(args) -> int:
     from keras_seq.export import export_run
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.run_folder import read_run
 
     formats = args.formats
     if formats is None:
         try:
             run = read_run(args.run_dir, "export_run")
-            formats = run.recipe.default_formats(run)
+            formats = recipes.recipe_of_run(run.config).default_formats(run)
         except (OSError, ValueError):
             pass  # export_run says what is wrong, in its order
     with warnings.catch_warnings(record=True) as caught:

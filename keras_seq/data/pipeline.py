@@ -21,7 +21,7 @@ from keras_seq._validation import (
 if TYPE_CHECKING:
     from keras_seq.text import CharTokenizer, WordPieceTokenizer
 
-__all__ = ["classification_ids", "make_classification_dataset", "make_dataset",
+__all__ = ["classification_ids", "data_sharding", "make_classification_dataset", "make_dataset",
            "make_text_dataset"]
 
 def make_dataset(
@@ -434,3 +434,14 @@ def make_text_dataset(
 
     dataset = tf.data.Dataset.from_tensor_slices(offsets).map(windows)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def data_sharding():
+    """DATA auto-sharding: the pipeline reads in-memory tensors (nothing to
+    shard by file), and every worker keeps its slice of each global batch, so
+    the global batches, and the weights, are those of a one-device run."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options

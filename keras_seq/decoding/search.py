@@ -231,7 +231,7 @@ def beam_search_steps(
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     inputs, max_length = _check_steps_args(where, steps, inputs, max_length)
     return BeamSampler(beam_width, length_penalty).search(steps, inputs, max_length, start_id,
-                                                          end_id)
+                                                          end_id, where=where)
 
 
 def sequence_log_probability(

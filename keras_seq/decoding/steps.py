@@ -3,8 +3,8 @@
 language models), and `attention_weights`.
 
 Both views ask the task for its own cached step (`keras_seq.tasks.Seq2SeqLM`
-and `keras_seq.tasks.CausalLM`'s ``call_with_cache``): nothing here knows a
-model's layers.
+and `keras_seq.tasks.CausalLM`'s ``call_with_cache``), through the tasks'
+own adapters (`keras_seq.tasks.steps`): nothing here knows a model's layers.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import check_int, invalid_value
 from keras_seq.tasks import CausalLM, Seq2SeqLM, as_task
+from keras_seq.tasks.steps import LanguageModelSteps, Seq2SeqSteps
 
 __all__ = [
     "DecoderSteps",
@@ -62,95 +63,6 @@ class DecoderSteps(Protocol):
     ) -> tuple[tf.Tensor, dict]:
         """One decoder step: ``(B,)`` int32 tokens at position ``t`` ->
         ``((B, V) logits, new state)``."""
-
-
-class Seq2SeqSteps:
-    """A translator's `DecoderSteps`: its `Seq2SeqLM.build_cache` split into the
-    memory (constants) and the state, and its `Seq2SeqLM.call_with_cache`."""
-
-    def __init__(self, task: Seq2SeqLM):
-        self.task = task
-        self.vocabulary_size = task.vocabulary_size
-
-    def start(self, encoder_inputs, max_length):
-        cache = self.task.build_cache(encoder_inputs, max_length)
-        return cache["memory"], cache["state"]
-
-    def step(self, tokens, t, constants, state):
-        logits, _, cache = self.task.call_with_cache(tokens, {"memory": constants,
-                                                              "state": state}, t)
-        return logits, cache["state"]
-
-    def attention(self, encoder_inputs, decoder_inputs):
-        """Teacher-forced attention weights ``(B, T, S)`` (see `attention_weights`)."""
-        return self.task.attention_weights(encoder_inputs, decoder_inputs)
-
-
-class LanguageModelSteps:
-    """A language model's `DecoderSteps` over a prompt: `CausalLM.call_with_cache`
-    one token at a time, with the Transformer's bounded context.
-
-    ``start(prompt_ids, max_length)`` feeds the prompt ``(B, P)`` but its last
-    token and returns no constants and the state; the loop then feeds the
-    last prompt token (`first_tokens`) at position P − 1 and each chosen one
-    after it. A recurrent model carries its states over the whole sequence.
-    A Transformer with ``context`` W keeps a cache of W positions: when it is
-    full, it restarts from the last ``W // 2`` tokens fed again, so each token
-    is predicted from the tokens since the last restart, at least ``W // 2``
-    and at most ``W`` of them; without ``context`` its cache holds the prompt
-    and ``max_length`` tokens.
-    """
-
-    def __init__(self, task: CausalLM, context: int | None = None):
-        self.task = task
-        self.vocabulary_size = task.vocabulary_size
-        self.context = context if task.positional_cache else None
-        self.keep = None if self.context is None else self.context // 2
-
-    def first_tokens(self, prompt_ids):
-        prompt_ids = tf.cast(prompt_ids, tf.int32)
-        return prompt_ids[:, -1], tf.shape(prompt_ids)[1] - 1
-
-    def start(self, prompt_ids, max_length):
-        prompt_ids = tf.cast(prompt_ids, tf.int32)
-        prompt_length = tf.shape(prompt_ids)[1]
-        window = prompt_length + max_length if self.context is None else self.context
-        state = self.task.build_cache(prompt_ids, window)
-        if self.context is not None:
-            batch_size = tf.shape(prompt_ids)[0]
-            state = {"cache": state, "history": tf.zeros([batch_size, self.keep], tf.int32),
-                     "position": tf.zeros([batch_size], tf.int32)}
-
-        def feed(t, state):
-            _, state = self.step(tf.gather(prompt_ids, t, axis=1), t, {}, state)
-            return t + 1, state
-
-        _, state = tf.while_loop(lambda t, _: t < prompt_length - 1, feed,
-                                 (tf.constant(0), state))
-        return {}, state
-
-    def step(self, tokens, t, constants, state):
-        if self.context is None:
-            logits, _, state = self.task.call_with_cache(tokens, state, t)
-            return logits, state
-        cache, history = state["cache"], state["history"]
-        position = state["position"][0]
-
-        def restart():
-            # The last `keep` tokens again, at positions 0 .. keep - 1.
-            def refeed(i, cache):
-                _, _, cache = self.task.call_with_cache(history[:, i], cache, i)
-                return i + 1, cache
-
-            _, cache_ = tf.while_loop(lambda i, _: i < self.keep, refeed, (tf.constant(0), cache))
-            return cache_, tf.constant(self.keep)
-
-        cache, position = tf.cond(tf.equal(position, self.context), restart,
-                                  lambda: (cache, position))
-        logits, _, cache = self.task.call_with_cache(tokens, cache, position)
-        history = tf.concat([history[:, 1:], tokens[:, None]], axis=1)
-        return logits, {"cache": cache, "history": history,
-                        "position": tf.fill(tf.shape(tokens), position + 1)}
 
 
 def decoder_steps(model: keras.Model) -> Seq2SeqSteps:

@@ -38,7 +38,7 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
     """Writes the artifacts, the host files and the reference of a classifier run into ``out``.
 
     Args:
-        run: the `keras_seq.training.run_folder.RunFolder` of the run.
+        run: the `keras_seq.run_folder.RunFolder` of the run.
         out: the folder to write into (exists, empty).
         formats: any of `CLASSIFIER_FORMATS`; None: ``("savedmodel", "tflite")``.
         quantize: the quantization modes of the TFLite file.
@@ -52,7 +52,9 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
     from keras_seq.data import classification_ids
 
     formats = formats or CLASSIFIER_FORMATS[:2]
-    model = run.load_task()
+    from keras_seq.tasks import from_run
+
+    model = from_run(run)
     tokenizer = model.preprocessor.tokenizer
     labels = list(model.preprocessor.labels)
     source_length = int(model.preprocessor.sequence_length)

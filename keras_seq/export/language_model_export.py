@@ -61,7 +61,7 @@ def export_language_model(run, out: str, formats, quantize, examples: int, progr
     """Writes the step files, the host files and the reference of an LM run into ``out``.
 
     Args:
-        run: the `keras_seq.training.run_folder.RunFolder` of the run.
+        run: the `keras_seq.run_folder.RunFolder` of the run.
         out: the folder to write into (exists, empty).
         formats: any of `LM_FORMATS`; None: both for a recurrent model,
             ``("tflite",)`` for a Transformer (it has no stream).
@@ -78,8 +78,9 @@ def export_language_model(run, out: str, formats, quantize, examples: int, progr
         ValueError: ``"onnx"`` for a Transformer language model.
     """
     from keras_seq.reserved_tokens import RESERVED_TOKENS
+    from keras_seq.tasks import from_run
 
-    model = run.load_task()
+    model = from_run(run)
     tokenizer = model.preprocessor.tokenizer
     context = int(model.preprocessor.sequence_length)
     kind = "rnn" if model.recurrent else "transformer"

@@ -90,7 +90,7 @@ def export_run(
 
     The held-out examples are the first ``examples`` pairs of the run's test
     split as the run recorded it (``test.tsv``,
-    `keras_seq.training.run_folder.RunFolder.held_out_pairs`); for a run
+    `keras_seq.run_folder.RunFolder.held_out_pairs`); for a run
     without that file, the examples recorded in ``metrics.json``. ``reference.npz`` holds the
     ``sources``, the reference ``targets``, Keras' ``source_ids``, its greedy
     ``keras_ids`` and ``keras_outputs`` (and ``keras_beam_ids``,
@@ -155,15 +155,16 @@ def export_run(
 
 def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, overwrite,
                 progress):
-    from keras_seq.training.run_folder import read_run
+    from keras_seq import recipes
+    from keras_seq.run_folder import read_run
 
     check_export_destination(out, overwrite, where)
     folder = read_run(os.fspath(run_dir), where)
-    recipe = folder.recipe
+    recipe = recipes.recipe_of_run(folder.config)
     if formats is not None and not set(formats) <= set(recipe.formats):
         raise ArgumentValueError(
             where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") exports "
-            f"{', '.join(map(repr, recipe.formats)) or 'nothing'}; received ",
+            f"{recipe.formats_described or ', '.join(map(repr, recipe.formats))}; received ",
             Arg("formats", list(formats)), ".")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)

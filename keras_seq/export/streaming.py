@@ -201,7 +201,7 @@ class _StreamingModel(keras.Model):
         names = [t.name for t in self.inputs]
         if len(flat) != len(names):
             raise ArgumentValueError(
-                f"streaming model {self.name!r}", "expected {len(names)} inputs in this order, "
+                f"streaming model {self.name!r}", f"expected {len(names)} inputs in this order, "
                 f"{', '.join(names)} (the model's inputs, then each recurrent layer's states); "
                 f"received {len(flat)}."
             )
@@ -235,11 +235,14 @@ def initial_streaming_states(stream: keras.Model, batch_size: int,
 
     batch_size = check_positive_int("initial_streaming_states", "batch_size", batch_size)
     states = []
+    # Each state input names its layer (``"{layer.name}_state_{i}"``, the
+    # streaming model's contract), which may be a model loaded from a file.
+    layers = {layer.name: layer for layer in stream.layers}
     for tensor in stream.inputs:
         layer_name, marker, index = tensor.name.rpartition("_state_")
         if not marker or not index.isdigit():
             continue
-        layer = stream.get_layer(layer_name)
+        layer = layers[layer_name]
         if reads_memory(layer.cell):
             if memory is None:
                 raise invalid_value(

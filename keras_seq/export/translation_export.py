@@ -49,7 +49,7 @@ def export_translation(folder, out, formats, beam_width, quantize, examples, pro
     empty): ``(paths written, manifest)``; see the module docstring.
 
     Args:
-        folder: the run's `keras_seq.training.run_folder.RunFolder`.
+        folder: the run's `keras_seq.run_folder.RunFolder`.
         out: the folder to write into.
         formats: any of ``"savedmodel"``, ``"tflite"``, ``"onnx"``.
         beam_width: the SavedModel's decoding: 1 (greedy) or a beam width.
@@ -57,7 +57,9 @@ def export_translation(folder, out, formats, beam_width, quantize, examples, pro
         examples: at most this many held-out pairs in ``reference.npz``.
         progress: the export's `keras_seq.export._progress.Progress`.
     """
-    translator = folder.load_task()
+    from keras_seq.tasks import from_run
+
+    translator = from_run(folder)
     preprocessor = translator.preprocessor
     run = {
         "folder": folder,

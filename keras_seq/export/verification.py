@@ -35,7 +35,7 @@ _ROW_EXTRAS = {"generation": _LM_ROW_KEYS, "labels": _CLASSIFIER_ROW_KEYS}
 # An export written before its manifest named its check: by its task.
 _CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
 # What an artifact does to an example, in a failure's words.
-_DOES = {"labels": "labels", "generation": "continues"}
+_DOES = {"labels": "labels"}
 # And a streaming translator's (``tflite_stream/``) these.
 _STREAM_ROW_KEYS = ("latency_ms_per_token", "emitted_before_source_end")
 # A float artifact's probabilities may differ from Keras' by rounding, no more.

@@ -7,6 +7,7 @@ import keras
 from keras_seq._validation import check_positive_int, check_rate, invalid_type, invalid_value
 from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer
 from keras_seq.tasks import BidirectionalLM, as_task
+from keras_seq.tasks.task import forget_calls
 
 
 def bidirectional_language_model(
@@ -111,6 +112,7 @@ def bidirectional_language_model(
     x = embedding(token_ids)
     x = x if projection is None else projection(x)
     forward_layers, backward_layers = stack(x, "forward"), stack(x, "backward")
+    forget_calls(token_ids)
     return BidirectionalLM(embedding, forward_layers, backward_layers, softmax,
                            token_projection=projection, dropout=dropout)
 

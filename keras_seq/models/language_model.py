@@ -16,6 +16,7 @@ from keras_seq.layers.recurrent.registry import check_cell, recurrent_layer, tak
 from keras_seq.model_kinds import BLOCK_MODELS, LANGUAGE_MODEL_KINDS
 from keras_seq.models.embedding import check_num_heads, embed_positions
 from keras_seq.tasks import CausalLM, TextClassifier, as_task
+from keras_seq.tasks.task import forget_calls
 
 _CLASSIFIER_KINDS = ("transformer", "rnn")
 
@@ -149,6 +150,7 @@ def language_model(
         x = keras.layers.Dropout(dropout, name="output_dropout")(x)
         output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
         output_layer(x)
+        forget_calls(token_ids)
         return CausalLM(embedding, blocks, output_layer=output_layer, dropout=dropout, name=name)
     if kind in BLOCK_MODELS:
         return _block_language_model(token_ids, vocabulary_size, kind, num_layers, units,
@@ -170,6 +172,7 @@ def language_model(
     if not tie_embeddings:
         output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
         output_layer(x)
+    forget_calls(token_ids)
     return CausalLM(embedding, blocks, output_layer=output_layer, token_position=position,
                     dropout=dropout, name=name)
 
@@ -274,5 +277,6 @@ def _block_language_model(token_ids, vocabulary_size, kind, num_layers, units, n
     x = keras.layers.Dropout(dropout, name="output_dropout")(final_norm(x))
     output_layer = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")
     output_layer(x)
+    forget_calls(token_ids)
     return CausalLM(embedding, blocks, output_layer=output_layer, final_norm=final_norm,
                     dropout=dropout, name=name)

@@ -23,6 +23,7 @@ from keras_seq.layers.recurrent.recurrent_decoder import ATTENTION_KINDS
 from keras_seq.layers.recurrent.registry import check_cell, num_states, recurrent_layer
 from keras_seq.models.embedding import check_num_heads
 from keras_seq.tasks import Seq2SeqLM, as_task
+from keras_seq.tasks.task import forget_calls
 
 
 def seq2seq_kind(model) -> str | None:
@@ -173,6 +174,7 @@ def rnn_seq2seq(
     o = keras.layers.Dropout(dropout, name="output_dropout")(o)
     logits = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")
     logits(o)
+    forget_calls(encoder_inputs, decoder_inputs)
     return Seq2SeqLM(encoder, target_embedding, decoder, output_layer=logits, dropout=dropout,
                      name=name)
 
@@ -305,6 +307,7 @@ def transformer_seq2seq(
     if not tie_embeddings:
         output_layer = keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits")
         output_layer(y)
+    forget_calls(encoder_inputs, decoder_inputs)
     return Seq2SeqLM(encoder, target_embedding, blocks, output_layer=output_layer,
                      target_position=target_position, final_norm=final_norm,
                      dropout=dropout, name=name)

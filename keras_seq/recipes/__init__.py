@@ -18,13 +18,14 @@ recipes import neither Keras nor TensorFlow until they run.
 
 from __future__ import annotations
 
-from keras_seq._validation import check_choice
+from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
 from keras_seq.recipes.classification import Classification
 from keras_seq.recipes.language_model import BidirectionalLanguageModel, LanguageModel
 from keras_seq.recipes.recipe import COMMON_OPTIONS, Recipe
 from keras_seq.recipes.translation import Translation
 
-__all__ = ["COMMON_OPTIONS", "RECIPES", "Recipe", "get", "load_data", "recipe_of_run"]
+__all__ = ["COMMON_OPTIONS", "RECIPES", "Recipe", "get", "load_data", "read_run",
+           "recipe_of_run"]
 
 RECIPES: dict[str, Recipe] = {
     recipe.name: recipe
@@ -48,6 +49,36 @@ def recipe_of_run(config: dict) -> Recipe:
     """The recipe of a run from its recorded ``config`` (a run folder's
     ``metrics.json``)."""
     return get(config.get("task") or "dates", "read_run")
+
+
+def read_run(run_dir, where: str, task: str | None = None):
+    """A run folder (`keras_seq.run_folder.read_run`) whose task is
+    of the kind ``where`` needs: ``task``'s (a task name: its runs are those
+    whose recipe has the same use, ``"dates"`` and ``"translate"`` alike),
+    with the sizes that recipe's runs record; None: any run.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+        ValueError: ``metrics.json`` is not a run's, or the run is of another kind.
+    """
+    import os
+
+    from keras_seq import run_folder
+
+    run = run_folder.read_run(run_dir, where)
+    if task is None:
+        return run
+    has, needed = recipe_of_run(run.config), get(task, where)
+    if has.uses != needed.uses:
+        raise ArgumentValueError(
+            where, f"{run.path} holds a {has.noun} (", Arg("task", has.name), "), not a "
+            f"{needed.noun}; use ", Call(has.uses), "."
+        )
+    for key in needed.recorded_sizes:
+        if key not in run.config:
+            raise ArgumentValueError(
+                where, f"{os.path.join(run.path, 'metrics.json')} has no config.{key}.")
+    return run
 
 
 def load_data(config):

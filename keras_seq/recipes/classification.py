@@ -153,6 +153,11 @@ class Classification(Recipe):
 
     # --- the data ---
 
+    def complete(self, config):
+        """With ``init_from``: the language model's kind, cell and sizes
+        (`with_language_model`)."""
+        return with_language_model(config)
+
     def read(self, config):
         return load_labelled(config)
 
@@ -248,7 +253,7 @@ class Classification(Recipe):
     def compile(self, model, config, steps):
         import keras
 
-        from keras_seq.training.model import compile_run, padded_cross_entropy
+        from keras_seq.recipes.optimization import compile_run, padded_cross_entropy
 
         task = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
@@ -266,9 +271,9 @@ class Classification(Recipe):
     def score(self, task, prepared, config, replicas):
         import numpy as np
 
+        from keras_seq.metrics import classification_scores, confusion_figure
+        from keras_seq.run_folder import HELD_OUT_FILE
         from keras_seq.tasks.text_classifier import class_probabilities
-        from keras_seq.training.evaluation import classification_scores, confusion_figure
-        from keras_seq.training.run_folder import HELD_OUT_FILE
 
         test = prepared.test_examples
         test_data = prepared.dataset(test).map(lambda ids, *_: ids)
@@ -326,10 +331,30 @@ class Classification(Recipe):
 
     def use(self, run_dir, texts):
         """``keras-seq classify``'s lines: the label, a tab and its probability."""
-        from keras_seq.training.inference import classify_texts
-
         return [f"{label}\t{probability:.4f}"
-                for label, probability in classify_texts(run_dir, texts)]
+                for label, probability in self.classify_texts(run_dir, texts)]
+
+    def classify_texts(self, run_dir, texts, batch_size: int = 1000):
+        """`keras_seq.training.classify_texts`: ``(label, probability)`` per text."""
+        from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+        from keras_seq._validation import invalid_type
+        from keras_seq.recipes import read_run
+        from keras_seq.tasks import from_run
+        from keras_seq.text import warn_about_inputs
+
+        require_tensorflow("keras_seq.training.classify_texts", START_UNDER_TENSORFLOW)
+        where = "classify_texts"
+        if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+            raise invalid_type(where, "texts", "a sequence of str", texts)
+        batch_size = check_positive_int(where, "batch_size", batch_size)
+        run = read_run(run_dir, where, task="classify")
+        length = int(run.config["source_length"])
+        tokenizer = run.load_tokenizer()
+        texts = list(texts)
+        warn_about_inputs(tokenizer, texts, length, done="classified")
+        if not texts:
+            return []
+        return from_run(run).classify(texts, batch_size=batch_size)
 
     # --- the exports ---
 
@@ -413,7 +438,7 @@ def with_language_model(config):
     """
     import json
 
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.run_folder import read_run
 
     if config.init_from is None:
         return config
@@ -512,7 +537,7 @@ class PreparedLabels:
         """`keras_seq.data.make_classification_dataset` of ``examples`` with
         this run's tokenizer, lengths, targets and (by default) batch size."""
         from keras_seq import data
-        from keras_seq.training.prepare import data_sharding
+        from keras_seq.data.pipeline import data_sharding
 
         return data.make_classification_dataset(
             [t for _, t in examples], self.class_ids(examples), self.tokenizer,

@@ -85,6 +85,8 @@ class LanguageModel(Recipe):
     uses = "generate_text"
     data = "UTF-8 text file."
     formats = ("tflite", "onnx")
+    formats_described = ("'tflite' (lm_step.tflite) and, for a recurrent model, 'onnx' "
+                         "(lm_stream.onnx)")
     recorded_sizes = ("context",)
     bidirectional = False
 
@@ -123,7 +125,7 @@ class LanguageModel(Recipe):
         import tensorflow as tf
 
         from keras_seq import data, text
-        from keras_seq.training.prepare import data_sharding
+        from keras_seq.data.pipeline import data_sharding
 
         source, train_text, held_out_text = loaded
         if config.tokenizer == "wordpiece":
@@ -170,8 +172,8 @@ class LanguageModel(Recipe):
 
     def compile(self, model, config, steps):
         from keras_seq.metrics import Perplexity
+        from keras_seq.recipes.optimization import compile_run, padded_cross_entropy
         from keras_seq.reserved_tokens import PAD_ID
-        from keras_seq.training.model import compile_run, padded_cross_entropy
 
         # β2 = 0.99 for the language models, as nanoGPT: few tokens per step.
         compile_run(model, config, steps, loss=padded_cross_entropy(),
@@ -182,8 +184,8 @@ class LanguageModel(Recipe):
     def score(self, task, prepared, config, replicas):
         import math
 
-        from keras_seq.training.evaluation import text_loss
-        from keras_seq.training.run_folder import HELD_OUT_TEXT_FILE
+        from keras_seq.metrics import text_loss
+        from keras_seq.run_folder import HELD_OUT_TEXT_FILE
 
         val_loss, count = text_loss(task, prepared.held_out_ids, prepared.context)
         metrics = self._metrics(prepared, config, replicas, val_loss, count, count)
@@ -264,7 +266,7 @@ class BidirectionalLanguageModel(LanguageModel):
         return task
 
     def compile(self, model, config, steps):
-        from keras_seq.training.model import compile_run, padded_cross_entropy
+        from keras_seq.recipes.optimization import compile_run, padded_cross_entropy
 
         # One loss per direction; Keras adds them.
         compile_run(model, config, steps, loss={"forward": padded_cross_entropy(),
@@ -274,8 +276,8 @@ class BidirectionalLanguageModel(LanguageModel):
     def score(self, task, prepared, config, replicas):
         import math
 
-        from keras_seq.training.evaluation import bidirectional_text_loss, scored_characters
-        from keras_seq.training.run_folder import HELD_OUT_TEXT_FILE
+        from keras_seq.metrics import bidirectional_text_loss, scored_characters
+        from keras_seq.run_folder import HELD_OUT_TEXT_FILE
 
         ids = prepared.held_out_ids
         losses = bidirectional_text_loss(task, ids, prepared.context)
@@ -429,7 +431,7 @@ class PreparedText:
         """The training batches of epochs ``first_epoch .. epochs - 1``, ``skip``
         batches dropped (`keras_seq.data.make_text_dataset`)."""
         from keras_seq import data
-        from keras_seq.training.prepare import data_sharding
+        from keras_seq.data.pipeline import data_sharding
 
         batches = data.make_text_dataset(
             self.train_ids, self.batch_size, self.context, self.steps_per_epoch, self.seed,

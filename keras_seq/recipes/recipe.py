@@ -49,7 +49,8 @@ class Recipe:
         noun: what its runs hold (``"translation model"``).
         uses: the function that uses its runs (``"translate_texts"``).
         data: what ``data`` holds (``"source<TAB>target file."``).
-        formats: the export formats it has.
+        formats: the export formats it has; ``formats_described`` says what
+            each writes, for a message (default: their names).
         recorded_sizes: the sizes its runs record in their ``config``
             (``source_length``, ...), which the commands read.
         command: the ``keras-seq`` command that applies its runs to texts
@@ -67,6 +68,7 @@ class Recipe:
     uses = ""
     data = ""
     formats: tuple[str, ...] = ()
+    formats_described = ""
     recorded_sizes: tuple[str, ...] = ()
     command: str | None = None
     command_help = ""
@@ -92,6 +94,11 @@ class Recipe:
                 where, Arg("cell", cell), " chooses the recurrent cell of ", Arg("model", "rnn"),
                 "; ", Arg("model", model), " has none of its own to choose (leave ", Arg("cell"),
                 " out)")
+        if cell is not None:
+            # The registry's names (a user's registered cell included): Keras loads here.
+            from keras_seq.layers.recurrent.registry import cell_names
+
+            check_choice(where, "cell", cell, cell_names())
         if cell is None and self.takes_cell(model):
             cell = self.default_cell
         defaults = self.family_defaults(model, config.cell)
@@ -109,6 +116,12 @@ class Recipe:
 
     def _models_expected(self):
         return (f"one of {', '.join(map(repr, self.models))} for ", Arg("task", self.name))
+
+    def complete(self, config):
+        """``config`` with what the run reads from elsewhere filled in before its
+        data is read (a fine-tuned classifier: its language model's kind and
+        sizes); by default unchanged."""
+        return config
 
     def read(self, config):
         """The run's data, read and checked without TensorFlow (a bad file stops
@@ -153,7 +166,7 @@ class Recipe:
 
     def score(self, task, prepared, config, replicas: int):
         """The held-out scores of the trained task, for the run folder
-        (`keras_seq.training.run_folder.write_run`): ``(metrics, held_out,
+        (`keras_seq.run_folder.write_run`): ``(metrics, held_out,
         figures, recorded)``: the metrics, ``(file name, text)`` of the held-out
         data, ``{file name: draw(path)}`` of its figures, and the sizes
         recorded in its ``config`` (a source length, ...)."""

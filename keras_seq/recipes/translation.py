@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from keras_seq import model_kinds
 from keras_seq._validation import (
     Arg,
     ArgumentValueError,
@@ -46,9 +47,8 @@ family, one that carries h and c (two states in its ``state_size``,
 `keras_seq.layers.recurrent.registry.is_lstm_family`)."""
 ATTENTIONS = ("bahdanau", "luong", "monotonic_bahdanau", "monotonic_luong", "none")
 """`TrainingConfig.attention` choices."""
-SAMPLING_SCHEDULES = ("constant", "linear", "inverse_sigmoid")
-"""`TrainingConfig.sampling_schedule` choices (Bengio et al. 2015's decays;
-`keras_seq.training.scheduled_sampling`)."""
+SAMPLING_SCHEDULES = model_kinds.SAMPLING_SCHEDULES
+"""`TrainingConfig.sampling_schedule` choices (`keras_seq.model_kinds`)."""
 MAX_LENGTH = 64
 """The default caps on the padded source and target lengths."""
 SERVING_MODEL = "translator"
@@ -126,7 +126,7 @@ class Translation(Recipe):
 
     def prepare(self, config, loaded, replicas=1):
         from keras_seq import data, text
-        from keras_seq.training.prepare import data_sharding
+        from keras_seq.data.pipeline import data_sharding
 
         train_pairs, validation_pairs, test_pairs = loaded
         tokenizer = text.CharTokenizer.from_corpus(s for pair in train_pairs for s in pair)
@@ -175,22 +175,22 @@ class Translation(Recipe):
     def trainer(self, task, config, prepared):
         if not config.scheduled_sampling:
             return task
-        from keras_seq.training.scheduled_sampling import ScheduledSampling
+        from keras_seq.tasks.scheduled_sampling import ScheduledSampling
 
         return ScheduledSampling(task, config.scheduled_sampling, config.sampling_schedule,
                                  total_steps=config.epochs * prepared.steps_per_epoch,
                                  seed=config.seed)
 
     def compile(self, model, config, steps):
-        from keras_seq.training.model import compile_run, padded_cross_entropy
+        from keras_seq.recipes.optimization import compile_run, padded_cross_entropy
 
         compile_run(model, config, steps, loss=padded_cross_entropy())
 
     # --- the scores ---
 
     def score(self, task, prepared, config, replicas):
-        from keras_seq.training.inference import make_decoder, translate_strings
-        from keras_seq.training.run_folder import HELD_OUT_FILE
+        from keras_seq.decoding.strings import make_decoder, translate_strings
+        from keras_seq.run_folder import HELD_OUT_FILE
 
         test_pairs = prepared.test_pairs
         decode = make_decoder(task, prepared.source_length, prepared.target_length)
@@ -276,7 +276,7 @@ class PreparedData:
         dropped: each epoch's order depends only on the seed and the epoch number,
         so a resumed run sees the batches an uninterrupted one sees."""
         from keras_seq import data
-        from keras_seq.training.prepare import data_sharding
+        from keras_seq.data.pipeline import data_sharding
 
         batches = data.make_dataset(
             self.train_pairs, self.tokenizer, self.tokenizer, self.batch_size,

@@ -55,16 +55,18 @@ class BeamSampler(Sampler):
         return self.search(steps, inputs, max_length, start_id, end_id, suppress_ids)[0]
 
     def search(self, steps, inputs, max_length: int, start_id: int = START_ID,
-               end_id: int | None = END_ID, suppress_ids: Sequence[int] = ()):
+               end_id: int | None = END_ID, suppress_ids: Sequence[int] = (),
+               where: str = "BeamSampler"):
         """``(ids, log_probs)``: the best beam's ``(B, max_length)`` int32 ids,
         laid out as a greedy decoding's, and its ``(B,)`` float32 log p(ids | x)
-        (the sum of the log-softmax of the step logits, without the length penalty)."""
+        (the sum of the log-softmax of the step logits, without the length penalty).
+        ``where``: the function an error about ``steps`` names."""
         require_tensorflow("keras_seq.samplers.BeamSampler")
         import tensorflow as tf
 
         k = self.num_beams
         constants, state, tokens, t0 = self._start(steps, inputs, max_length, start_id)
-        _check_batch_major(tokens, constants, state)
+        _check_batch_major(where, tokens, constants, state)
         batch_size = tf.shape(tokens)[0]
         never = self._never_ids(suppress_ids)
         # Beams of one example sit next to each other: row b * k + j.
@@ -139,7 +141,7 @@ def sequence_lengths(ids, end_id):
     return tf.where(tf.reduce_any(is_end, axis=-1), first_end + 1, max_length)
 
 
-def _check_batch_major(tokens, constants, state):
+def _check_batch_major(where, tokens, constants, state):
     """Every tensor of ``constants`` and ``state`` must have a batch axis first:
     the search tiles and gathers along it."""
     import tensorflow as tf
@@ -153,7 +155,7 @@ def _check_batch_major(tokens, constants, state):
                 and shape[0] != batch_size
             ):
                 raise shape_error(
-                    "BeamSampler", "steps",
+                    where, "steps",
                     f"{kind} from steps.start with the batch axis (size {batch_size}) first "
                     "in every tensor",
                     shape,

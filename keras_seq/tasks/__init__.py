@@ -48,14 +48,25 @@ def from_run(run_dir):
     """The task of a ``keras-seq train`` run folder, with its preprocessor.
 
     Imports the modules of the run's user classes first (its
-    ``metrics.json``'s ``user_modules``); a run written by the release before
-    tasks is read as its task (`as_task`), its preprocessor made from its
-    tokenizer files and recorded lengths.
+    ``metrics.json``'s ``user_modules``) and loads ``model.keras`` for
+    inference (no optimizer); a run written by the release before tasks is
+    read as its task (`as_task`), its preprocessor made from its tokenizer
+    files and recorded lengths.
+
+    Args:
+        run_dir: the run folder, or its
+            `keras_seq.run_folder.RunFolder`.
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder.
         UserModuleError: a module of its user classes cannot be imported.
     """
-    from keras_seq.training.run_folder import read_run
+    from keras_seq.run_folder import RunFolder, read_run
+    from keras_seq.tasks.release import release_preprocessor
 
-    return read_run(run_dir, "from_run").load_task()
+    run = run_dir if isinstance(run_dir, RunFolder) else read_run(run_dir, "from_run")
+    task = as_task(run.load_model(compile=False), "from_run")
+    if task.preprocessor is None:
+        task.preprocessor = release_preprocessor(task, run.config, run.metrics,
+                                                 run.load_tokenizer())
+    return task

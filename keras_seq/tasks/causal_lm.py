@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_seq.layers import PaddingMask, TransformerDecoder
+from keras_seq.layers import PaddingMask, TokenEmbedding, TransformerDecoder
 from keras_seq.reserved_tokens import RESERVED_TOKENS
 from keras_seq.tasks.preprocessor import Preprocessor
 from keras_seq.tasks.task import Task
@@ -64,6 +64,13 @@ class CausalLM(Task):
 
         dropout = check_rate("CausalLM", "dropout", dropout)
         blocks = list(blocks)
+        if output_layer is None and not isinstance(token_embedding, TokenEmbedding):
+            from keras_seq._validation import ArgumentValueError
+
+            raise ArgumentValueError(
+                "CausalLM", "`output_layer` is needed: without one the logits are the "
+                "embedding's transpose, which a `TokenEmbedding` gives; received "
+                f"token_embedding={type(token_embedding).__name__}.")
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         if isinstance(blocks[0], TransformerDecoder):
             mask = PaddingMask(name="padding_mask")(token_ids)
@@ -213,15 +220,16 @@ class CausalLM(Task):
         """
         import tensorflow as tf
 
-        from keras_seq import decoding, samplers
+        from keras_seq import samplers
         from keras_seq._validation import check_positive_int, invalid_value
+        from keras_seq.tasks.steps import LanguageModelSteps
 
         preprocessor = self._require_preprocessor("generate")
         single = isinstance(inputs, str)
         prompts = [inputs] if single else list(inputs)
         sampler = samplers.get(sampler)
         tokenizer, context = preprocessor.tokenizer, preprocessor.sequence_length
-        steps = decoding.language_model_steps(self, context=context)
+        steps = LanguageModelSteps(self, context=context)
         suppress = range(len(RESERVED_TOKENS))
         outputs = []
         for prompt in prompts:

@@ -306,8 +306,9 @@ class Seq2SeqLM(Task):
         """
         import tensorflow as tf
 
-        from keras_seq import decoding, samplers
+        from keras_seq import samplers
         from keras_seq._validation import check_positive_int
+        from keras_seq.tasks.steps import Seq2SeqSteps
 
         preprocessor = self._require_preprocessor("generate")
         single = isinstance(inputs, str)
@@ -316,7 +317,7 @@ class Seq2SeqLM(Task):
                                         max_length or preprocessor.target_length)
         sampler = samplers.get(sampler)
         tokenizer, length = preprocessor.tokenizer, preprocessor.sequence_length
-        steps = decoding.decoder_steps(self)
+        steps = Seq2SeqSteps(self)
 
         @tf.function(input_signature=[tf.TensorSpec([None, length], tf.int32)],
                      autograph=False)

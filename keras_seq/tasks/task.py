@@ -4,7 +4,31 @@ from __future__ import annotations
 
 import keras
 
-__all__ = ["Task"]
+__all__ = ["Task", "forget_calls"]
+
+
+def forget_calls(*inputs) -> None:
+    """Forgets the graph that a builder called its layers in, from ``inputs``
+    (its `keras.Input`s): the layers keep the weights those calls built, in
+    that order (a seed gives the weights it always gave), and the task's own
+    graph, wired next, is each layer's one node, so that ``keras.Model(
+    task.input, task.get_layer(name).output)`` reads the task's graph. A part
+    that is a model (an encoder) keeps its own graph inside."""
+    nodes, pending = [], [x._keras_history.operation for x in inputs]
+    seen = set()
+    while pending:
+        operation = pending.pop()
+        for node in operation._outbound_nodes:
+            if id(node) not in seen:
+                seen.add(id(node))
+                nodes.append(node)
+                pending.append(node.operation)
+    for node in nodes:
+        node.operation._inbound_nodes.remove(node)
+        for tensor in node.arguments.keras_tensors:
+            parent = tensor._keras_history.operation
+            if parent is not None and node in parent._outbound_nodes:
+                parent._outbound_nodes.remove(node)
 
 
 class Task(keras.Model):

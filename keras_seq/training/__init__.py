@@ -12,7 +12,10 @@ arguments into a `TrainingConfig` and prints the result:
 The tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
 (``data=`` a TSV file) train a translation model; ``"lm"`` trains a
 character language model (see *Language models* below), ``"bilm"`` ELMo's
-biLM, and ``"classify"`` a text classifier (see *Classifiers* below).
+biLM and ``"classify"`` a text classifier (see *Classifiers* below). Each
+is a recipe of
+`keras_seq.recipes`, which `train` asks for the data, the model, the loss
+and the scores.
 
 The translation pipeline, one step a function: the pairs (`load_pairs`: the embedded date
 task, or a shuffled split of a TSV file), a character tokenizer shared by
@@ -119,6 +122,7 @@ generate), `run_folder` (the one reader of a run folder) and `locking`
 (one process at a time in a run or export folder).
 """
 
+from keras_seq.recipes.optimization import build_optimizer
 from keras_seq.run_config import (
     ATTENTIONS,
     BACKUP_DIR,
@@ -140,6 +144,12 @@ from keras_seq.run_config import (
     TrainingConfig,
     default_for,
 )
+from keras_seq.run_folder import UserModuleError, user_modules
+from keras_seq.tasks.scheduled_sampling import (
+    ScheduledSampling,
+    sampled_decoding,
+    sampling_probability,
+)
 from keras_seq.tasks.text_classifier import class_probabilities
 from keras_seq.training.backup import HISTORY_FILE
 from keras_seq.training.evaluation import (
@@ -157,7 +167,6 @@ from keras_seq.training.inference import (
     warn_about_inputs,
 )
 from keras_seq.training.locking import FolderInUseError, folder_lock
-from keras_seq.training.model import build_optimizer
 from keras_seq.training.pipeline import TrainingResult, train
 from keras_seq.training.prepare import (
     PreparedData,
@@ -169,12 +178,6 @@ from keras_seq.training.prepare import (
     load_pairs,
     prepare_data,
     with_language_model,
-)
-from keras_seq.training.run_folder import UserModuleError, user_modules
-from keras_seq.training.scheduled_sampling import (
-    ScheduledSampling,
-    sampled_decoding,
-    sampling_probability,
 )
 
 __all__ = [

@@ -21,8 +21,8 @@ import time
 import keras
 
 from keras_seq import recipes
+from keras_seq.recipes.optimization import build_optimizer
 from keras_seq.run_config import BACKUP_DIR, NOT_IN_BACKUP, TrainingConfig
-from keras_seq.training.model import build_optimizer
 
 __all__ = [
     "HISTORY_FILE",

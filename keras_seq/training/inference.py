@@ -4,7 +4,6 @@ text (``keras-seq generate``) and classifying texts (``keras-seq classify``)."""
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
@@ -16,8 +15,8 @@ from keras_seq._validation import (
     invalid_type,
     invalid_value,
 )
-from keras_seq.run_config import GREEDY_ZERO_DEPRECATED
-from keras_seq.training.run_folder import read_run
+from keras_seq.decoding.strings import checked_beam_width, make_decoder, translate_strings
+from keras_seq.text import InputWarning, warn_about_inputs
 
 __all__ = [
     "InputWarning",
@@ -30,62 +29,6 @@ __all__ = [
 ]
 
 _DECODE_BATCH = 1000
-
-
-def make_decoder(
-    model, source_length: int, target_length: int, beam_width: int = 1,
-    length_penalty: float = 0.0,
-):
-    """A traced decoding function: ``(B, source_length)`` ids -> ``(B, target_length)`` ids.
-
-    Greedy for ``beam_width=1`` (`keras_seq.decoding.greedy_decode`), else
-    `keras_seq.decoding.beam_search` with that width and GNMT length
-    penalty: the meaning ``beam_width`` has everywhere in keras-seq.
-    ``beam_width=0``, the old spelling of greedy, still means greedy and
-    warns (`DeprecationWarning`).
-    """
-    require_tensorflow("keras_seq.training.make_decoder")
-    import tensorflow as tf
-
-    from keras_seq import decoding
-
-    beam_width = _beam_width("make_decoder", beam_width)
-    spec = tf.TensorSpec([None, source_length], tf.int32)
-    if beam_width > 1:
-
-        @tf.function(input_signature=[spec], autograph=False)
-        def decode(source_ids):
-            ids, _ = decoding.beam_search(
-                model, source_ids, target_length, beam_width, length_penalty
-            )
-            return ids
-
-    else:
-
-        @tf.function(input_signature=[spec], autograph=False)
-        def decode(source_ids):
-            return decoding.greedy_decode(model, source_ids, target_length)
-
-    return decode
-
-
-def _beam_width(where: str, beam_width) -> int:
-    """``beam_width`` checked: 1 is greedy; 0, its old spelling, warns and means 1."""
-    beam_width = check_int(where, "beam_width", beam_width, minimum=0)
-    if beam_width == 0:
-        warnings.warn(f"{where}: {GREEDY_ZERO_DEPRECATED}.", DeprecationWarning, stacklevel=3)
-        return 1
-    return beam_width
-
-
-def translate_strings(decode, tokenizer, strings: Sequence[str], source_length: int) -> list[str]:
-    """Decodes ``strings`` with a `make_decoder` function, in batches of 1000."""
-    outputs = []
-    for start in range(0, len(strings), _DECODE_BATCH):
-        chunk = list(strings[start : start + _DECODE_BATCH])
-        ids = decode(tokenizer.encode(chunk, source_length))
-        outputs.extend(s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy())
-    return outputs
 
 
 def translate_texts(
@@ -108,12 +51,14 @@ def translate_texts(
     """
     require_tensorflow("keras_seq.training.translate_texts", START_UNDER_TENSORFLOW)
     where = "translate_texts"
-    beam_width = _beam_width(where, beam_width)
+    beam_width = checked_beam_width(where, beam_width)
     length_penalty = check_float(where, "length_penalty", length_penalty, low=0.0)
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
         raise invalid_type(where, "texts", "a sequence of str", texts)
-    run = read_run(run_dir, where, task="translate")
-    translator = run.load_task()
+    from keras_seq.recipes import read_run
+    from keras_seq.tasks import from_run
+
+    translator = from_run(read_run(run_dir, where, task="translate"))
     preprocessor = translator.preprocessor
     texts = list(texts)
     warn_about_inputs(preprocessor.tokenizer, texts, preprocessor.sequence_length)
@@ -121,50 +66,6 @@ def translate_texts(
 
     sampler = "greedy" if beam_width == 1 else BeamSampler(beam_width, length_penalty)
     return translator.generate(texts, sampler=sampler) if texts else []
-
-
-class InputWarning(UserWarning):
-    """An input that the model reads otherwise than it is written: cut to the
-    run's source length, with characters outside the vocabulary, or empty
-    (`warn_about_inputs`)."""
-
-
-def warn_about_inputs(
-    tokenizer, texts: Sequence[str], source_length: int, done: str = "translated"
-) -> list[str]:
-    """Warns (`InputWarning`, one per input) about inputs that the model does not
-    see as written, and returns the messages.
-
-    The model reads ``source_length`` tokens: a longer input is cut there. A
-    character outside the run's vocabulary becomes ``[UNK]``. An empty input
-    still gives an output. Each is ``done`` anyway (``"translated"``,
-    ``"classified"``); the warning says what the model read.
-    """
-    from keras_seq.reserved_tokens import UNK_ID
-
-    messages = []
-    ids = tokenizer.tokenize(list(texts)).to_list() if texts else []
-    for number, (text, text_ids) in enumerate(zip(texts, ids), 1):
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        problems = []
-        if not text:
-            problems.append("is empty: the output is the model's guess for no input")
-        if len(text_ids) > source_length:
-            kept = tokenizer.detokenize([text_ids[:source_length]]).numpy()[0].decode("utf-8")
-            problems.append(
-                f"has {len(text_ids)} tokens, more than the run's source length "
-                f"{source_length}: only {kept!r} is {done}"
-            )
-        unknown = sorted({c for c, i in zip(text, text_ids) if i == UNK_ID}) if (
-            len(text) == len(text_ids)) else None
-        if UNK_ID in text_ids:
-            where = f" ({''.join(unknown)!r})" if unknown else ""
-            problems.append(f"has characters outside the run's vocabulary{where}, read as [UNK]")
-        for problem in problems:
-            message = f"input {number} {shown!r} {problem}"
-            warnings.warn(message, InputWarning, stacklevel=2)
-            messages.append(message)
-    return messages
 
 
 def classify_texts(
@@ -189,19 +90,9 @@ def classify_texts(
         FileNotFoundError: ``run_dir`` has no ``metrics.json``.
         ValueError: the run is not a classifier.
     """
-    require_tensorflow("keras_seq.training.classify_texts", START_UNDER_TENSORFLOW)
-    where = "classify_texts"
-    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
-        raise invalid_type(where, "texts", "a sequence of str", texts)
-    batch_size = check_positive_int(where, "batch_size", batch_size)
-    run = read_run(run_dir, where, task="classify")
-    length = int(run.config["source_length"])
-    tokenizer = run.load_tokenizer()
-    texts = list(texts)
-    warn_about_inputs(tokenizer, texts, length, done="classified")
-    if not texts:
-        return []
-    return run.load_task().classify(texts, batch_size=batch_size)
+    from keras_seq import recipes
+
+    return recipes.get("classify").classify_texts(run_dir, texts, batch_size)
 
 
 def generate_text(
@@ -239,7 +130,9 @@ def generate_text(
     import tensorflow as tf
 
     from keras_seq import decoding
+    from keras_seq.recipes import read_run
     from keras_seq.reserved_tokens import RESERVED_TOKENS
+    from keras_seq.tasks import from_run
 
     where = "generate_text"
     run = read_run(run_dir, where, task="lm")
@@ -259,7 +152,7 @@ def generate_text(
     length = check_positive_int(where, "length", length)
     temperature = check_float(where, "temperature", temperature, low=0.0)
     seed = check_int(where, "seed", seed, allow_none=True)
-    model = run.load_task()  # for inference: no optimizer
+    model = from_run(run)  # for inference: no optimizer
 
     @tf.function(autograph=False)
     def run(prompt_ids):

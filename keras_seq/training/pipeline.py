@@ -22,8 +22,8 @@ import keras
 from keras_seq import recipes
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import Arg, ArgumentValueError, ExistingFileError, invalid_value
-from keras_seq.recipes.classification import with_language_model
 from keras_seq.run_config import BACKUP_DIR, TrainingConfig
+from keras_seq.run_folder import warn_about_script_classes
 from keras_seq.training.backup import (
     HISTORY_FILE,
     History,
@@ -35,7 +35,6 @@ from keras_seq.training.backup import (
 )
 from keras_seq.training.evaluation import evaluate_and_save
 from keras_seq.training.locking import folder_lock
-from keras_seq.training.run_folder import warn_about_script_classes
 
 __all__ = ["TrainingResult", "train"]
 
@@ -99,7 +98,7 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     # Then the strategy: a multi-worker strategy must exist before TensorFlow
     # runs any op.
     recipe = recipes.get(config.task)
-    config = with_language_model(config)
+    config = recipe.complete(config)
     loaded = recipe.read(config)
     strategy_name = choose_strategy() if config.distribute == "auto" else config.distribute
     strategy = make_strategy(strategy_name)

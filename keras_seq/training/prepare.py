@@ -6,6 +6,7 @@ language model's run folder first (`with_language_model`)."""
 from __future__ import annotations
 
 from keras_seq import recipes
+from keras_seq.data.pipeline import data_sharding
 from keras_seq.recipes import load_data
 from keras_seq.recipes.classification import PreparedLabels, load_labelled, with_language_model
 from keras_seq.recipes.language_model import PreparedText
@@ -39,14 +40,3 @@ def prepare_data(config, loaded: tuple | None = None, replicas: int = 1):
     """
     recipe = recipes.get(config.task)
     return recipe.prepare(config, loaded if loaded is not None else recipe.read(config), replicas)
-
-
-def data_sharding():
-    """DATA auto-sharding: the pipeline reads in-memory tensors (nothing to
-    shard by file), and every worker keeps its slice of each global batch, so
-    the global batches, and the weights, are those of a one-device run."""
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return options

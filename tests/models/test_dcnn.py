@@ -26,10 +26,10 @@ def _wide_convolution(x, kernel, bias):
 
 def _numpy_dcnn(model, ids, k_top, folding, k_max_reference):
     """Logits of one unpadded sentence, stage by stage as in the paper."""
-    x = model.get_layer("embedding").get_weights()[0][ids][:, None, :]  # (s, 1, d)
+    x = model.backbone.get_layer("embedding").get_weights()[0][ids][:, None, :]  # (s, 1, d)
     num_layers = len(folding)
     for layer, fold in enumerate(folding, start=1):
-        kernel, bias = model.get_layer(f"wide_convolution_{layer}").get_weights()
+        kernel, bias = model.backbone.get_layer(f"wide_convolution_{layer}").get_weights()
         x = _wide_convolution(x, kernel, bias)
         if fold:
             x = x[..., 0::2] + x[..., 1::2]
@@ -39,7 +39,7 @@ def _numpy_dcnn(model, ids, k_top, folding, k_max_reference):
         x = np.tanh(pooled[: min(k, s)])  # the steps after min(k, s) are padding
     top = np.zeros((k_top, *x.shape[1:]))
     top[: len(x)] = x
-    W, b = model.get_layer("logits").get_weights()
+    W, b = model.output_layer.get_weights()
     return top.reshape(-1) @ W + b
 
 

@@ -57,10 +57,13 @@ class _DecoderStep(RecurrentCell):
     loop_hints = LoopHints(steps_per_iteration=1, unroll_up_to=_MAX_UNROLL)
 
     def __init__(self, cell, attention, wrapper, zoneout_rates, monotonic, alignments=False,
-                 **kwargs):
+                 fed_masks=False, **kwargs):
         super().__init__(**kwargs)
         self.cell, self.attention, self.wrapper = cell, attention, wrapper
         self.rates, self.monotonic = zoneout_rates, monotonic
+        # Training with zoneout: every step's keep-masks are drawn before the
+        # loop and arrive after the step's input features (`split_fed_masks`).
+        self.fed_masks = fed_masks
         self.alignments = monotonic or alignments
         self.alignment_history = alignments
         self._memory_width = None
@@ -89,6 +92,26 @@ class _DecoderStep(RecurrentCell):
     def prepare_memory(self, memory, memory_mask=None, processed_key=None):
         return self.wrapper.prepare_memory(memory, memory_mask, processed_key)
 
+    @property
+    def mask_widths(self) -> list[int]:
+        """The width of each state's keep-mask that a fed step reads (its zoning states)."""
+        return [size for rate, size in zip(self.rates, self.cell_state_sizes) if rate > 0]
+
+    def split_fed_masks(self, inputs, keep_masks):
+        """``(inputs, keep_masks)`` of a fed step: its masks cut off the end of
+        its inputs (one per state, None where the rate is 0)."""
+        if not self.fed_masks:
+            return inputs, keep_masks
+        width = keras.ops.shape(inputs)[-1] - sum(self.mask_widths)
+        masks, start = [], width
+        for rate, size in zip(self.rates, self.cell_state_sizes):
+            if rate > 0:
+                masks.append(inputs[:, start : start + size])
+                start += size
+            else:
+                masks.append(None)
+        return inputs[:, :width], masks
+
     def get_initial_state(self, batch_size=None, memory=None, cell_states=None):
         """``cell_states`` (else zeros), then α_0 over ``memory``: the monotonic
         attention's start, or zeros."""
@@ -107,6 +130,7 @@ class _DecoderStep(RecurrentCell):
     def step(self, inputs, states, training=False, memory=None, keep_masks=None):
         """One decoder step: ``(o_i, new_states)``; ``keep_masks``: this step's
         zoneout masks (training; drawn here when None)."""
+        inputs, keep_masks = self.split_fed_masks(inputs, keep_masks)
         states = list(states)
         n = len(self.cell_state_sizes)
         cell_states = states[:n]
@@ -151,6 +175,7 @@ class _PlainDecoderStep(_DecoderStep):
                 for size in self.cell_state_sizes]
 
     def step(self, inputs, states, training=False, memory=None, keep_masks=None):
+        inputs, keep_masks = self.split_fed_masks(inputs, keep_masks)
         states = list(states)
         structure = self.cell.state_size
         packed = states if isinstance(structure, (list, tuple)) else states[0]
@@ -348,20 +373,39 @@ class RecurrentDecoder(keras.layers.Layer):
         step_class = _PlainDecoderStep if wrapper is None else _DecoderStep
         memory_shape = None if wrapper is None else (None, None, value_dim)
 
-        def loop(alignments):
+        def loop(alignments, fed_masks=False):
             step = step_class(self.cell, self.attention, wrapper, rates, self.monotonic,
-                              alignments=alignments, dtype=self.dtype_policy)
-            step.build((None, inputs_shape[-1]), memory_shape)
+                              alignments=alignments, fed_masks=fed_masks,
+                              dtype=self.dtype_policy)
+            width = inputs_shape[-1] + (sum(step.mask_widths) if fed_masks else 0)
+            step.build((None, width), memory_shape)
             return RNN(step, return_sequences=True, dtype=self.dtype_policy)
 
-        # The loop of the whole-sequence call, and of one that also returns α.
-        self._loop = loop(alignments=False)
-        self._scores_loop = loop(alignments=wrapper is not None)
+        # The loops of the whole-sequence call, of one that also returns α,
+        # and (with zoneout) of both in training, fed their keep-masks.
+        self._loops = {(scores, fed): loop(scores and wrapper is not None, fed)
+                       for scores in (False, True)
+                       for fed in ((False, True) if any(r > 0 for r in rates) else (False,))}
         self.built = True
 
     @property
     def _step(self) -> _DecoderStep:
-        return self._loop.cell
+        return self._loops[False, False].cell
+
+    def _run(self, inputs, scores, training, **kwargs):
+        """The loop over ``inputs``; in training with zoneout, every step's
+        keep-masks drawn first (nothing random runs inside the loop, as in
+        every layer of `keras_seq.layers.RNN`) and fed beside the inputs."""
+        step = self._step
+        if not (training and (True, True) in self._loops):
+            return self._loops[scores, False](inputs, training=training, **kwargs)
+        shape = keras.ops.shape(inputs)
+        keep = zoneout_masks(step.rates, step.cell_state_sizes, (shape[1], shape[0]),
+                             self.cell.seed_generator, self.compute_dtype)  # (T, B, size)
+        fed = [keras.ops.transpose(keras.ops.cast(m, inputs.dtype), (1, 0, 2))
+               for m in keep if m is not None]
+        return self._loops[scores, True](keras.ops.concatenate([inputs, *fed], axis=-1),
+                                         training=training, **kwargs)
 
     def get_initial_state(self, batch_size, encoder_outputs=None):
         """Zeros for the cell's states; with monotonic attention, then α_0
@@ -446,7 +490,7 @@ class RecurrentDecoder(keras.layers.Layer):
         batch_size = keras.ops.shape(inputs)[0]
         if self.attention is None:
             states = self.first_states(batch_size, encoder_outputs, initial_state)
-            outputs = self._loop(inputs, initial_state=states, training=training)
+            outputs = self._run(inputs, False, training, initial_state=states)
             if return_attention_scores:
                 return outputs, keras.ops.zeros((batch_size, keras.ops.shape(inputs)[1], 0),
                                                 self.compute_dtype)
@@ -455,11 +499,10 @@ class RecurrentDecoder(keras.layers.Layer):
         if return_attention_scores:
             # The α of every step rides with the outputs (the loop's last
             # state, zeros at first without monotonic attention).
-            return tuple(self._scores_loop(inputs, memory=encoder_outputs,
-                                           memory_mask=encoder_outputs_mask,
-                                           initial_state=states, training=training))
-        return self._loop(inputs, memory=encoder_outputs, memory_mask=encoder_outputs_mask,
-                          initial_state=states, training=training)
+            return tuple(self._run(inputs, True, training, memory=encoder_outputs,
+                                   memory_mask=encoder_outputs_mask, initial_state=states))
+        return self._run(inputs, False, training, memory=encoder_outputs,
+                         memory_mask=encoder_outputs_mask, initial_state=states)
 
     def compute_output_shape(self, inputs_shape, encoder_outputs_shape=None,
                              initial_state_shape=None):

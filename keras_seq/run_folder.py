@@ -19,7 +19,7 @@ import json
 import os
 import warnings
 
-from keras_seq._validation import Arg, ArgumentValueError, Call, Explained
+from keras_seq._validation import ArgumentValueError, Explained
 from keras_seq.folders import run_metrics_path
 
 __all__ = [
@@ -142,12 +142,6 @@ class RunFolder:
         """The run's options (``metrics["config"]``)."""
         return self.metrics["config"]
 
-    @property
-    def recipe(self):
-        """The recipe of the run's task (`keras_seq.recipes`)."""
-        from keras_seq import recipes
-
-        return recipes.recipe_of_run(self.config)
 
     @property
     def user_modules(self) -> list[str]:
@@ -200,11 +194,9 @@ class RunFolder:
         """
         import keras
 
-        import keras_seq._cross_backend_optimizers  # noqa: F401  (a run trained on PyTorch)
-        import keras_seq.layers  # noqa: F401  (registers the classes for loading)
-        import keras_seq.metrics  # noqa: F401
-        import keras_seq.models  # noqa: F401
-
+        # The package's classes (layers, tasks, metrics, the optimizers of a run
+        # trained on PyTorch) are registered by importing keras_seq, which any
+        # import of this module has done.
         self.import_user_modules()
         try:
             return keras.saving.load_model(
@@ -220,23 +212,6 @@ class RunFolder:
                 f"{SCRIPT_MODULE} in the run's metrics.json ({USER_MODULES_KEY}).",
                 SCRIPT_MODULE, self.path,
             ) from error
-
-    def load_task(self):
-        """The run's model as its task (`keras_seq.tasks`), with its preprocessor.
-
-        ``model.keras`` loaded for inference (`load_model` with
-        ``compile=False``); a model of the release before tasks (a plain
-        functional model) is read as its task (`keras_seq.tasks.as_task`),
-        its preprocessor made from the run's tokenizer files and lengths.
-        """
-        from keras_seq.tasks import as_task
-        from keras_seq.tasks.release import release_preprocessor
-
-        task = as_task(self.load_model(compile=False), "load_task")
-        if task.preprocessor is None:
-            task.preprocessor = release_preprocessor(task, self.config, self.metrics,
-                                                     self.load_tokenizer())
-        return task
 
     def load_tokenizer(self):
         """The run's tokenizer (`keras_seq.text.load_tokenizer`)."""
@@ -288,17 +263,15 @@ class RunFolder:
             return data.split_text(f.read())[1]
 
 
-def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
-    """Reads a run folder's ``metrics.json``; ``task``: the kind of run ``where``
-    needs (a task name: its runs are those whose recipe has the same use,
-    ``"dates"`` and ``"translate"`` alike), or None for any.
+def read_run(run_dir, where: str) -> RunFolder:
+    """Reads a run folder's ``metrics.json``, of any task
+    (`keras_seq.recipes.read_run` also checks the task's kind;
+    `keras_seq.tasks.from_run` loads its task).
 
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.json``.
-        ValueError: ``metrics.json`` is not a run's, or the run is of another kind.
+        ValueError: ``metrics.json`` is not a run's.
     """
-    from keras_seq import recipes
-
     run_dir = os.fspath(run_dir)
     metrics_path = run_metrics_path(run_dir, where)
     try:
@@ -308,19 +281,7 @@ def read_run(run_dir, where: str, task: str | None = None) -> RunFolder:
         raise ArgumentValueError(where, f"{metrics_path} is not valid JSON ({error}).") from None
     if not isinstance(metrics, dict) or not isinstance(metrics.get("config"), dict):
         raise ArgumentValueError(where, f"{metrics_path} has no `config`; is it a run's?")
-    run = RunFolder(run_dir, metrics)
-    if task is None:
-        return run
-    has, needed = run.recipe, recipes.get(task, where)
-    if has.uses != needed.uses:
-        raise ArgumentValueError(
-            where, f"{run_dir} holds a {has.noun} (", Arg("task", has.name), "), not a "
-            f"{needed.noun}; use ", Call(has.uses), "."
-        )
-    for key in needed.recorded_sizes:
-        if key not in run.config:
-            raise ArgumentValueError(where, f"{metrics_path} has no config.{key}.")
-    return run
+    return RunFolder(run_dir, metrics)
 
 
 def write_run(run_dir: str, model, tokenizer, metrics: dict, held_out=None, figures=None,

@@ -18,8 +18,8 @@ from keras import ops
 
 from keras_seq._validation import check_choice, check_float, check_positive_int, invalid_value
 from keras_seq.layers.recurrent.rnn import scan
+from keras_seq.model_kinds import SAMPLING_SCHEDULES
 from keras_seq.reserved_tokens import PAD_ID
-from keras_seq.run_config import SAMPLING_SCHEDULES
 from keras_seq.tasks import Seq2SeqLM
 
 __all__ = ["ScheduledSampling", "inverse_sigmoid_k", "sampled_decoding", "sampling_probability"]
