@@ -9,10 +9,10 @@ import re
 
 # The library's functions behind the commands, and those their messages
 # used to point to: a user types commands, not these.
-PYTHON_NAMES = ("export_run", "translate_texts", "classify_texts", "generate_text",
+PYTHON_NAMES = ("export_run", "translate_texts", "classify_texts", "generate_text", "tag_texts",
                 "read_run", "out_dir", "run_dir", "beam_width", "convert_to_onnx",
                 "convert_to_tflite", "export_saved_model", "split_labelled", "split_pairs")
-_LINE = re.compile(r"^keras-seq (train|tune|translate|classify|generate|export|verify): (.*)$")
+_LINE = re.compile(r"^keras-seq (train|tune|translate|classify|tag|generate|export|verify): (.*)$")
 _PREFIX = re.compile(r"^(?:keras_seq\.)?[A-Za-z_]\w*(?:\(\))?: ")
 
 

@@ -249,8 +249,8 @@ def _usage_error(capsys, argv):
     "argv, usage, message",
     [
         (["train", "--task", "dates", "--data", "x.tsv"], "train",
-         "--data x.tsv is an option of --task translate, --task lm, --task bilm or --task "
-         "classify; received --task dates."),
+         "--data x.tsv is an option of --task translate, --task lm, --task bilm, --task "
+         "classify or --task tag; received --task dates."),
         (["train", "--units", "0"], "train", "--units must be positive, got 0"),
         (["train", "--model", "transformer", "--cell", "gru"], "train",
          "--cell gru chooses the recurrent cell of --model rnn; --model transformer has none"),
@@ -282,7 +282,8 @@ def _usage_error(capsys, argv):
         (["train", "--pooling", "mean"], "train",
          "--pooling mean is an option of --task classify; received --task dates."),
         (["train", "--task", "lm", "--test-data", "x.tsv"], "train",
-         "--test-data x.tsv is an option of --task classify; received --task lm."),
+         "--test-data x.tsv is an option of --task classify or --task tag; received --task "
+         "lm."),
         (["train", "--task", "bilm", "--vocab-size", "100"], "train",
          "--vocab-size 100 is the size of a learned vocabulary (a character vocabulary is "
          "every character of the text): it needs --tokenizer wordpiece."),
@@ -426,6 +427,7 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_pat
         "        assert argv[-1] == '--help' or exit_.code == 2, argv\n"
         "for argv in (['translate', 'no/such/run', 'x'],\n"
         "             ['classify', 'no/such/run', 'x'], ['generate', 'no/such/run', '--prompt', 'a'],\n"
+        "             ['tag', 'no/such/run', 'x'], ['train', '--task', 'tag', '--data', 'no-tab.tsv'],\n"
         "             ['train', '--task', 'classify', '--data', 'no/such.tsv'],\n"
         "             ['train', '--data', 'no/such.tsv', '--test-size', '5'],\n"
         "             ['train', '--task', 'classify', '--data', 'empty.tsv'],\n"

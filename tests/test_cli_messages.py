@@ -48,6 +48,10 @@ CASES = [
      "classifier; use translate_texts.",
      "runs/dates holds a translation model (--task dates), not a text classifier; use "
      "keras-seq translate."),
+    ("tag", ArgumentValueError("tag_texts", "runs/c holds a text classifier (",
+                               Arg("task", "classify"), "); use ", Call("classify_texts"), "."),
+     "tag_texts: runs/c holds a text classifier (task='classify'); use classify_texts.",
+     "runs/c holds a text classifier (--task classify); use keras-seq classify."),
     ("export", ArgumentValueError("export_run", Arg("beam_width"), " is for translation runs; "
                                   "received ", Arg("beam_width", 4), "."),
      "export_run: `beam_width` is for translation runs; received beam_width=4.",

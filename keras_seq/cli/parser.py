@@ -145,12 +145,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "--data", metavar="FILE",
         help="--task translate: a parallel corpus source<TAB>target (FILE.tsv); --task lm: a "
         "UTF-8 text (FILE.txt; default: tiny Shakespeare, shipped with the package); "
-        "--task classify: labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label",
+        "--task classify: labelled texts label<TAB>text (FILE.tsv), split 80/10/10 by label; "
+        "--task tag: tagged sentences, token<TAB>tag lines and a blank line between sentences, "
+        "split 85/5/10",
     )
     train.add_argument(
         "--test-data", metavar="FILE.tsv",
         help="--task classify: the test texts (label<TAB>text); --data is then split 90/10 "
-        "into training and validation (default: 10%% of --data)",
+        "into training and validation (default: 10%% of --data); --task tag: the test "
+        "sentences (token<TAB>tag), --data then split 95/5",
     )
     train.add_argument(
         "--class-weight", choices=training.CLASS_WEIGHTS, default=config.class_weight,

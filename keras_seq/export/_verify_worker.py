@@ -649,9 +649,94 @@ def translation_artifact(out_dir, entry, reference, provider=None):
             "examples": len(targets), "mismatches": mismatches[:5]}
 
 
+# ---------------------------------------------------------------------------
+# Taggers: strings in, tags out (SavedModel); ids in, tag probabilities out
+
+
+def host_tagger_ids(folder, token_lists):
+    """Word and character ids ``(B, T)``, ``(B, T, C)`` of token lists, from the
+    folder's ``vocabularies.json``: lower-cased words, each token's characters
+    (a longer token: its first C // 2 and last C - C // 2), 0 = padding."""
+    with open(os.path.join(folder, "vocabularies.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    words = {w: i for i, w in enumerate(saved["words"]) if i >= 2}
+    chars = {c: i for i, c in enumerate(saved["characters"]) if i >= 2}
+    width, head = saved["word_length"], saved["word_length"] // 2
+    longest = max(1, max((len(t) for t in token_lists), default=0))
+    word_ids = np.zeros((len(token_lists), longest), np.int32)
+    char_ids = np.zeros((len(token_lists), longest, width), np.int32)
+    for row, tokens in enumerate(token_lists):
+        for j, token in enumerate(tokens):
+            word_ids[row, j] = words.get(token.lower() if saved["lowercase"] else token, 1)
+            kept = token if len(token) <= width else token[:head] + token[len(token) - width + head:]
+            char_ids[row, j, : len(kept)] = [chars.get(c, 1) for c in kept]
+    return word_ids, char_ids
+
+
+def tags_artifact(out_dir, entry, reference, provider=None):
+    """Each reference sentence's tags by one artifact, against Keras' (and the gold tags)."""
+    import tensorflow as tf
+
+    path = os.path.join(out_dir, entry["artifact"])
+    texts = [str(t) for t in reference["texts"]]
+    problems = []
+    if entry["format"] == "savedmodel":
+        signature, size = load_saved_model(path)
+        ops = None
+
+        def run(batch):
+            outputs = signature(inputs=tf.constant(batch, tf.string))
+            tags = [[t.decode("utf-8") for t in row if t] for row in outputs["tags"].numpy()]
+            return tags, outputs["probabilities"].numpy()
+    else:
+        file = os.path.join(path, "tagger.tflite")
+        model = TFLiteModel(file)
+        size, ops = os.path.getsize(file), sorted(tflite_op_names(file))
+        with open(os.path.join(path, "export.json"), encoding="utf-8") as f:
+            tag_names = json.load(f)["tags"]
+        order = [0 if "char_ids" in d["name"] else 1 for d in model.inputs]
+
+        def run(batch):
+            word_ids, char_ids = host_tagger_ids(path, [t.split() for t in batch])
+            (probabilities,) = model(*[(char_ids, word_ids)[i] for i in order])
+            tags = [[tag_names[i] for i in p[: len(t.split())].argmax(-1)]
+                    for p, t in zip(probabilities, batch)]
+            return tags, probabilities
+
+    keras_p = reference["keras_probabilities"]
+    tags, error = [], 0.0
+    for i in range(0, len(texts), _BATCH):
+        batch_tags, p = run(texts[i : i + _BATCH])
+        tags += batch_tags
+        for j, text in enumerate(texts[i : i + _BATCH]):
+            n = len(text.split())
+            error = max(error, float(np.abs(p[j, :n] - keras_p[i + j, :n]).max()) if n else 0.0)
+    expected = [str(s).split() for s in reference["keras_tags"]]
+    gold = [str(s).split() for s in reference["targets"]]
+    agree = [a == k for ts, ks in zip(tags, expected) for a, k in zip(ts, ks)]
+    correct = [a == g for ts, gs in zip(tags, gold) for a, g in zip(ts, gs)]
+    return {
+        **entry,
+        "provider": provider,
+        "size_bytes": size,
+        "ops": ops,
+        "max_abs_logit_error": None,
+        "max_abs_probability_error": error,
+        "string_match": fraction_equal([" ".join(t) for t in tags],
+                                       [" ".join(k) for k in expected]),
+        "token_agreement": float(np.mean(agree)) if agree else None,
+        "exact_match": float(np.mean(correct)) if correct else None,
+        "latency_ms_batch1": median_ms(lambda: run(texts[:1])),
+        "problems": problems,
+        "examples": len(texts),
+        "mismatches": [{"source": t, "keras": " ".join(k), "artifact": " ".join(a)}
+                       for t, k, a in zip(texts, expected, tags) if k != a][:5],
+    }
+
+
 # The check of each kind of export (the manifest's "check").
 CHECKS = {"translation": translation_artifact, "generation": lm_artifact,
-          "labels": classifier_artifact}
+          "labels": classifier_artifact, "tags": tags_artifact}
 # The check of an export written before the manifest named it.
 _CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
 

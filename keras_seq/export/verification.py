@@ -30,12 +30,15 @@ _ROW_KEYS = (
 _LM_ROW_KEYS = ("task", "token_agreement", "ms_per_token", "keras_ms_per_token")
 # And a classifier's these.
 _CLASSIFIER_ROW_KEYS = ("task", "max_abs_probability_error")
+# And a tagger's these.
+_TAGGER_ROW_KEYS = ("task", "max_abs_probability_error", "token_agreement")
 # Each kind of export's further keys (the manifest's "check").
-_ROW_EXTRAS = {"generation": _LM_ROW_KEYS, "labels": _CLASSIFIER_ROW_KEYS}
+_ROW_EXTRAS = {"generation": _LM_ROW_KEYS, "labels": _CLASSIFIER_ROW_KEYS,
+               "tags": _TAGGER_ROW_KEYS}
 # An export written before its manifest named its check: by its task.
-_CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
+_CHECK_OF_TASK = {"lm": "generation", "classify": "labels", "tag": "tags"}
 # What an artifact does to an example, in a failure's words.
-_DOES = {"labels": "labels"}
+_DOES = {"labels": "labels", "tags": "tags"}
 # And a streaming translator's (``tflite_stream/``) these.
 _STREAM_ROW_KEYS = ("latency_ms_per_token", "emitted_before_source_end")
 # A float artifact's probabilities may differ from Keras' by rounding, no more.
@@ -98,6 +101,16 @@ def verify(
     label equals Keras' and its probabilities are within 1e-4; a quantized
     one, unless it agrees on at least 99.5% of the texts.
 
+    A tagger's export (``tagger/1``, ``tflite*/tagger.tflite``) tags the
+    held-out sentences (the SavedModel from the strings, the TFLite file from
+    the ids of its folder's vocabularies): ``string_match`` is the fraction
+    of sentences tagged exactly as Keras tags them, ``token_agreement`` the
+    fraction of tokens, ``exact_match`` the token accuracy against the gold
+    tags, ``max_abs_probability_error`` the largest difference from Keras'
+    probabilities. A float artifact fails unless every tag equals Keras' and
+    its probabilities are within 1e-4; a quantized one, unless it agrees on
+    at least 99.5% of the tokens.
+
     Args:
         out_dir: a folder written by `export_run` (``keras-seq export``).
         json_path: where to write ``{"artifacts": [...]}`` (rows with the keys
@@ -137,11 +150,13 @@ def verify(
         name = record["artifact"]
         if record.get("provider"):
             name += f" on {record['provider']}"
-        if check == "generation" and record["quantize"] is not None:
+        if check in ("generation", "tags") and record["quantize"] is not None:
             if record["token_agreement"] < QUANTIZED_MIN_STRING_MATCH:
+                chooses = ("chooses Keras' next character" if check == "generation" else
+                           "gives Keras' tag")
                 failures.append(
-                    f"{name}: chooses Keras' next character at "
-                    f"{record['token_agreement']:.2%} of the positions (needs "
+                    f"{name}: {chooses} at {record['token_agreement']:.2%} of the "
+                    f"{'positions' if check == 'generation' else 'tokens'} (needs "
                     f"{QUANTIZED_MIN_STRING_MATCH:.1%})"
                 )
             continue
@@ -207,13 +222,16 @@ def verification_table(result: dict) -> str:
     tasks = {row.get("task") for row in result["artifacts"]}
     if "lm" in tasks:
         return _language_model_table(result)
-    # A classifier's rows: its labels and probabilities against Keras'.
-    classify = "classify" in tasks
+    # A classifier's or a tagger's rows: labels or tags and probabilities
+    # against Keras'.
+    tags = "tag" in tasks
+    classify = "classify" in tasks or tags
     header = (
         "artifact", "format", "quantize", "size",
         "max|prob err|" if classify else "max|logit err|",
-        "same label as Keras" if classify else "vs Keras",
-        "accuracy" if classify else "vs targets", "batch-1 ms", "ops",
+        "same tags as Keras" if tags else "same label as Keras" if classify else "vs Keras",
+        "token accuracy" if tags else "accuracy" if classify else "vs targets",
+        "batch-1 ms", "ops",
     )
     error = "max_abs_probability_error" if classify else "max_abs_logit_error"
     lines = [header]

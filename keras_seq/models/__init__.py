@@ -1,5 +1,6 @@
-"""Functional-API model builders: seq2seq, language models and classifiers (recurrent,
-Transformer, the DCNN, and a language model fine-tuned as a classifier).
+"""Functional-API model builders: seq2seq, language models, classifiers (recurrent,
+Transformer, the DCNN, and a language model fine-tuned as a classifier) and a
+sequence tagger (defined with its task, `keras_seq.tasks.sequence_tagger`).
 
 The layers that the builders create are classes of `keras_seq.layers`;
 `RecurrentDecoder`, `TokenEmbedding`, `PaddingMask` and `WideConvolution1D`
@@ -22,6 +23,7 @@ from keras_seq.models.language_model import (
 )
 from keras_seq.models.lm_classifier import classifier_from_language_model
 from keras_seq.models.seq2seq import rnn_seq2seq, seq2seq_kind, transformer_seq2seq
+from keras_seq.tasks.sequence_tagger import sequence_tagger
 
 __all__ = [
     "PaddingMask",
@@ -39,5 +41,6 @@ __all__ = [
     "rnn_seq2seq",
     "seq2seq_kind",
     "sequence_classifier",
+    "sequence_tagger",
     "transformer_seq2seq",
 ]

@@ -10,7 +10,8 @@ metrics and run-folder files, and its exports and their checks.
 - ``dates`` and ``translate``: `Translation` (a `keras_seq.tasks.Seq2SeqLM`);
 - ``lm``: `LanguageModel` (a `keras_seq.tasks.CausalLM`);
 - ``bilm``: `BidirectionalLanguageModel` (a `keras_seq.tasks.BidirectionalLM`);
-- ``classify``: `Classification` (a `keras_seq.tasks.TextClassifier`).
+- ``classify``: `Classification` (a `keras_seq.tasks.TextClassifier`);
+- ``tag``: `Tagging` (a `keras_seq.tasks.SequenceTagger`).
 
 A new task is a recipe (and the task model it builds) added here. The
 recipes import neither Keras nor TensorFlow until they run.
@@ -22,6 +23,7 @@ from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
 from keras_seq.recipes.classification import Classification
 from keras_seq.recipes.language_model import BidirectionalLanguageModel, LanguageModel
 from keras_seq.recipes.recipe import COMMON_OPTIONS, Recipe
+from keras_seq.recipes.tagging import Tagging
 from keras_seq.recipes.translation import Translation
 
 __all__ = ["COMMON_OPTIONS", "RECIPES", "Recipe", "get", "load_data", "read_run",
@@ -35,6 +37,7 @@ RECIPES: dict[str, Recipe] = {
         LanguageModel(),
         BidirectionalLanguageModel(),
         Classification(),
+        Tagging(),
     )
 }
 """Each task's recipe, by its name (`keras_seq.training.TrainingConfig.task`)."""

@@ -13,6 +13,8 @@ functions, takes strings, and saves and loads as one ``.keras`` file
   `CausalLM.call_with_cache`.
 - `BidirectionalLM`: ELMo's biLM; its `BidirectionalLM.contextual_embedder`.
 - `TextClassifier`: ``predict(texts)`` (probabilities) and ``classify(texts)``.
+- `SequenceTagger`: ``predict(texts)`` (each token's tag probabilities) and
+  ``tag(texts)`` (``(token, tag)`` pairs); `sequence_tagger` builds one.
 
 The builders of `keras_seq.models` return these; `from_run` loads a
 ``keras-seq train`` run folder as its task; `as_task` reads a model saved by
@@ -25,6 +27,11 @@ from keras_seq.tasks.causal_lm import CausalLM, CausalLMPreprocessor
 from keras_seq.tasks.preprocessor import Preprocessor
 from keras_seq.tasks.release import as_task
 from keras_seq.tasks.seq2seq_lm import Seq2SeqLM, Seq2SeqLMPreprocessor
+from keras_seq.tasks.sequence_tagger import (
+    SequenceTagger,
+    SequenceTaggerPreprocessor,
+    sequence_tagger,
+)
 from keras_seq.tasks.task import Task
 from keras_seq.tasks.text_classifier import TextClassifier, TextClassifierPreprocessor
 
@@ -36,11 +43,14 @@ __all__ = [
     "Preprocessor",
     "Seq2SeqLM",
     "Seq2SeqLMPreprocessor",
+    "SequenceTagger",
+    "SequenceTaggerPreprocessor",
     "Task",
     "TextClassifier",
     "TextClassifierPreprocessor",
     "as_task",
     "from_run",
+    "sequence_tagger",
 ]
 
 

@@ -12,8 +12,8 @@ arguments into a `TrainingConfig` and prints the result:
 The tasks (``task=``): ``"dates"`` (the default) and ``"translate"``
 (``data=`` a TSV file) train a translation model; ``"lm"`` trains a
 character language model (see *Language models* below), ``"bilm"`` ELMo's
-biLM and ``"classify"`` a text classifier (see *Classifiers* below). Each
-is a recipe of
+biLM, ``"classify"`` a text classifier (see *Classifiers* below) and
+``"tag"`` a sequence tagger (`tag_texts`). Each is a recipe of
 `keras_seq.recipes`, which `train` asks for the data, the model, the loss
 and the scores.
 
@@ -162,6 +162,7 @@ from keras_seq.training.inference import (
     classify_texts,
     generate_text,
     make_decoder,
+    tag_texts,
     translate_strings,
     translate_texts,
     warn_about_inputs,
@@ -226,6 +227,7 @@ __all__ = [
     "sampling_probability",
     "text_loss",
     "train",
+    "tag_texts",
     "translate_strings",
     "translate_texts",
     "user_modules",

@@ -22,6 +22,7 @@ __all__ = [
     "InputWarning",
     "classify_texts",
     "generate_text",
+    "tag_texts",
     "make_decoder",
     "translate_strings",
     "translate_texts",
@@ -93,6 +94,26 @@ def classify_texts(
     from keras_seq import recipes
 
     return recipes.get("classify").classify_texts(run_dir, texts, batch_size)
+
+
+def tag_texts(run_dir: str | os.PathLike, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Each text's whitespace-separated tokens with their tags, by a tagger run
+    (``keras-seq tag``; `keras_seq.tasks.SequenceTagger.tag`).
+
+    Args:
+        run_dir: a folder written by `train` with ``task="tag"``.
+        texts: the texts.
+
+    Returns:
+        One list of ``(token, tag)`` per text, in order.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.json``.
+        ValueError: the run is not a tagger.
+    """
+    from keras_seq import recipes
+
+    return recipes.get("tag").tag_texts(run_dir, texts)
 
 
 def generate_text(
