@@ -140,14 +140,18 @@ def test_a_test_label_that_no_training_text_has_is_an_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--lm-weight", "0.5"], "`lm_weight`: expected None without init_from"),
-    (["--freeze-body"], "`freeze_body`: expected False without init_from"),
-    (["--init-from", "lm", "--freeze-body", "--lm-weight", "0.5"], "expected 0 or None with "
-     "freeze_body"),
-    (["--validation-size", "5"], "expected None for task 'classify'"),
-    (["--attention", "luong"], "classifiers have their own"),
-    (["--pooling", "mean"], "`pooling`: expected 'last' unless task='classify' reads a "
-     "language model's body"),
+    (["--lm-weight", "0.5"], "--lm-weight 0.5 is an option of fine-tuning a language model: "
+     "it needs --init-from."),
+    (["--freeze-body"], "--freeze-body is an option of fine-tuning a language model: it needs "
+     "--init-from."),
+    (["--init-from", "lm", "--freeze-body", "--lm-weight", "0.5"], "--lm-weight 0.5 needs to "
+     "be 0 with --freeze-body"),
+    (["--validation-size", "5"], "--validation-size 5 is an option of --task dates, --task "
+     "translate, --task lm or --task bilm; received --task classify."),
+    (["--attention", "luong"], "--attention luong is an option of --task dates or --task "
+     "translate; received --task classify."),
+    (["--pooling", "mean"], "--pooling mean is an option of a classifier that reads a language "
+     "model's body (--init-from, or --model mingru|minlstm|rglru|xlstm)"),
 ])
 def test_contradicting_classify_options_are_argument_errors(capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_:
@@ -155,7 +159,8 @@ def test_contradicting_classify_options_are_argument_errors(capsys, argv, expect
     assert exit_.value.code == 2 and expected in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--task", "translate", "--data", "x.tsv", "--class-weight", "balanced"])
-    assert "`class_weight`: expected 'none' unless task='classify'" in capsys.readouterr().err
+    assert ("--class-weight balanced is an option of --task classify; received --task translate."
+            in capsys.readouterr().err)
 
 
 # ---------------------------------------------------------------------------
@@ -212,7 +217,8 @@ def test_classify_prints_each_texts_label_and_probability(runs, capsys, tmp_path
     assert main(["translate", str(run_dir), "aaa"]) == 1
     assert "holds a text classifier" in capsys.readouterr().err
     assert main(["classify", str(runs / "lm"), "aaa"]) == 1
-    assert "holds a language model, not a text classifier" in capsys.readouterr().err
+    assert ("holds a language model (--task lm), not a text classifier; use keras-seq generate"
+            in capsys.readouterr().err)
 
 
 # ---------------------------------------------------------------------------
@@ -233,7 +239,8 @@ def test_fine_tuning_starts_from_the_lm_and_minimises_task_plus_lambda_lm_loss(r
     recipe.compile(model, config, steps=10)
     lm = keras.saving.load_model(runs / "lm" / "model.keras", safe_mode=True)
     for name in ("token_embedding", "decoder_layer_0"):
-        for a, b in zip(lm.get_layer(name).get_weights(), model.get_layer(name).get_weights()):
+        for a, b in zip(lm.get_layer(name).get_weights(),
+                        model.backbone.get_layer(name).get_weights()):
             np.testing.assert_array_equal(a, b)
 
     ids, targets, weights = next(iter(prepared.epochs_data(0, 1)))
@@ -333,8 +340,8 @@ def test_a_wordpiece_classifier_trains_in_mixed_precision(runs, capsys):
     run_dir = runs / "wordpiece"
     assert json.loads((run_dir / "tokenizer.json").read_text())["type"] == "wordpiece"
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
-    assert model.get_layer("encoder_layer_0").dtype_policy.name == "mixed_bfloat16"
-    assert model.get_layer("logits").dtype_policy.name == "float32"
+    assert model.backbone.get_layer("encoder_layer_0").dtype_policy.name == "mixed_bfloat16"
+    assert model.output_layer.dtype_policy.name == "float32"
     capsys.readouterr()
     assert main(["classify", str(run_dir), "aaa bbb"]) == 0
     label, probability = capsys.readouterr().out.split("\t")
@@ -366,5 +373,6 @@ def test_fine_tuning_under_mirrored_strategy_with_two_cpu_replicas(runs, tmp_pat
     lm = keras.saving.load_model(runs / "lm" / "model.keras", safe_mode=True)
     for name in ("token_embedding", "decoder_layer_0"):
         moved = [np.abs(a - b).max() for a, b in zip(lm.get_layer(name).get_weights(),
-                                                      mirrored.get_layer(name).get_weights())]
+                                                      mirrored.backbone.get_layer(name)
+                                                      .get_weights())]
         assert 0 < max(moved) <= 10 * 5e-4 * 3.2, (name, moved)

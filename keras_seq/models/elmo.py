@@ -20,22 +20,12 @@ def bidirectional_language_model(
 ) -> keras.Model:
     """ELMo's biLM: a forward and a backward recurrent language model with one softmax.
 
-    ```
-    x        = E[ids]                  (B, T, embedding_dim), 0 = padding
-    x        = x W_p + b_p             (B, T, units), only when embedding_dim != units
-    h→_j     = forward_j(h→_{j−1})     h→_0 = x, read left to right
-    h←_j     = backward_j(h←_{j−1})    h←_0 = x, read from each row's last real token
-    forward  = h→_L W_s + b_s          (B, T, V): predicts token t + 1 from tokens <= t
-    backward = h←_L W_s + b_s          (B, T, V): predicts token t − 1 from tokens >= t
-    ```
-
-    Token ids are padded at the end of a row only. The backward stack reads
-    each row reversed from its last real token (the padding is never read):
-    the ids are reversed row by row, the backward layers run left to right
-    over them with the padding mask, and their outputs are put back at the
-    original positions. The two directions share the token embedding (and
-    projection) and the softmax layer ``W_s`` (one ``Dense``), as in ELMo.
-    With ``dropout > 0``, dropout is applied to the input of every recurrent
+    The model is a `keras_seq.tasks.BidirectionalLM`, whose docstring has its
+    equations: the backward stack reads each row reversed from its last real
+    token (padding at the end of a row only, never read), and the two
+    directions share the token embedding (and projection, only when
+    ``embedding_dim != units``) and the softmax layer ``W_s`` (one
+    ``Dense``), as in ELMo. With ``dropout > 0``, dropout is applied to the input of every recurrent
     layer and to the top outputs before the softmax.
 
     Layers, by name: ``"token_embedding"``, ``"token_projection"`` (a linear

@@ -17,7 +17,7 @@ from keras_seq._validation import (
     check_positive_int,
 )
 from keras_seq.recipes.language_model import language_model, learn_wordpiece, wordpiece_vocab_size
-from keras_seq.recipes.recipe import Recipe, needs
+from keras_seq.recipes.recipe import Recipe, needs, no_beam
 
 __all__ = [
     "AUXILIARY_LM_WEIGHT",
@@ -364,11 +364,7 @@ class Classification(Recipe):
     def export(self, run, out, formats, beam_width, quantize, examples, progress):
         from keras_seq.export.classifier_export import export_classifier
 
-        if beam_width != 1:
-            raise ArgumentValueError(
-                "export_run", Arg("beam_width"), " is for translation runs (the SavedModel's "
-                "decoding); a classifier decodes nothing. Received ",
-                Arg("beam_width", beam_width), ".")
+        no_beam(beam_width, "a classifier decodes nothing")
         return export_classifier(run, out, formats, quantize, examples, progress)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from keras_seq import model_kinds
 from keras_seq._validation import Arg, ArgumentValueError, check_choice, check_int
-from keras_seq.recipes.recipe import Recipe, needs
+from keras_seq.recipes.recipe import Recipe, needs, no_beam
 from keras_seq.reserved_tokens import RESERVED_TOKENS, UNK_ID
 
 __all__ = [
@@ -222,11 +222,7 @@ class LanguageModel(Recipe):
     def export(self, run, out, formats, beam_width, quantize, examples, progress):
         from keras_seq.export.language_model_export import export_language_model
 
-        if beam_width != 1:
-            raise ArgumentValueError(
-                "export_run", Arg("beam_width"), " is for translation runs (the SavedModel's "
-                "decoding); a language-model run exports a generation step. Received ",
-                Arg("beam_width", beam_width), ".")
+        no_beam(beam_width, "a language-model run exports a generation step")
         return export_language_model(run, out, formats, quantize, examples, progress)
 
 

@@ -20,7 +20,7 @@ import dataclasses
 
 from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
 
-__all__ = ["COMMON_OPTIONS", "Recipe", "family_defaults", "listed", "needs"]
+__all__ = ["COMMON_OPTIONS", "Recipe", "family_defaults", "listed", "needs", "no_beam"]
 
 COMMON_OPTIONS = (
     "task", "model", "cell", "epochs", "batch_size", "learning_rate", "units", "layers", "out",
@@ -184,6 +184,15 @@ class Recipe:
         raise NotImplementedError(f"{type(self).__name__} must define export.")
 
 
+def no_beam(beam_width: int, what: str) -> None:
+    """Refuses a beam width other than 1 for a run that decodes nothing with it
+    (``what``: what its export holds instead)."""
+    if beam_width != 1:
+        raise ArgumentValueError(
+            "export_run", Arg("beam_width"), " is for translation runs (the SavedModel's "
+            f"decoding); {what}. Received ", Arg("beam_width", beam_width), ".")
+
+
 def family_defaults(table: dict, model: str, keys=FAMILY_KEYS) -> dict:
     """``table[model]``'s values of ``keys``."""
     return {key: table[model][key] for key in keys if key in table[model]}
@@ -197,7 +206,7 @@ def needs(where: str, config, option: str, needed: str, needed_value, why: str) 
     if value == default:
         return
     has = getattr(config, needed)
-    if (has is not None and needed_value is None) or has == needed_value:
+    if (has is not None) if needed_value is None else has == needed_value:
         return
     wanted = Arg(needed) if needed_value is None else Arg(needed, needed_value)
     raise ArgumentValueError(where, Arg(option, value), f" {why}: it needs ", wanted, ".")

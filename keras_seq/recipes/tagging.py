@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from keras_seq._validation import Arg, ArgumentValueError
-from keras_seq.recipes.recipe import Recipe
+from keras_seq.recipes.recipe import Recipe, no_beam
 
 __all__ = ["TAG_DEFAULTS", "Tagging", "read_tagged"]
 
@@ -221,11 +221,7 @@ class Tagging(Recipe):
         from keras_seq.export.saved_model import export_strings_saved_model
         from keras_seq.export.tflite_export import convert_to_tflite
 
-        if beam_width != 1:
-            raise ArgumentValueError(
-                "export_run", Arg("beam_width"), " is for translation runs (the SavedModel's "
-                "decoding); a tagger decodes nothing. Received ", Arg("beam_width", beam_width),
-                ".")
+        no_beam(beam_width, "a tagger decodes nothing")
         formats = formats or self.formats
         from keras_seq.tasks import from_run
 

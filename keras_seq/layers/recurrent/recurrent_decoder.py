@@ -381,31 +381,35 @@ class RecurrentDecoder(keras.layers.Layer):
             step.build((None, width), memory_shape)
             return RNN(step, return_sequences=True, dtype=self.dtype_policy)
 
-        # The loops of the whole-sequence call, of one that also returns α,
-        # and (with zoneout) of both in training, fed their keep-masks.
-        self._loops = {(scores, fed): loop(scores and wrapper is not None, fed)
-                       for scores in (False, True)
-                       for fed in ((False, True) if any(r > 0 for r in rates) else (False,))}
+        # The loops of the whole-sequence call and of one that also returns α;
+        # with zoneout, the same two in training, fed their keep-masks.
+        self._loop = loop(alignments=False)
+        self._scores_loop = loop(alignments=wrapper is not None)
+        zones = any(rate > 0 for rate in rates)
+        self._fed_loop = loop(alignments=False, fed_masks=True) if zones else None
+        self._fed_scores_loop = (loop(alignments=wrapper is not None, fed_masks=True)
+                                 if zones else None)
         self.built = True
 
     @property
     def _step(self) -> _DecoderStep:
-        return self._loops[False, False].cell
+        return self._loop.cell
 
     def _run(self, inputs, scores, training, **kwargs):
         """The loop over ``inputs``; in training with zoneout, every step's
         keep-masks drawn first (nothing random runs inside the loop, as in
         every layer of `keras_seq.layers.RNN`) and fed beside the inputs."""
         step = self._step
-        if not (training and (True, True) in self._loops):
-            return self._loops[scores, False](inputs, training=training, **kwargs)
+        if not (training and self._fed_loop is not None):
+            loop = self._scores_loop if scores else self._loop
+            return loop(inputs, training=training, **kwargs)
         shape = keras.ops.shape(inputs)
         keep = zoneout_masks(step.rates, step.cell_state_sizes, (shape[1], shape[0]),
                              self.cell.seed_generator, self.compute_dtype)  # (T, B, size)
         fed = [keras.ops.transpose(keras.ops.cast(m, inputs.dtype), (1, 0, 2))
                for m in keep if m is not None]
-        return self._loops[scores, True](keras.ops.concatenate([inputs, *fed], axis=-1),
-                                         training=training, **kwargs)
+        loop = self._fed_scores_loop if scores else self._fed_loop
+        return loop(keras.ops.concatenate([inputs, *fed], axis=-1), training=training, **kwargs)
 
     def get_initial_state(self, batch_size, encoder_outputs=None):
         """Zeros for the cell's states; with monotonic attention, then α_0
