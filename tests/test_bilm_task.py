@@ -126,12 +126,12 @@ def test_bilm_options_are_checked(tmp_path, capsys):
     assert main(["train", "--task", "bilm", "--context", "64", "--data", str(data),
                  "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "keras-seq train:" in err and "task 'bilm' with --context 64 needs more than 64" in err
+    assert "keras-seq train:" in err and "--task bilm with --context 64 needs more than 64" in err
     assert not any(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == ["short.txt"]
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--task", "bilm", "--model", "transformer"])
     assert exit_.value.code == 2
-    assert "expected 'rnn' for task 'bilm'" in capsys.readouterr().err
+    assert "invalid value for --model: expected 'rnn' for --task bilm, received transformer." in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -190,12 +190,15 @@ def test_wordpiece_losses_per_token_and_per_character_match_numpy(wordpiece_run)
 
 def test_tokenizer_options_are_checked(tmp_path, capsys):
     for argv, message in (
-        (["--task", "bilm", "--vocab-size", "500"], "`vocab_size`: expected None unless "
-         "tokenizer='wordpiece'"),
-        (["--task", "lm", "--tokenizer", "wordpiece"], "`tokenizer`: expected 'char' for task 'lm'"),
-        (["--tokenizer", "wordpiece"], "`tokenizer`: expected 'char' for task 'dates'"),
+        (["--task", "bilm", "--vocab-size", "500"], "--vocab-size 500 is the size of a learned "
+         "vocabulary (a character vocabulary is every character of the text): it needs "
+         "--tokenizer wordpiece."),
+        (["--task", "lm", "--tokenizer", "wordpiece"], "--tokenizer wordpiece is an option of "
+         "--task bilm or --task classify; received --task lm."),
+        (["--tokenizer", "wordpiece"], "--tokenizer wordpiece is an option of --task bilm or "
+         "--task classify; received --task dates."),
         (["--task", "bilm", "--tokenizer", "wordpiece", "--vocab-size", "5"],
-         "`vocab_size`: expected an integer >= 6, received 5"),
+         "invalid value for --vocab-size: expected an integer >= 6, received 5."),
         (["--task", "bilm", "--tokenizer", "wordpiece", "--vocab-size", "0"],
          "--vocab-size must be positive"),
     ):

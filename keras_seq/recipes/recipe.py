@@ -115,7 +115,9 @@ class Recipe:
         """Rules between the recipe's options (the model and cell resolved)."""
 
     def _models_expected(self):
-        return (f"one of {', '.join(map(repr, self.models))} for ", Arg("task", self.name))
+        models = ", ".join(map(repr, self.models))
+        return (models if len(self.models) == 1 else f"one of {models}",
+                " for ", Arg("task", self.name))
 
     def complete(self, config):
         """``config`` with what the run reads from elsewhere filled in before its

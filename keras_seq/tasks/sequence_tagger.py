@@ -27,6 +27,7 @@ from keras_seq.tasks.preprocessor import Preprocessor
 from keras_seq.tasks.task import Task
 
 __all__ = [
+    "CharacterCNN",
     "SequenceTagger",
     "SequenceTaggerPreprocessor",
     "VOCABULARIES_FILE",
@@ -445,7 +446,9 @@ def sequence_tagger(
         cell: a registered cell's name (`keras_seq.layers.register_cell`).
         units: int, recurrent units per direction.
         num_layers: int.
-        word_dim, character_dim, character_filters: int, the widths.
+        word_dim: int, the word embeddings' width.
+        character_dim: int, the character embeddings' width.
+        character_filters: int, the character CNN's filters per window.
         character_widths: ints, the character CNN's windows.
         word_dropout: float, the share of training words read as unknown.
         dropout: float, on the token features, between the layers and before
