@@ -288,7 +288,7 @@ def _usage_error(capsys, argv):
          "--vocab-size 100 is the size of a learned vocabulary (a character vocabulary is "
          "every character of the text): it needs --tokenizer wordpiece."),
         (["train", "--task", "bilm", "--model", "transformer"], "train",
-         "invalid value for --model: expected one of 'rnn' for --task bilm, received "
+         "invalid value for --model: expected 'rnn' for --task bilm, received "
          "transformer."),
         (["translate", "no-such-run", "x", "--beam", "-1"], "translate", "--beam must be >= 1"),
         (["translate", "no-such-run"], "translate", "nothing to translate"),
