@@ -25,6 +25,8 @@ from keras_seq.export import (
 from keras_seq.layers import (
     GRU,
     RNN,
+    AttentionWrapper,
+    BahdanauAttention,
     Bidirectional,
     RecurrentBlock,
     RecurrentCell,
@@ -107,6 +109,16 @@ def test_a_layer_refuses_a_cell_it_cannot_hold():
         RecurrentBlock(UNITS, cell=keras.layers.Dense(UNITS))
     with pytest.raises(ValueError, match="RecurrentBlock.*`cell`.*8 units"):
         RecurrentBlock(UNITS, cell=UserGRUCell(UNITS + 1))
+    # A step loop draws no masks inside it: a cell's own dropout is refused.
+    with pytest.raises(TypeError, match="RecurrentDecoder.*`cell`.*a recurrent cell"):
+        RecurrentDecoder(UNITS, cell=keras.layers.Dense(UNITS))
+    with pytest.raises(ValueError, match="RecurrentDecoder.*`cell`.*a cell without dropout.*"
+                                         "zoneout=.*GRUCell with dropout=0.1"):
+        RecurrentDecoder(UNITS, cell=keras.layers.GRUCell(UNITS, dropout=0.1))
+    with pytest.raises(ValueError, match="AttentionWrapper.*`cell`.*a cell without "
+                                         "recurrent_dropout.*LSTMCell with recurrent_dropout=0.2"):
+        AttentionWrapper(keras.layers.LSTMCell(UNITS, recurrent_dropout=0.2),
+                         BahdanauAttention(UNITS))
 
 
 def _greedy_by_forward_passes(forward, prompt, steps):

@@ -90,12 +90,7 @@ class AttentionWrapper(RecurrentCell):
                 self, "attention", "an attention layer of keras_seq.layers (BahdanauAttention, "
                 "LuongAttention, BahdanauMonotonicAttention, LuongMonotonicAttention)",
                 type(attention).__name__)
-        for name in ("dropout", "recurrent_dropout", "zoneout"):
-            if getattr(cell, name, 0.0):
-                raise invalid_value(
-                    self, "cell", f"a cell without {name} (its masks cannot be drawn inside the "
-                    "step loop; put Dropout layers around the RNN)",
-                    f"{type(cell).__name__} with {name}={getattr(cell, name)}")
+        refuse_masks_of_its_own(self, cell, "put Dropout layers around the RNN")
         self.cell = cell
         self.attention = attention
         self.attention_layer_size = check_positive_int(
@@ -260,3 +255,13 @@ class AttentionWrapper(RecurrentCell):
         config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
         config["attention"] = keras.saving.deserialize_keras_object(config["attention"])
         return cls(**config)
+
+
+def refuse_masks_of_its_own(owner, cell, advice: str) -> None:
+    """A ``ValueError`` for a cell with dropout or zoneout of its own: a step
+    loop draws no random masks inside it (``advice``: what to do instead)."""
+    for name in ("dropout", "recurrent_dropout", "zoneout"):
+        if getattr(cell, name, 0.0):
+            raise invalid_value(
+                owner, "cell", f"a cell without {name} (its masks cannot be drawn inside the "
+                f"step loop; {advice})", f"{type(cell).__name__} with {name}={getattr(cell, name)}")

@@ -21,7 +21,7 @@ from keras_seq.layers.attention.monotonic import (
     LuongMonotonicAttention,
 )
 from keras_seq.layers.recurrent import registry
-from keras_seq.layers.recurrent.attention_wrapper import AttentionWrapper
+from keras_seq.layers.recurrent.attention_wrapper import AttentionWrapper, refuse_masks_of_its_own
 from keras_seq.layers.recurrent.rnn import RNN, LoopHints, RecurrentCell
 from keras_seq.layers.recurrent.zoneout import apply_zoneout, zoneout_masks, zoneout_rates
 
@@ -543,9 +543,5 @@ def _check_cell_object(where, cell) -> None:
     if not (isinstance(cell, keras.layers.Layer) and hasattr(cell, "state_size")):
         raise invalid_type(where, "cell", "a registered cell name or a recurrent cell (a "
                            "layer with `state_size`)", cell)
-    for name in ("dropout", "recurrent_dropout", "zoneout"):
-        if getattr(cell, name, 0.0):
-            raise invalid_value(
-                where, "cell", f"a cell without {name} (its masks cannot be drawn inside the "
-                "step loop; give the decoder zoneout=, and put Dropout layers around it)",
-                f"{type(cell).__name__} with {name}={getattr(cell, name)}")
+    refuse_masks_of_its_own(where, cell, "give the decoder zoneout=, and put Dropout layers "
+                            "around it")
