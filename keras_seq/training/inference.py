@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
+from keras_seq._input_warnings import InputWarning, warn_about_inputs
 from keras_seq._validation import (
     ArgumentValueError,
     check_float,
@@ -16,7 +17,6 @@ from keras_seq._validation import (
     invalid_value,
 )
 from keras_seq.decoding.strings import checked_beam_width, make_decoder, translate_strings
-from keras_seq.text import InputWarning, warn_about_inputs
 
 __all__ = [
     "InputWarning",
