@@ -66,7 +66,7 @@ from keras_seq.export._flatbuffer import (
     FusedLayer,
     edit_fused_ops,
 )
-from keras_seq.export._lowering import Lowering
+from keras_seq.export._lowering import BuiltinLoops
 from keras_seq.export._tflite_converter import convert_with_signature
 from keras_seq.export._tracing import (
     flat_outputs,
@@ -205,10 +205,12 @@ class _FrozenVariables(keras.StatelessScope):
         return tf.constant(self.array(variable))
 
 
-class _FusedLSTM(Lowering):
-    """The lowering of `convert_fused_lstm`: the fused kernel where it computes the layer."""
+class _FusedLSTM(BuiltinLoops):
+    """The lowering of `convert_fused_lstm`: the fused kernel where it computes
+    the layer; elsewhere builtin loops (`BuiltinLoops`)."""
 
     def __init__(self, layers: dict[str, FusedLayer], frozen: _FrozenVariables):
+        super().__init__("convert_to_tflite")
         self.layers, self.frozen = layers, frozen
 
     def lower(self, layer, sequences, initial_state, mask, training):

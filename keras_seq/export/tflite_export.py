@@ -18,11 +18,13 @@ from keras_seq._validation import (
     check_positive_int,
 )
 from keras_seq.export._checks import check_quantize, check_seq2seq
+from keras_seq.export._lowering import BuiltinLoops
 from keras_seq.export._tflite_converter import convert_with_signature
 from keras_seq.export._tracing import (
     decoder_step_functions,
     flat_outputs,
     language_model_step_function,
+    models_of,
     seq2seq_forward,
     seq2seq_signature,
     signature_specs,
@@ -41,7 +43,14 @@ def convert_to_tflite(
     """Converts a Keras model (or any callable) to a builtin-ops-only `.tflite`.
 
     Weights are frozen into constants; conversion fails (rather than falling
-    back to the Flex delegate) if any op is not a TFLite builtin.
+    back to the Flex delegate) if any op is not a TFLite builtin, with one
+    `ValueError` line naming those ops. Keras' own ``LSTM``, ``GRU``,
+    ``SimpleRNN`` and ``RNN`` layers in the model (masked, ``go_backwards``,
+    stacked, in a ``Bidirectional``) run this package's loop over their own
+    cell for the conversion, whose ops are builtins (Keras' loop of
+    TensorArrays is not, with a dynamic batch or length); the model is left
+    as it was. In a callable that is not a `keras.Model`, they do so only
+    where the callable names its models (this package's exporters do).
 
     Args:
         model: a `keras.Model`, or a callable when `input_signature` is given.
@@ -94,7 +103,10 @@ def convert_to_tflite(
         raise ArgumentValueError(where, f'`batch_size` sets the batch of the default signature; with an `input_signature`, put the batch size in its specs. Received batch_size={batch_size}.')
     call, specs = traceable(model, input_signature, batch_size)
     specs, names = signature_specs(specs)
-    concrete = tf.function(flat_outputs(call)).get_concrete_function(*specs)
+    # Keras' own recurrent layers run the package's loop in this trace (`BuiltinLoops`).
+    lowering = BuiltinLoops(where)
+    with lowering.keras_layers(models_of(model)):
+        concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(*specs)
     return convert_with_signature(concrete, names, quantize)
 
 

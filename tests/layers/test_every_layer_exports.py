@@ -4,7 +4,8 @@ The harness for exporters, as `layer_harness.run_layer_test` is for the
 layers: a case per subclass of a package layer, per kind of user cell, and
 per public recurrent layer whose own tests do not already convert it both
 ways (`ELSEWHERE` names those tests, and a test keeps the two lists
-complete), each in a small functional model with random weights,
+complete), and per form of Keras' own LSTM, GRU, SimpleRNN and RNN, each
+in a small functional model with random weights,
 converted with `convert_to_onnx` (native recurrent nodes) and
 `convert_to_tflite` (builtin ops only), both run and compared with Keras on
 a batch of another size and length than anything traced. The ONNX
@@ -107,7 +108,19 @@ CASES = {
     "user cell with an operator form": (
         lambda: layers.RNN(PlainLSTMCell(U), return_sequences=True), F, "LSTM"),
     "user linear cell": (lambda: layers.RNN(QRNNCell(U), return_sequences=True), F, None),
+    # Keras' own layers: native nodes in ONNX, this package's loop in TFLite.
     "keras LSTM": (lambda: keras.layers.LSTM(U, return_sequences=True), F, "LSTM"),
+    "keras LSTM go_backwards": (
+        lambda: keras.layers.LSTM(U, return_sequences=True, go_backwards=True), F, "LSTM"),
+    "keras GRU": (lambda: keras.layers.GRU(U, return_sequences=True), F, "GRU"),
+    "keras GRU reset_after=False": (
+        lambda: keras.layers.GRU(U, return_sequences=True, reset_after=False), F, "GRU"),
+    "keras SimpleRNN": (lambda: keras.layers.SimpleRNN(U, return_sequences=True), F, "RNN"),
+    "keras Bidirectional(LSTM)": (
+        lambda: keras.layers.Bidirectional(keras.layers.LSTM(U, return_sequences=True)), F,
+        "LSTM"),
+    "keras RNN of an LSTMCell": (
+        lambda: keras.layers.RNN(keras.layers.LSTMCell(U), return_sequences=True), F, "LSTM"),
 }
 # The public recurrent layers whose own tests convert them with both exporters
 # and compare with Keras (kept there: they check more than this harness).
@@ -172,11 +185,8 @@ def test_onnx_writes_the_declared_operator_and_matches_keras(name, tmp_path):
     np.testing.assert_allclose(got, model(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [name for name in CASES if not name.startswith("keras ")])
+@pytest.mark.parametrize("name", list(CASES))
 def test_tflite_is_builtin_only_and_matches_keras(name):
-    """(Keras' own LSTM and GRU are left out: their TensorArray loop is not
-    builtin with a dynamic length; `streaming_model` and the builders use
-    `ConvertibleLSTM` and this package's `GRU`.)"""
     make, features, _ = CASES[name]
     model = _model(make, features)
     flatbuffer = convert_to_tflite(model)

@@ -497,16 +497,13 @@ class RNN(keras.layers.RNN):
         lowered = export_lowered(self, sequences, initial_state, mask, training)
         if lowered is not None:
             return lowered
+        if not isinstance(self.cell, RecurrentCell):
+            return cell_call_loop(self, sequences, initial_state, mask, training)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        structure = initial_state
         states = backend.fresh_states(tree.flatten(initial_state), self.stateful)
-        if isinstance(self.cell, RecurrentCell):
-            last_output, outputs, states = self._cell_loop(sequences, states, mask, training)
-        else:
-            last_output, outputs, states = self._keras_cell_loop(
-                sequences, structure, states, mask, training)
-        return last_output, outputs, tree.pack_sequence_as(structure, states)
+        last_output, outputs, states = self._cell_loop(sequences, states, mask, training)
+        return last_output, outputs, tree.pack_sequence_as(initial_state, states)
 
     def _cell_loop(self, sequences, states, mask, training, memory=None):
         """A `RecurrentCell`: projection before the loop, ``step`` in it;
@@ -589,28 +586,43 @@ class RNN(keras.layers.RNN):
             steps_per_iteration=hints.steps_per_iteration,
         )
 
-    def _keras_cell_loop(self, sequences, structure, states, mask, training):
-        """Any other cell: its ``call`` is the step, as in ``keras.layers.RNN``."""
-        cell = self.cell
-        kwargs = {}
-        if isinstance(cell, keras.layers.Layer) and cell._call_has_training_arg:
-            kwargs["training"] = training
 
-        def step(xs_t, flat_states):
-            output, new_states = cell(xs_t[0], tree.pack_sequence_as(structure, flat_states),
-                                      **kwargs)
-            if not tree.is_nested(new_states):
-                new_states = [new_states]
-            return output, tree.flatten(new_states)
+def cell_call_loop(layer, sequences, initial_state, mask, training=False):
+    """``inner_loop`` of a recurrent ``layer`` whose cell's ``call`` is its
+    step (Keras' own cells, a user's Keras cell), in this package's loop.
 
-        initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
-                                   dtype=getattr(cell, "compute_dtype", self.compute_dtype))
-        return run_loop(
-            step, [ops.transpose(sequences, (1, 0, 2))], states, mask=mask,
-            go_backwards=self.go_backwards, return_sequences=self.return_sequences,
-            zero_output_for_mask=self.zero_output_for_mask, initial_output=initial_output,
-            training=training, unroll=self.unroll,
-        )
+    `RNN` runs it for any cell that is not a `RecurrentCell`; an export's
+    lowering runs it for Keras' own ``LSTM``, ``GRU``, ``SimpleRNN`` and
+    ``RNN`` layers, whose TensorArray loop TFLite converts only with Flex ops
+    (`keras_seq.export._lowering`). ``layer`` gives the cell and Keras'
+    loop arguments (``go_backwards``, ``return_sequences``,
+    ``zero_output_for_mask``, ``unroll``, ``stateful``); ``sequences`` is
+    ``(B, T, in)``.
+    """
+    if isinstance(mask, (list, tuple)):
+        mask = mask[0]
+    cell = layer.cell
+    states = backend.fresh_states(tree.flatten(initial_state), layer.stateful)
+    kwargs = {}
+    if isinstance(cell, keras.layers.Layer) and cell._call_has_training_arg:
+        kwargs["training"] = training
+
+    def step(xs_t, flat_states):
+        output, new_states = cell(xs_t[0], tree.pack_sequence_as(initial_state, flat_states),
+                                  **kwargs)
+        if not tree.is_nested(new_states):
+            new_states = [new_states]
+        return output, tree.flatten(new_states)
+
+    initial_output = ops.zeros((ops.shape(sequences)[0], _output_size(cell)),
+                               dtype=getattr(cell, "compute_dtype", layer.compute_dtype))
+    last_output, outputs, states = run_loop(
+        step, [ops.transpose(sequences, (1, 0, 2))], states, mask=mask,
+        go_backwards=layer.go_backwards, return_sequences=layer.return_sequences,
+        zero_output_for_mask=layer.zero_output_for_mask, initial_output=initial_output,
+        training=training, unroll=layer.unroll,
+    )
+    return last_output, outputs, tree.pack_sequence_as(initial_state, states)
 
 
 def _output_size(cell) -> int:
