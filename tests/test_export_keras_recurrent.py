@@ -1,4 +1,4 @@
-"""Keras' own recurrent layers through `convert_to_tflite` and `convert_to_onnx`.
+"""Keras' own recurrent layers through `convert_to_tflite`.
 
 A mobile developer's model mixes `keras.layers.LSTM`, `GRU` and `SimpleRNN`
 with this package's layers. Their own loop (TensorArrays) needs the Flex
@@ -6,19 +6,20 @@ delegate in TFLite with a dynamic batch or length; the exporters lower each
 one into the package's loop for the conversion. The reference is Keras
 itself: each model runs in Keras on a right-padded batch (masked steps, an
 empty row) of another size and length than anything traced, and in LiteRT
-without its default delegates (the builtin kernels alone) and onnxruntime.
+without its default delegates (the builtin kernels alone). (ONNX: the
+same layers, masked, are in test_export_onnx_recurrent.py and the
+layer x exporter harness, tests/layers/test_every_layer_exports.py.)
 """
 
 import warnings
 
 import keras
 import numpy as np
-import onnxruntime
 import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from keras_seq import layers
-from keras_seq.export import convert_to_onnx, convert_to_tflite, tflite_op_names
+from keras_seq.export import convert_to_tflite, tflite_op_names
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.slow]
 
@@ -83,18 +84,6 @@ def test_tflite_is_builtin_only_and_equals_keras(name):
         assert len(quantized) < len(flatbuffer), (len(quantized), len(flatbuffer))
         assert not [op for op in tflite_op_names(quantized) if op.startswith("CUSTOM")]
         np.testing.assert_allclose(_litert(quantized, ids), model(ids), atol=atol)
-
-
-@pytest.mark.parametrize("name", list(MODELS))
-def test_onnx_equals_keras(name, tmp_path):
-    model = _model(name)
-    ids = _padded_ids()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the OpenVINO note on peepholes
-        path = convert_to_onnx(model, tmp_path / "model.onnx")
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"ids": ids})
-    np.testing.assert_allclose(got, model(ids), atol=1e-5)
 
 
 def test_the_fused_lstm_path_keeps_a_masked_keras_lstm_builtin():
