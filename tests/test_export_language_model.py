@@ -7,6 +7,10 @@ exported step generates in LiteRT.
 """
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -27,25 +31,61 @@ _TINY = ["--task", "lm", "--units", "16", "--layers", "2", "--context", "16",
          "--validation-size", "4", "--verbose", "0"]
 
 
+# Every kind of language model; the first three are checked in depth below.
+KINDS = ("rnn", "transformer", "xlstm", "mingru", "minlstm", "rglru")
+_PROGRESS = re.compile(r"export: \S.* (\.\.\.|in [\d.]+ s)")
+
+
 @pytest.fixture(scope="module")
 def lm_exports(tmp_path_factory):
-    """kind -> (run folder, export folder) of a tiny rnn, Transformer and xLSTM run."""
+    """kind -> (run folder, export folder) of a tiny run of each kind; the
+    exports run as a user runs them, in a process of their own (one for all
+    kinds), whose stderr lines are kept per kind (``stderr``)."""
     root = tmp_path_factory.mktemp("lm_export")
     text_file = root / "text.txt"
     text_file.write_text(_TEXT, encoding="utf-8")
-    exports = {}
-    for kind, quantize in (("rnn", ["--quantize", "dynamic"]), ("transformer", []),
-                           ("xlstm", [])):
+    exports, commands = {}, []
+    for kind in KINDS:
         argv = ["train", *_TINY, "--model", kind, "--data", str(text_file), "--out", str(root),
                 "--name", kind]
         assert main(argv) == 0
-        assert main(["export", str(root / kind), str(root / f"out_{kind}"), *quantize]) == 0
+        quantize = ["--quantize", "dynamic"] if kind == "rnn" else []
+        commands.append((kind, ["export", str(root / kind), str(root / f"out_{kind}"),
+                                *quantize]))
         exports[kind] = (root / kind, root / f"out_{kind}")
-    return text_file, exports
+    script = (
+        "import json, sys\n"
+        "from keras_seq_command import main  # the console script's entry point\n"
+        f"for kind, argv in json.loads({json.dumps(json.dumps(commands))}):\n"
+        "    print('== ' + kind, file=sys.stderr, flush=True)\n"
+        "    assert main(argv) == 0, kind\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # a user's
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stderr, kind = {}, None
+    for line in done.stderr.splitlines():
+        if line.startswith("== "):
+            kind = line[3:]
+            stderr[kind] = []
+        elif kind is not None:
+            stderr[kind].append(line)
+    return text_file, exports, stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_export_prints_its_progress_and_nothing_of_the_converters(lm_exports, kind):
+    """No converter's log line (156 of tf2onnx's "missing output shape" for a
+    minGRU before): stderr holds the progress lines alone."""
+    *_, stderr = lm_exports
+    lines = stderr[kind]
+    assert any(line.startswith("export: lm_step.tflite") for line in lines), lines
+    assert [line for line in lines if not _PROGRESS.fullmatch(line)] == [], lines
 
 
 def test_an_lm_run_records_its_held_out_text(lm_exports):
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, _ = exports["rnn"]
     assert (run_dir / "test.txt").read_text(encoding="utf-8") == _TEXT[int(len(_TEXT) * 0.9):]
 
@@ -53,7 +93,7 @@ def test_an_lm_run_records_its_held_out_text(lm_exports):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rnn", "transformer", "xlstm"])
 def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_exports, kind):
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, out = exports[kind]
     assert sorted(p.name for p in out.iterdir() if p.suffix in (".tflite", ".onnx")) == {
         "rnn": ["lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"],
@@ -98,7 +138,7 @@ def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_expo
 def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_exports, kind):
     from ai_edge_litert.interpreter import Interpreter
 
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, out = exports[kind]
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     runner = Interpreter(model_path=str(out / "lm_step.tflite")).get_signature_runner()
@@ -125,7 +165,7 @@ def test_the_stream_fed_in_chunks_gives_the_full_models_logits(lm_exports, kind)
     import onnx
     import onnxruntime
 
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, out = exports[kind]
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     session = onnxruntime.InferenceSession(str(out / "lm_stream.onnx"),
@@ -152,7 +192,7 @@ def test_the_stream_fed_in_chunks_gives_the_full_models_logits(lm_exports, kind)
 
 @pytest.mark.slow
 def test_a_transformer_run_has_no_streaming_onnx(lm_exports, capsys, tmp_path):
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, _ = exports["transformer"]
     capsys.readouterr()
     assert main(["export", str(run_dir), str(tmp_path / "t"), "--formats", "onnx"]) == 1
@@ -164,7 +204,7 @@ def test_a_transformer_run_has_no_streaming_onnx(lm_exports, capsys, tmp_path):
 def test_verify_fails_a_step_that_generates_other_text(lm_exports, tmp_path):
     import shutil
 
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     _, out = exports["transformer"]
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -181,7 +221,7 @@ def test_verify_fails_a_step_that_generates_other_text(lm_exports, tmp_path):
 
 @pytest.mark.slow
 def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, capsys, tmp_path):
-    _, exports = lm_exports
+    _, exports, _ = lm_exports
     run_dir, out = exports["rnn"]
     before = sorted(p.name for p in out.iterdir())
     capsys.readouterr()
@@ -208,7 +248,7 @@ def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, ca
 def test_a_run_without_test_txt_takes_its_prompts_from_the_data_file(lm_exports, tmp_path):
     import shutil
 
-    text_file, exports = lm_exports
+    text_file, exports, _ = lm_exports
     run_dir, _ = exports["rnn"]
     old = tmp_path / "old_run"
     shutil.copytree(run_dir, old)

@@ -202,6 +202,44 @@ def test_optimisers_run_in_place_and_one_that_fails_there_falls_back_to_tf2onnx_
     np.testing.assert_allclose(got, model(x), atol=1e-5)
 
 
+def test_tf2onnx_notes_stay_quiet_and_a_node_it_fails_is_one_error_line(
+    tmp_path, monkeypatch, capfd
+):
+    """tf2onnx logs its notes ("missing output shape ...") and, for a node it
+    cannot convert, an error with a traceback, then writes a graph no
+    runtime loads (an RG-LRU stream did, before its concat axis was made
+    positive). Its notes never reach stderr; such an error fails the
+    conversion in one line naming the node, and no file is written."""
+    import logging
+
+    from tf2onnx import optimizer
+
+    optimize_graph = optimizer.optimize_graph
+
+    def logging_like_tf2onnx(graph, *args, **kwargs):
+        logging.getLogger("tf2onnx.graph").warning("missing output shape for while/Identity_5:0")
+        return optimize_graph(graph, *args, **kwargs)
+
+    monkeypatch.setattr(optimizer, "optimize_graph", logging_like_tf2onnx)
+    inputs = keras.Input((None, 3), name="x")
+    model = keras.Model(inputs, layers.GRU(4)(inputs))
+    convert_to_onnx(model, tmp_path / "gru.onnx")
+    assert capfd.readouterr().err == ""
+
+    def failing_a_node(graph, *args, **kwargs):
+        logging.getLogger("tf2onnx.tfonnx").error(
+            "Failed to convert node 'while/block/concat_4' (fct=ConcatV2)\nTraceback ...")
+        return optimize_graph(graph, *args, **kwargs)
+
+    monkeypatch.setattr(optimizer, "optimize_graph", failing_a_node)
+    with pytest.raises(ValueError) as caught:
+        convert_to_onnx(model, tmp_path / "bad.onnx")
+    message = str(caught.value)
+    assert "\n" not in message and "'while/block/concat_4'" in message, message
+    assert not (tmp_path / "bad.onnx").exists()
+    assert capfd.readouterr().err == ""
+
+
 def test_a_sequential_model_never_called_converts_and_matches_keras(tmp_path, rng):
     # Keras' `model.input` of such a model raises ("has never been called").
     model = keras.Sequential([keras.Input((None, 3), name="x"), layers.GRU(4)])

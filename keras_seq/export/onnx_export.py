@@ -7,6 +7,7 @@ the graph, and every other recurrent layer's ``Loop``, is tf2onnx's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -141,20 +142,64 @@ def _from_function(function, specs, opset: int, handlers=None):
     import tf2onnx
 
     def convert():
-        return tf2onnx.convert.from_function(
-            function, input_signature=specs, opset=opset, custom_op_handlers=handlers
-        )[0]
+        with _tf2onnx_notes_dropped() as errors:
+            model_proto = tf2onnx.convert.from_function(
+                function, input_signature=specs, opset=opset, custom_op_handlers=handlers
+            )[0]
+        failed = [record.getMessage() for record in errors
+                  if record.getMessage().startswith("Failed to convert node")]
+        if failed:
+            node = failed[0].split("'")[1] if "'" in failed[0] else failed[0]
+            raise ArgumentValueError(
+                "convert_to_onnx", f"tf2onnx could not convert {len(failed)} node(s) of the "
+                f"traced graph (the first: {node!r}, opset {opset}); see serving/ONNX.md.")
+        return model_proto
 
     if _CATCH_ERRORS_VARIABLE in os.environ:
         return convert()
     os.environ[_CATCH_ERRORS_VARIABLE] = "FALSE"
     try:
         return convert()
+    except ArgumentValueError:  # a node tf2onnx cannot convert: the same again
+        raise
     except Exception:  # an optimiser that fails in place: tf2onnx's default below
         pass
     finally:
         del os.environ[_CATCH_ERRORS_VARIABLE]
     return convert()
+
+
+@contextlib.contextmanager
+def _tf2onnx_notes_dropped():
+    """tf2onnx's log kept from the user while it converts: its warnings and
+    notes (a "missing output shape" per loop variable of a recurrent layer,
+    its optimisers' summaries) are about its own graph, not the user's model.
+    Yields the list of its error records: a node it failed to convert (it
+    logs the error and goes on, writing a graph no runtime loads)."""
+    import logging
+
+    errors: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            errors.append(record)
+
+    top = logging.getLogger("tf2onnx")
+    names = [name for name in logging.root.manager.loggerDict if name.startswith("tf2onnx.")]
+    loggers = [top, *(logging.getLogger(name) for name in names)]
+    saved = [(logger.level, logger.propagate) for logger in loggers]
+    handler = Collect(logging.ERROR)
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        top.propagate = False  # the children's records reach `handler` alone
+        top.addHandler(handler)
+        yield errors
+    finally:
+        top.removeHandler(handler)
+        for logger, (level, propagate) in zip(loggers, saved):
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 def _unknown_onnx_ops(graph) -> set[str]:

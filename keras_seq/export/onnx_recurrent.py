@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import re
 import warnings
 
@@ -256,7 +255,6 @@ class NativeRecurrence(Lowering):
         self._stash: dict[int, tuple] = {}
         self._forms: dict[int, NodeForm | None] = {}
         self._peephole_layers: list[str] = []
-        self._placeholder_ops: set[str] = set()
 
     @contextlib.contextmanager
     def routing(self, models=()):
@@ -267,16 +265,10 @@ class NativeRecurrence(Lowering):
             if isinstance(layer, keras.layers.Bidirectional):
                 self._forward_of[id(layer.forward_layer)] = layer
                 self._backward_of[id(layer.backward_layer)] = layer
-        # TensorFlow knows no shapes for the placeholders (their shapes are
-        # set after them), and tf2onnx logs a warning for each: not the user's concern.
-        shape_log = logging.getLogger("tf2onnx.shape_inference")
-        quiet = _Without(lambda message: any(op in message for op in self._placeholder_ops))
-        try:
-            shape_log.addFilter(quiet)
-            with self.keras_layers(models):
-                yield self
-        finally:
-            shape_log.removeFilter(quiet)
+        # (tf2onnx's warnings, such as the shapes TensorFlow does not know
+        # for the placeholders, are dropped by `onnx_export._from_function`.)
+        with self.keras_layers(models):
+            yield self
         if self._peephole_layers and not self.portable:
             warnings.warn(
                 f"{self.where}: {', '.join(self._peephole_layers)}: "
@@ -425,7 +417,6 @@ class NativeRecurrence(Lowering):
             name=f"{_op_name(name)}_{op}",
         )
         token = outputs[0].op.get_attr("token").decode()
-        self._placeholder_ops.add(outputs[0].op.name)
         self.nodes[token] = _Node(tuple(forms), direction, lengths is not None, has_initial)
         # The op has no shape function: the shapes must survive into the graph
         # tf2onnx imports (ops such as a concatenation on axis -1 need the rank).
@@ -480,17 +471,6 @@ class NativeRecurrence(Lowering):
         ctx.set_shape(node.output[0], [-1, directions, -1, forms[0].hidden_size])
         for output in node.output[1:]:
             ctx.set_shape(output, [directions, -1, forms[0].hidden_size])
-
-
-class _Without(logging.Filter):
-    """Drops the log records whose message ``drop(message)`` selects."""
-
-    def __init__(self, drop):
-        super().__init__()
-        self.drop = drop
-
-    def filter(self, record) -> bool:
-        return not self.drop(record.getMessage())
 
 
 def _masked_outputs(layer, y, states, start, mask, lengths, length, reverse_half):

@@ -97,7 +97,10 @@ class RGLRUCell(KernelCell):
         kernel = ops.concatenate([self.recurrence_gate_kernel, self.input_gate_kernel], axis=1)
         bias = ops.concatenate([self.recurrence_gate_bias, self.input_gate_bias])
         gates = backend.project(sequence, kernel, bias)
-        return ops.concatenate([gates, ops.cast(sequence, gates.dtype)], axis=-1)
+        # The last axis by its index: tf2onnx cannot place a negative axis
+        # where it knows no shapes (inside a streaming model's loop).
+        return ops.concatenate([gates, ops.cast(sequence, gates.dtype)],
+                               axis=len(sequence.shape) - 1)
 
     def coefficients(self, projected):
         """``(a, b)`` of h_t = a ⊙ h_{t-1} + b."""
