@@ -451,18 +451,20 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_pat
 @pytest.mark.slow
 def test_the_command_prints_no_tensorflow_log_lines_and_records_the_run_name(tmp_path,
                                                                            tiny_run_args):
-    """The console script in a fresh process trains with an automatic name.
-    (The README's commands, export and verify among them, run the same way in
-    tests/test_doc_snippets.py, which checks them for log lines too.)"""
+    """The console script in a fresh process trains with an automatic name,
+    a cell named explicitly (whose class the argument check reads, loading
+    TensorFlow before the command runs). (The README's commands, export and
+    verify among them, run the same way in tests/test_doc_snippets.py, which
+    checks them for log lines too.)"""
     import shutil
 
     command = shutil.which("keras-seq")
     assert command, "the keras-seq console script is installed with the package"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["KERAS_BACKEND"] = "tensorflow"
-    done = subprocess.run([command, "train", "--out", str(tmp_path / "runs"), *tiny_run_args[:-2],
-                           "--verbose", "2"], capture_output=True, text=True, timeout=600,
-                          env=env)
+    done = subprocess.run([command, "train", "--cell", "gru", "--out", str(tmp_path / "runs"),
+                           *tiny_run_args[:-2], "--verbose", "2"], capture_output=True,
+                          text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert not TENSORFLOW_LOG.search(done.stdout + done.stderr), done.stderr[-3000:]
     assert done.stdout.startswith("Strategy: ")

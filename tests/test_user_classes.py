@@ -141,7 +141,7 @@ def janet_run(tmp_path_factory):
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return {"run_dir": root / "janet", "labels": json.loads(done.stdout.splitlines()[-1]),
-            "env": env, "work": work}
+            "env": env, "work": work, "data": data}
 
 
 # ---------------------------------------------------------------------------
@@ -328,3 +328,76 @@ def test_without_the_module_classify_is_one_line_naming_it_and_the_run(janet_run
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("keras-seq classify: "), err
     assert "janet_cell" in err and str(run_dir) in err and "PYTHONPATH" in err
+
+
+# ---------------------------------------------------------------------------
+# Your own cell from the command line: train --import MODULE --cell NAME
+
+
+@pytest.mark.slow
+def test_train_imports_the_module_and_trains_its_cell_as_a_user_runs_it(janet_run, tmp_path):
+    env, work = janet_run["env"], janet_run["work"]
+    done = _keras_seq(work, env, "train", "--import", "janet_cell", "--cell", "janet",
+                      "--task", "classify", "--data", janet_run["data"], "--units", "8",
+                      "--batch-size", "16", "--epochs", "1", "--verbose", "0",
+                      "--out", tmp_path, "--name", "cli")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""  # nothing of TensorFlow's start-up log
+    metrics = json.loads((tmp_path / "cli" / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["user_modules"] == ["janet_cell"]  # what the other commands import
+    assert metrics["config"]["cell"] == "janet"
+    assert "JANETCell" in (tmp_path / "cli" / "model.keras").read_bytes().decode("latin-1")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--cell", "janet"],
+     "argument --cell: invalid choice: 'janet' (choose from gru, lstm, peephole, coupled, "
+     "simple, layernorm_lstm, mingru, minlstm; a cell of your own: --import MODULE"),
+    (["tune", "--cells", "gru", "janet"], "argument --cells: invalid choice: 'janet'"),
+    (["train", "--import", "no_such_cells_module", "--cell", "janet"],
+     "argument --import: no module named 'no_such_cells_module'; install it or add its "
+     "folder to PYTHONPATH"),
+])
+def test_an_unknown_cell_or_module_is_an_argument_error_that_says_what_to_do(
+        argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    usage, error = err.splitlines()  # the short usage line, then the error
+    assert usage.startswith(f"usage: keras-seq {argv[0]} [options]")
+    assert error.startswith(f"keras-seq {argv[0]}: error: {message}"), error
+
+
+def test_a_module_that_registers_no_such_cell_is_an_argument_error(tmp_path, monkeypatch,
+                                                                 capsys):
+    (tmp_path / "registers_nothing.py").write_text("VALUE = 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--import", "registers_nothing", "--cell", "janet"])
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 2, err
+    assert ("argument --cell: invalid choice: 'janet': --import registers_nothing registered "
+            "no such cell") in err
+
+
+@pytest.mark.slow
+def test_tune_imports_the_module_and_searches_its_cell(tmp_path, monkeypatch, capsys):
+    # The same cell under other names: this process must not import janet_cell.
+    module = JANET_MODULE.replace('package="my_cells"', 'package="my_tuned_cells"').replace(
+        'register_cell("janet"', 'register_cell("janet_tuned"')
+    (tmp_path / "tuned_cells.py").write_text(module, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcd"), size=rng.integers(1, 4))) for _ in range(120)]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(f"{w}\t{w[0]}\n" for w in words), encoding="utf-8")
+    assert main(["tune", "--import", "tuned_cells", "--cells", "janet_tuned", "--trials", "1",
+                 "--data", str(data), "--out", str(tmp_path), "--name", "best", "--units", "8",
+                 "--embedding-dims", "8", "--epochs", "1", "--batch-size", "16",
+                 "--test-size", "20", "--validation-size", "20", "--verbose", "0"]) == 0
+    metrics = json.loads((tmp_path / "best" / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["config"]["cell"] == "janet_tuned"
+    assert metrics["user_modules"] == ["tuned_cells"]

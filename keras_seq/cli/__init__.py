@@ -154,6 +154,8 @@ def main(argv: Sequence[str] | None = None,
         return 1
     try:
         return run(args)
+    except UsageError as error:  # found once Keras is loaded (a user's --cell)
+        subparsers[args.command].error(error.say(words))
     except Exception as error:
         if debug or not on_purpose(error):
             raise

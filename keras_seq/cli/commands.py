@@ -40,7 +40,7 @@ def _config_options(args, *search) -> dict:
     left out, so the config's own defaults apply)."""
     return {
         k: v for k, v in vars(args).items()
-        if k not in ("command", "debug", *search) and not (
+        if k not in ("command", "debug", "imports", *search) and not (
             k in ("attention", "zoneout", "scheduled_sampling", "sampling_schedule")
             and v is None)
     }
@@ -56,15 +56,84 @@ def _check_train(args) -> None:
     )
     options = _config_options(args)
     try:
-        # First without the cell, whose defaults are read from its class (which
-        # loads Keras): every other option, and these combinations, are
-        # checked in well under a second.
+        # First without the cell, whose defaults are read from its class
+        # (which loads Keras): every other option, and these combinations,
+        # are checked in well under a second.
         config = TrainingConfig(**{**options, "cell": None}).resolved()
-        if args.cell is not None:
-            config = TrainingConfig(**options).resolved()
+        _check_cell_names(args, "--cell", [args.cell] if args.cell is not None else [])
+        if args.cell is not None and not args.imports:
+            # The cell's defaults are read from its class: Keras loads (its
+            # start-up notes dropped) unless another option is wrong first.
+            # With --import, `_train` checks once the modules are imported.
+            from keras_seq.cli.quiet import tensorflow_notes_dropped
+
+            with tensorflow_notes_dropped():
+                config = TrainingConfig(**options).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(error) from None
     _check_files(config)
+
+
+def _check_cell_names(args, flag: str, names) -> None:
+    """Before Keras: every name in ``names`` is a cell of the registry, unless
+    ``--import`` names modules (found, not yet imported) that may register one.
+    Until the registry is imported (which imports Keras) it holds the built-in
+    names alone; a process that registered a cell of its own has imported it."""
+    import importlib.util
+
+    from keras_seq.model_kinds import BUILT_IN_CELLS
+
+    registry = sys.modules.get("keras_seq.layers.recurrent.registry")
+    known = BUILT_IN_CELLS if registry is None else registry.cell_names()
+
+    for module in args.imports or ():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(f"argument --import: no module named {module!r}; install it or "
+                             "add its folder to PYTHONPATH")
+    unknown = [name for name in names if name not in known]
+    if unknown and not args.imports:
+        raise UsageError(
+            f"argument {flag}: invalid choice: {unknown[0]!r} (choose from "
+            f"{', '.join(known)}; a cell of your own: --import MODULE, the module "
+            "that registers it with keras_seq.models.register_cell)")
+
+
+def _import_cells(args, flag: str, names) -> None:
+    """Once Keras is loaded: ``--import``'s modules imported, and every name in
+    ``names`` then a registered cell (exit 2 otherwise)."""
+    import importlib
+
+    from keras_seq.layers.recurrent.registry import cell_names
+
+    for module in args.imports or ():
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # whatever the module raises: one line
+            reason = f"{type(error).__name__}: {error}".replace("\n", " ")
+            raise UsageError(f"argument --import: cannot import {module} ({reason})") from None
+    registered = cell_names()
+    for name in names:
+        if name not in registered:
+            modules = " ".join(args.imports)
+            raise UsageError(
+                f"argument {flag}: invalid choice: {name!r}: --import {modules} registered no "
+                f"such cell (choose from {', '.join(registered)})")
+
+
+def _resolved_config(args, *search):
+    """The run's `TrainingConfig`, checked with its cell (exit 2 on a bad combination)."""
+    from keras_seq.run_config import TrainingConfig
+
+    config = TrainingConfig(**_config_options(args, *search))
+    try:
+        config.resolved()
+    except (ValueError, TypeError) as error:
+        raise UsageError(error) from None
+    return config
 
 
 def _check_files(config) -> None:
@@ -92,6 +161,7 @@ def _check_tune(args) -> None:
         TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)).resolved()
     except (ValueError, TypeError) as error:
         raise UsageError(error) from None
+    _check_cell_names(args, "--cells", args.cells or [])
 
 
 def _check_inputs(args, verb: str) -> None:
@@ -166,12 +236,11 @@ _SEARCH_OPTIONS = ("trials", "tuner", "cells", "units", "embedding_dims", "atten
 
 
 def _tune(args) -> int:
-    from keras_seq import training, tuning
+    from keras_seq import tuning
 
+    _import_cells(args, "--cells", args.cells or [])
     search = {k: getattr(args, k) for k in _SEARCH_OPTIONS}
-    result = tuning.search(
-        training.TrainingConfig(**_config_options(args, *_SEARCH_OPTIONS)), **search
-    )
+    result = tuning.search(_resolved_config(args, *_SEARCH_OPTIONS), **search)
     result.tuner.results_summary()
     metrics = result.metrics
     print(
@@ -186,7 +255,8 @@ def _tune(args) -> int:
 def _train(args) -> int:
     from keras_seq import recipes, training
 
-    result = training.train(training.TrainingConfig(**_config_options(args)))
+    _import_cells(args, "--cell", [args.cell] if args.cell is not None else [])
+    result = training.train(_resolved_config(args))
     metrics = result.metrics
     line = recipes.recipe_of_run(metrics["config"]).result_line(metrics)
     print(f"{line}, total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}")

@@ -4,7 +4,6 @@ defaults of `keras_seq.run_config` (no Keras, no TensorFlow)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from keras_seq import recipes, run_config
 from keras_seq.model_kinds import BUILT_IN_CELLS, LANGUAGE_MODEL_KINDS
@@ -20,6 +19,26 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.flags: dict[str, str] = {}
+
+    def error(self, message):
+        """An argument error: the short usage line, then the error (exit 2),
+        as git and pip print theirs; the options are in ``--help``."""
+        self.exit(2, f"usage: {self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def short_usage(self) -> str:
+        """``keras-seq translate [options] RUN_DIR [TEXT ...]``: the positionals
+        alone, and where the options are."""
+        words = [self.prog]
+        if any(action.option_strings for action in self._actions):
+            words.append("[options]")
+        for action in self._get_positional_actions():
+            if action.choices is not None and action.metavar is None:  # the commands
+                name = "{" + ",".join(action.choices) + "}"
+            else:
+                name = action.metavar or action.dest.upper()
+            words.append({"*": f"[{name} ...]", "+": f"{name} [{name} ...]",
+                          "?": f"[{name}]"}.get(action.nargs, name))
+        return f"{' '.join(words)}  (see {self.prog} --help)"
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
@@ -59,17 +78,18 @@ def _family_default(training, key: str, lm: bool = True) -> str:
         f"; --task classify: {classify}, with --init-from: {fine_tune}")
 
 
-def _registered_cell(name: str) -> str:
-    """A ``--cell`` value: a name of the cell registry. Until the registry is
-    imported (which imports Keras) it holds the built-in names alone
-    (`keras_seq.model_kinds.BUILT_IN_CELLS`), so those are checked without
-    loading Keras; a process that registered a cell of its own has imported it."""
-    registry = sys.modules.get("keras_seq.layers.recurrent.registry")
-    names = BUILT_IN_CELLS if registry is None else registry.cell_names()
-    if name not in names:
-        raise argparse.ArgumentTypeError(
-            f"invalid choice: {name!r} (choose from {', '.join(names)})")
+def _cell_name(name: str) -> str:
+    """A ``--cell`` value: checked against the cell registry by the command
+    (`keras_seq.cli.commands`), once ``--import`` has registered a user's cells;
+    a built-in name is checked without loading Keras."""
+    if not name:
+        raise argparse.ArgumentTypeError("expected a cell name, got ''")
     return name
+
+
+_IMPORT_HELP = ("import MODULE first (repeatable): a module that registers cells of your own "
+                "(keras_seq.models.register_cell), whose names --cell then takes; installed "
+                "or on PYTHONPATH. The run records it, as for a run trained in Python")
 
 
 def _lm_default(training, key: str) -> str:
@@ -114,10 +134,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     train.add_argument(
         "--cell",
-        type=_registered_cell, metavar="CELL",
-        help=f"recurrent cell of --model rnn: {', '.join(BUILT_IN_CELLS)} "
-        "(default: gru; lstm with --task lm)",
+        type=_cell_name, metavar="CELL",
+        help=f"recurrent cell of --model rnn: {', '.join(BUILT_IN_CELLS)}, or a cell of "
+        "your own with --import (default: gru; lstm with --task lm)",
     )
+    train.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                       help=_IMPORT_HELP)
     train.add_argument(
         "--attention",
         choices=training.ATTENTIONS,
@@ -415,8 +437,11 @@ def _add_tune_parser(commands, training, config) -> None:
     tune.add_argument(
         "--batch-size", type=int, help=f"default: {training.default_for('batch_size')}"
     )
-    tune.add_argument("--cells", nargs="+", type=_registered_cell, metavar="CELL",
-                      help=f"cell types to search, of {', '.join(BUILT_IN_CELLS)} (default: all)")
+    tune.add_argument("--cells", nargs="+", type=_cell_name, metavar="CELL",
+                      help=f"cell types to search, of {', '.join(BUILT_IN_CELLS)} or cells of "
+                      "your own with --import (default: all)")
+    tune.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                      help=_IMPORT_HELP)
     tune.add_argument("--units", nargs="+", type=int, metavar="N",
                       help="recurrent widths to search (default: "
                       f"{' '.join(map(str, training.SEARCH_UNITS))})")

@@ -3,12 +3,13 @@ commands' output is theirs alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import tempfile
 
-__all__ = ["import_keras_quietly"]
+__all__ = ["import_keras_quietly", "tensorflow_notes_dropped"]
 
 
 # TensorFlow's C++ start-up notes: absl-format INFO/WARNING lines
@@ -28,17 +29,31 @@ def import_keras_quietly() -> None:
     start-up notes dropped from stderr; anything else it writes there is kept."""
     if "keras" in sys.modules:
         return
+    with tensorflow_notes_dropped():
+        import keras  # noqa: F401
+
+
+@contextlib.contextmanager
+def tensorflow_notes_dropped():
+    """The block's stderr with TensorFlow's C++ start-up notes dropped (the
+    rest is kept): for a block that may import Keras, and so TensorFlow, or
+    may fail before (a check that reads a cell's class only when the other
+    options are valid). When the block imported Keras, TensorFlow's CUDA
+    probe runs in it too, whose error line a machine without a GPU gets."""
+    imported = "keras" in sys.modules
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import keras
+            yield
+            if not imported and "keras" in sys.modules:
+                import keras
 
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
+                if keras.backend.backend() == "tensorflow":
+                    import tensorflow as tf
 
-                tf.config.list_logical_devices()  # the CUDA probe
+                    tf.config.list_logical_devices()  # the CUDA probe
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
