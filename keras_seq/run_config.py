@@ -177,12 +177,18 @@ class TrainingConfig:
     """What `train` does; the fields are ``keras-seq train``'s options.
 
     Attributes:
-        task: ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
-            file, ``data``), ``"bilm"`` (ELMo's bidirectional language
-            model, `models.bidirectional_language_model`, of a text file, by
-            default tiny Shakespeare, in ``tokenizer`` tokens) or ``"lm"`` (a character language model of a
-            text file, ``data``, by default tiny Shakespeare). None:
-            ``"translate"`` when ``data`` is given, else ``"dates"``.
+        task: the recipe (`keras_seq.recipes`) of the run, one of `TASKS`:
+            ``"dates"`` (the embedded date task), ``"translate"`` (a TSV
+            file, ``data``), ``"lm"`` (a character language model of a
+            text file, ``data``, by default tiny Shakespeare), ``"bilm"``
+            (ELMo's bidirectional language model,
+            `models.bidirectional_language_model`, of a text file, by
+            default tiny Shakespeare, in ``tokenizer`` tokens),
+            ``"classify"`` (a text classifier of a ``label<TAB>text`` file,
+            ``data``; from scratch, or fine-tuned from the language model
+            run ``init_from``) or ``"tag"`` (a sequence tagger of a
+            ``token<TAB>tag`` file, a blank line between sentences, ``data``). None: ``"translate"`` when
+            ``data`` is given, else ``"dates"``.
         model: ``"rnn"`` (`models.rnn_seq2seq`) or ``"transformer"``
             (`models.transformer_seq2seq`); for ``task="lm"``, the ``kind`` of
             `models.language_model`, which may also be one of `BLOCK_MODELS`

@@ -405,6 +405,26 @@ def test_translate_warns_about_inputs_it_reads_otherwise(date_run, capsys):
     assert warnings_[2].startswith("keras-seq translate: warning: input 3 '' is empty")
 
 
+@pytest.mark.parametrize("command", ["translate", "classify"])
+def test_a_missing_input_file_is_one_line_naming_input(command, capsys, tmp_path):
+    missing = tmp_path / "missing.txt"
+    assert main([command, str(tmp_path / "no-run"), "--input", str(missing)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"keras-seq {command}: the input file {missing} does not exist; --input takes a file "
+        "of one text per line, or - for standard input\n")
+
+
+def test_an_empty_prompt_is_an_argument_error_in_the_commands_words(capsys, tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", str(tmp_path), "--prompt", ""])
+    assert stop.value.code == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith("usage: keras-seq generate [options] RUN_DIR")
+    assert error == ("keras-seq generate: error: --prompt must hold at least one character "
+                     "(generation continues it), got ''")
+
+
 def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_path):
     (tmp_path / "empty.tsv").write_text("")
     (tmp_path / "no-tab.tsv").write_text("a line without a tab\n")
@@ -420,6 +440,7 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_pat
         "             ['train', '--task', 'lm', '--model', 'mingru', '--cell', 'gru'],\n"
         "             ['train', '--cell', 'no-such-cell'],\n"
         "             ['tune', '--cells', 'gru', 'no-such-cell'],\n"
+        "             ['generate', 'no/such/run', '--prompt', ''],\n"
         "             ['train', '--model', 'transformer', '--attention', 'luong']):\n"
         "    try:\n"
         "        main(argv)\n"
@@ -428,6 +449,7 @@ def test_help_argument_errors_and_missing_files_do_not_import_tensorflow(tmp_pat
         "for argv in (['translate', 'no/such/run', 'x'],\n"
         "             ['classify', 'no/such/run', 'x'], ['generate', 'no/such/run', '--prompt', 'a'],\n"
         "             ['tag', 'no/such/run', 'x'], ['train', '--task', 'tag', '--data', 'no-tab.tsv'],\n"
+        "             ['translate', 'no/such/run', '--input', 'missing.txt'],\n"
         "             ['train', '--task', 'classify', '--data', 'no/such.tsv'],\n"
         "             ['train', '--data', 'no/such.tsv', '--test-size', '5'],\n"
         "             ['train', '--task', 'classify', '--data', 'empty.tsv'],\n"

@@ -51,7 +51,10 @@ def holder():
 
 
 def _one_line(capsys):
-    err = capsys.readouterr().err.strip()
+    """The refusal's one line on stderr; nothing on stdout before it."""
+    out, err = capsys.readouterr()
+    assert out == "", out
+    err = err.strip()
     assert len(err.splitlines()) == 1, err
     return err
 
@@ -95,6 +98,13 @@ def test_tune_refuses_a_finished_run_without_fresh(tiny_date_run, capsys):
     message = _one_line(capsys)
     assert "already holds a finished run" in message and "pass --fresh" in message
     assert (run_dir / "metrics.json").read_bytes() == before
+
+
+def test_train_refuses_a_finished_run_with_nothing_on_stdout_first(tiny_date_run, capsys):
+    """(It printed its "Strategy: ..." line before the refusal.)"""
+    run_dir = Path(tiny_date_run.run_dir)
+    assert main(["train", "--out", str(run_dir.parent), "--name", run_dir.name]) == 1
+    assert "already holds a finished run" in _one_line(capsys)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ and its run (a library function, then printing)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -170,6 +171,13 @@ def _check_inputs(args, verb: str) -> None:
                          "standard input), not both" if args.texts else
                          f"nothing to {verb}: give TEXT arguments or --input FILE (- for "
                          "standard input)")
+    if args.input not in (None, "-") and not os.path.isfile(args.input):
+        from keras_seq._validation import Arg, MissingFileError
+
+        raise MissingFileError(
+            verb, f"the input file {args.input} does not exist"
+            + (" (it is a folder)" if os.path.isdir(args.input) else "") + "; ",
+            Arg("input"), " takes a file of one text per line, or - for standard input")
 
 
 def _check_translate(args) -> None:
@@ -209,6 +217,9 @@ def _read_inputs(path: str) -> list[str]:
 
 
 def _check_generate(args) -> None:
+    if not args.prompt:
+        raise UsageError("--prompt must hold at least one character (generation continues "
+                         "it), got ''")
     _positive(args, "length")
     if args.temperature < 0:
         raise UsageError(f"--temperature must be >= 0, got {args.temperature}")

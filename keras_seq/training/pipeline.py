@@ -109,7 +109,6 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
             f"a multiple of the {replicas} replicas of the {strategy_name!r} strategy "
             "(batch_size is the global batch)", config.batch_size,
         )
-    _say(config, f"Strategy: {strategy_name} ({type(strategy).__name__}), {replicas} replica(s)")
 
     fingerprint = run_fingerprint(config)
     chief = strategy_name != "multi_worker" or is_chief()
@@ -142,6 +141,8 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
             *_listed([Arg(k) for k in changed]), "); run the same command to resume it, or "
             "pass ", Arg("fresh", True), " to start over."
         )
+    # Said once the folder is known to be usable: nothing on stdout before a refusal.
+    _say(config, f"Strategy: {strategy_name} ({type(strategy).__name__}), {replicas} replica(s)")
     if config.fresh and chief:
         for folder in (backup_dir, os.path.join(shared_dir, "logs")):
             shutil.rmtree(folder, ignore_errors=True)
