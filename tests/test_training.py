@@ -114,7 +114,7 @@ def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys, tiny_ru
     # Under capsys standard output is not a terminal, as in a log file.
     options = {**tiny_run_options, "verbose": 1, "epochs": 2, "train_size": 160}
     steps = -(-160 // options["batch_size"])
-    training.train(out=str(tmp_path), name="log", **options)
+    result = training.train(out=str(tmp_path), name="log", **options)
     out = capsys.readouterr().out
     assert "\x1b[" not in out and "\b" not in out  # no terminal control codes
     epochs = [line for line in out.splitlines() if line.startswith("Epoch ")]
@@ -122,6 +122,12 @@ def test_progress_off_a_terminal_is_one_line_per_epoch(tmp_path, capsys, tiny_ru
     # A bar would have written up to one line per step; the log gets one per epoch.
     progress = [line for line in out.splitlines() if " - loss: " in line]
     assert len(progress) == 2 < steps
+    # Last, the held-out result, as Keras' evaluate prints its scores.
+    metrics = result.metrics
+    assert out.splitlines()[-1] == (
+        f"Held-out exact match: {metrics['test_exact_match']:.4%} ({metrics['test_correct']}/"
+        f"{metrics['test_examples']}), total {metrics['seconds']['total']:.0f} s. "
+        f"Run written to {result.run_dir}")
 
 
 def test_a_progress_bar_is_kept_on_a_terminal(monkeypatch):

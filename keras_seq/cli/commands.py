@@ -264,13 +264,14 @@ def _tune(args) -> int:
 
 
 def _train(args) -> int:
-    from keras_seq import recipes, training
+    from keras_seq import training
+    from keras_seq.training.pipeline import result_summary
 
     _import_cells(args, "--cell", [args.cell] if args.cell is not None else [])
-    result = training.train(_resolved_config(args))
-    metrics = result.metrics
-    line = recipes.recipe_of_run(metrics["config"]).result_line(metrics)
-    print(f"{line}, total {metrics['seconds']['total']:.0f} s. Run written to {result.run_dir}")
+    config = _resolved_config(args)
+    result = training.train(config)
+    if not config.verbose:  # (with it, `train` has printed the line)
+        print(result_summary(result.metrics, result.run_dir))
     return 0
 
 

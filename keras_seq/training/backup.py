@@ -122,6 +122,9 @@ def write_backup(model, backup_dir: str, epoch: int, step: int, fingerprint: dic
 
 
 HISTORY_FILE = "history.csv"
+"""The run folder's per-epoch log (`History`): one row per finished epoch,
+columns epoch, step, wall_seconds, loss, val_loss and, for language models,
+perplexity and val_perplexity."""
 _HISTORY_COLUMNS = ("epoch", "step", "wall_seconds", "loss", "val_loss", "perplexity",
                     "val_perplexity")
 

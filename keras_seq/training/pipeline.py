@@ -211,7 +211,16 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
                                 started=t_start, replicas=replicas, extra=extra)
     # The run folder is complete: the backup has done its job.
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
+    # The held-out result, as Keras' `evaluate` prints its scores with `verbose`.
+    _say(config, result_summary(metrics, run_dir))
     return TrainingResult(run_dir, metrics, recipe.kept(task), tokenizer)
+
+
+def result_summary(metrics: dict, run_dir: str) -> str:
+    """The run's held-out result, its time and its folder, on one line:
+    ``Held-out exact match: 99.92% (1999/2000), total 54 s. Run written to runs/dates``."""
+    line = recipes.recipe_of_run(metrics["config"]).result_line(metrics)
+    return f"{line}, total {metrics['seconds']['total']:.0f} s. Run written to {run_dir}"
 
 
 def _listed(parts: list) -> list:
