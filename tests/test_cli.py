@@ -405,6 +405,56 @@ def test_translate_warns_about_inputs_it_reads_otherwise(date_run, capsys):
     assert warnings_[2].startswith("keras-seq translate: warning: input 3 '' is empty")
 
 
+@pytest.mark.slow
+def test_a_monotonic_run_on_the_dates_says_why_its_result_is_low(tmp_path, capsys,
+                                                                 tiny_run_args):
+    """The dates' output starts with the year, which the source gives last:
+    no left-to-right alignment exists, and the run says so in one line."""
+    assert main(["train", "--attention", "monotonic_luong", "--out", str(tmp_path),
+                 "--name", "mono", *tiny_run_args]) == 0
+    err = capsys.readouterr().err
+    metrics = json.loads((tmp_path / "mono" / "metrics.json").read_text())
+    assert metrics["test_exact_match"] < 0.5 and metrics["out_of_source_order"] > 0.2
+    assert err.count("\n") == 1, err
+    assert err.startswith(
+        f"keras-seq train: warning: the monotonic_luong attention reached "
+        f"{metrics['test_exact_match']:.2%} held-out exact match, and "
+        f"{metrics['out_of_source_order']:.0%} of the output characters that copy the source "
+        "come out of the source's order"), err
+    assert err.rstrip().endswith("use the bahdanau or luong attention"), err
+
+
+def test_the_share_of_characters_out_of_source_order_is_from_the_longest_common_subsequence():
+    from keras_seq.recipes.translation import out_of_source_order
+
+    assert out_of_source_order([("abcde", "aabcdee")]) == 0.0  # doubled vowels: in order
+    # "abc" -> "cab": 3 shared, the longest common subsequence "ab" keeps 2.
+    assert out_of_source_order([("abc", "cab")]) == pytest.approx(1 / 3)
+    # A date: 8 shared characters, of which "-04-" (4) keep the source's order.
+    assert out_of_source_order([("14-04-03", "2003-04-14")]) == pytest.approx(0.5)
+    # Pairs add up before the ratio: (1 + 4) kept of (3 + 8) shared.
+    assert out_of_source_order([("abc", "cab"), ("14-04-03", "2003-04-14")]) == pytest.approx(
+        1 - 6 / 11)
+    assert out_of_source_order([("abc", "xyz")]) == 0.0  # nothing shared
+
+
+def test_only_a_low_monotonic_run_on_reordered_outputs_is_warned_about():
+    from keras_seq import recipes
+    from keras_seq.recipes.translation import MONOTONIC_FLOOR, MONOTONIC_ORDER_LIMIT
+    from keras_seq.run_config import TrainingConfig
+
+    recipe = recipes.get("dates")
+    low, reordered = MONOTONIC_FLOOR - 0.01, MONOTONIC_ORDER_LIMIT
+    for attention, exact_match, order, warned in (
+            ("monotonic_bahdanau", low, reordered, True),
+            ("monotonic_luong", MONOTONIC_FLOOR, reordered, False),  # not low
+            ("monotonic_luong", low, reordered - 0.01, False),  # undertrained, in order
+            ("bahdanau", 0.0, 0.5, False)):
+        config = TrainingConfig(attention=attention)
+        metrics = {"test_exact_match": exact_match, "out_of_source_order": order}
+        assert bool(recipe.result_warnings(metrics, config)) == warned, (attention, exact_match)
+
+
 @pytest.mark.parametrize("command", ["translate", "classify"])
 def test_a_missing_input_file_is_one_line_naming_input(command, capsys, tmp_path):
     missing = tmp_path / "missing.txt"

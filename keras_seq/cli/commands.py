@@ -265,11 +265,15 @@ def _tune(args) -> int:
 
 def _train(args) -> int:
     from keras_seq import training
+    from keras_seq.recipes import RunResultWarning
     from keras_seq.training.pipeline import result_summary
 
     _import_cells(args, "--cell", [args.cell] if args.cell is not None else [])
     config = _resolved_config(args)
-    result = training.train(config)
+    with warnings.catch_warnings():
+        # A result the run's options explain: one line, in the command's words.
+        warnings.showwarning = _warning_line("train", RunResultWarning, warnings.showwarning)
+        result = training.train(config)
     if not config.verbose:  # (with it, `train` has printed the line)
         print(result_summary(result.metrics, result.run_dir))
     return 0
@@ -326,6 +330,19 @@ def _print_warnings(command: str, caught, category) -> None:
         elif str(warning.message) not in printed:
             printed.add(str(warning.message))
             print(f"keras-seq {command}: warning: {warning.message}", file=sys.stderr)
+
+
+def _warning_line(command: str, category, shown):
+    """A ``warnings.showwarning`` that prints ``category`` as ``keras-seq
+    <command>: warning: ...`` at once, and the others as ``shown`` does."""
+
+    def show(message, warned, filename, lineno, file=None, line=None):
+        if issubclass(warned, category):
+            print(f"keras-seq {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, warned, filename, lineno, file, line)
+
+    return show
 
 
 def _generate(args) -> int:

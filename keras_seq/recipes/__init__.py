@@ -22,12 +22,12 @@ from __future__ import annotations
 from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
 from keras_seq.recipes.classification import Classification
 from keras_seq.recipes.language_model import BidirectionalLanguageModel, LanguageModel
-from keras_seq.recipes.recipe import COMMON_OPTIONS, Recipe
+from keras_seq.recipes.recipe import COMMON_OPTIONS, Recipe, RunResultWarning
 from keras_seq.recipes.tagging import Tagging
 from keras_seq.recipes.translation import Translation
 
-__all__ = ["COMMON_OPTIONS", "RECIPES", "Recipe", "get", "load_data", "read_run",
-           "recipe_of_run"]
+__all__ = ["COMMON_OPTIONS", "RECIPES", "Recipe", "RunResultWarning", "get", "load_data",
+           "read_run", "recipe_of_run"]
 
 RECIPES: dict[str, Recipe] = {
     recipe.name: recipe

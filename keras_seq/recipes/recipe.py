@@ -20,7 +20,8 @@ import dataclasses
 
 from keras_seq._validation import Arg, ArgumentValueError, Call, check_choice
 
-__all__ = ["COMMON_OPTIONS", "Recipe", "family_defaults", "listed", "needs", "no_beam"]
+__all__ = ["COMMON_OPTIONS", "Recipe", "RunResultWarning", "family_defaults", "listed", "needs",
+           "no_beam"]
 
 COMMON_OPTIONS = (
     "task", "model", "cell", "epochs", "batch_size", "learning_rate", "units", "layers", "out",
@@ -30,6 +31,11 @@ COMMON_OPTIONS = (
 
 FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers")
 """The options whose defaults depend on the model family."""
+
+
+class RunResultWarning(UserWarning):
+    """A trained run's held-out result that its options explain (`Recipe.result_warnings`):
+    ``keras-seq train`` prints it as ``keras-seq train: warning: ...``."""
 
 
 class Recipe:
@@ -133,6 +139,12 @@ class Recipe:
     def result_line(self, metrics: dict) -> str:
         """What ``keras-seq train`` prints last, from the run's metrics."""
         raise NotImplementedError(f"{type(self).__name__} must define result_line.")
+
+    def result_warnings(self, metrics: dict, config) -> list[str]:
+        """What the run must say about its held-out result, one line each
+        (`train` warns with each, `RunResultWarning`): a result its options
+        explain. Default: nothing."""
+        return []
 
     def default_formats(self, run) -> tuple[str, ...]:
         """The formats ``keras-seq export`` writes when none are given."""

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import keras
@@ -22,6 +23,7 @@ import keras
 from keras_seq import recipes
 from keras_seq._backend import START_UNDER_TENSORFLOW, require_tensorflow
 from keras_seq._validation import Arg, ArgumentValueError, ExistingFileError, invalid_value
+from keras_seq.recipes.recipe import RunResultWarning
 from keras_seq.run_config import BACKUP_DIR, TrainingConfig
 from keras_seq.run_folder import warn_about_script_classes
 from keras_seq.training.backup import (
@@ -213,6 +215,8 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
     # The held-out result, as Keras' `evaluate` prints its scores with `verbose`.
     _say(config, result_summary(metrics, run_dir))
+    for message in recipe.result_warnings(metrics, config):
+        warnings.warn(message, RunResultWarning, stacklevel=3)
     return TrainingResult(run_dir, metrics, recipe.kept(task), tokenizer)
 
 
