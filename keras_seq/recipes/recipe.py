@@ -140,6 +140,11 @@ class Recipe:
         """What ``keras-seq train`` prints last, from the run's metrics."""
         raise NotImplementedError(f"{type(self).__name__} must define result_line.")
 
+    # Epochs without a lower validation loss after which training stops and
+    # the best epoch's weights are kept (`keras_seq.training.backup.BestEpoch`);
+    # None: every epoch is trained and the last one's weights kept.
+    early_stopping_patience: int | None = None
+
     def result_warnings(self, metrics: dict, config) -> list[str]:
         """What the run must say about its held-out result, one line each
         (`train` warns with each, `RunResultWarning`): a result its options

@@ -25,6 +25,7 @@ from keras_seq.recipes.optimization import build_optimizer
 from keras_seq.run_config import BACKUP_DIR, NOT_IN_BACKUP, TrainingConfig
 
 __all__ = [
+    "BestEpoch",
     "HISTORY_FILE",
     "History",
     "RunBackup",
@@ -162,6 +163,77 @@ class History(keras.callbacks.Callback):
         row = [values.get(k, logs.get(k, "")) for k in _HISTORY_COLUMNS]
         with open(self._path, "a", encoding="utf-8") as f:
             f.write(",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row) + "\n")
+
+
+class BestEpoch(keras.callbacks.Callback):
+    """Stops training once the validation loss has not improved for
+    ``patience`` epochs, and gives back the weights of its best epoch
+    (`restore_best`): Keras' ``EarlyStopping(restore_best_weights=True)``,
+    whose state survives a resumption. The best weights are a file of the
+    backup folder (``best.weights.h5``, written before the epoch's backup),
+    and a resumed run reads the best validation loss and its epoch back
+    from ``history.csv`` (the rows of the epochs its backup holds).
+
+    Args:
+        patience: epochs without a lower validation loss before training stops.
+        backup_dir: the run's backup folder.
+        history_path: the run's ``history.csv``.
+        epoch: the finished epochs the run resumes from (0: a new run).
+    """
+
+    def __init__(self, patience: int, backup_dir: str, history_path: str, epoch: int):
+        super().__init__()
+        self.patience = patience
+        self.path = os.path.join(backup_dir, BEST_WEIGHTS_FILE)
+        self.best, self.best_epoch = float("inf"), 0
+        if epoch:
+            for finished, value in _validation_losses(history_path, epoch):
+                if value < self.best:
+                    self.best, self.best_epoch = value, finished
+
+    def done(self, epoch: int) -> bool:
+        """Whether a run that has finished ``epoch`` epochs has stopped."""
+        return self.best_epoch > 0 and epoch - self.best_epoch >= self.patience
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get("val_loss")
+        if value is None:
+            return
+        if value < self.best:
+            self.best, self.best_epoch = float(value), epoch + 1
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            temporary = self.path[: -len(".weights.h5")] + ".partial.weights.h5"
+            self.model.save_weights(temporary)
+            os.replace(temporary, self.path)
+        if self.done(epoch + 1):
+            self.model.stop_training = True
+
+    def restore_best(self, model, epoch: int) -> bool:
+        """Loads the best epoch's weights into ``model`` when a later epoch
+        was its last (``epoch``: the epochs trained); whether it did."""
+        if not self.best_epoch or self.best_epoch == epoch or not os.path.isfile(self.path):
+            return False
+        model.load_weights(self.path)
+        return True
+
+
+BEST_WEIGHTS_FILE = "best.weights.h5"
+
+
+def _validation_losses(history_path: str, epoch: int) -> list[tuple[int, float]]:
+    """``(epoch, val_loss)`` of the rows of ``history.csv`` up to ``epoch``."""
+    try:
+        with open(history_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    column = _HISTORY_COLUMNS.index("val_loss")
+    found = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        if len(cells) > column and cells[column] and int(cells[0]) <= epoch:
+            found.append((int(cells[0]), float(cells[column])))
+    return found
 
 
 class RunBackup(keras.callbacks.BackupAndRestore):

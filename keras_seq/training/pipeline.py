@@ -28,6 +28,7 @@ from keras_seq.run_config import BACKUP_DIR, TrainingConfig
 from keras_seq.run_folder import warn_about_script_classes
 from keras_seq.training.backup import (
     HISTORY_FILE,
+    BestEpoch,
     History,
     RunBackup,
     read_backup,
@@ -175,10 +176,15 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
         backup_dir if chief else tempfile.mkdtemp(prefix="keras-seq-backup-"),
         fingerprint, steps_per_epoch, config.backup_every_steps, step,
     )
+    history_path = os.path.join(run_dir, HISTORY_FILE)
+    # Before `History` rewrites the file: a resumed run reads its best epoch there.
+    best = None if recipe.early_stopping_patience is None else BestEpoch(
+        recipe.early_stopping_patience, backup.backup_dir, history_path, epoch)
     callbacks = [
         keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")),
+        *([best] if best else []),  # its best weights before the epoch's backup
         backup,
-        History(os.path.join(run_dir, HISTORY_FILE), t_start, steps_per_epoch, epoch, step),
+        History(history_path, t_start, steps_per_epoch, epoch, step),
     ]
     fit = dict(
         validation_data=prepared.validation_data,
@@ -193,11 +199,14 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
             epochs=epoch + 1, steps_per_epoch=steps_per_epoch - step, **fit
         ).history
         epoch += 1
-    if epoch < config.epochs:
+    if epoch < config.epochs and not (best and best.done(epoch)):
         history = model.fit(
             prepared.epochs_data(epoch, config.epochs), initial_epoch=epoch,
             epochs=config.epochs, steps_per_epoch=steps_per_epoch, **fit
         ).history
+        epoch += len(history.get("loss", ()))
+    if best:
+        best.restore_best(model, epoch)
     t_train = time.perf_counter()
 
     extra = {
@@ -208,6 +217,8 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
         # Of the last epoch's validation; a score of the recipe's own name wins.
         "val_loss": history["val_loss"][-1] if history.get("val_loss") else None,
     }
+    if best:  # the epochs trained, and the one whose weights the run keeps
+        extra.update(epochs_trained=epoch, best_epoch=best.best_epoch or epoch)
     seconds = {"data": t_data - t_start, "train": t_train - t_data}
     metrics = evaluate_and_save(task, prepared, run_dir, config, seconds=seconds,
                                 started=t_start, replicas=replicas, extra=extra)
