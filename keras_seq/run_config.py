@@ -161,7 +161,7 @@ def default_for(key: str, model: str = "rnn", cell: str | None = None,
         >>> default_for("layers", "transformer", task="lm"), default_for("context", "transformer", task="lm")
         (4, 64)
         >>> default_for("epochs", task="classify")
-        10
+        60
     """
     recipe = recipes.get(task, "default_for")
     check_choice("default_for", "model", model, recipe.models,

@@ -70,7 +70,8 @@ def test_translate_reads_a_file_or_standard_input_one_input_per_line(date_run, t
     assert capsys.readouterr().out.splitlines() == expected
     assert main(["translate", str(date_run), "--input", str(tmp_path / "missing.txt")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("keras-seq translate: No such file") and err.count("\n") == 1
+    assert err.startswith("keras-seq translate: the input file ") and err.count("\n") == 1
+    assert "does not exist; --input takes a file" in err
 
 
 @pytest.mark.slow
