@@ -4,10 +4,10 @@ commands' output is theirs alone."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
-import tempfile
+
+from keras_seq._stderr import stderr_passed_on
 
 __all__ = ["import_keras_quietly", "tensorflow_notes_dropped"]
 
@@ -41,24 +41,12 @@ def tensorflow_notes_dropped():
     options are valid). When the block imported Keras, TensorFlow's CUDA
     probe runs in it too, whose error line a machine without a GPU gets."""
     imported = "keras" in sys.modules
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-            if not imported and "keras" in sys.modules:
-                import keras
+    with stderr_passed_on(lambda line: not _TENSORFLOW_NOTE.match(line)):
+        yield
+        if not imported and "keras" in sys.modules:
+            import keras
 
-                if keras.backend.backend() == "tensorflow":
-                    import tensorflow as tf
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
 
-                    tf.config.list_logical_devices()  # the CUDA probe
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not _TENSORFLOW_NOTE.match(line):
-                    sys.stderr.write(line)
+                tf.config.list_logical_devices()  # the CUDA probe

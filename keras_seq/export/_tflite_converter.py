@@ -9,15 +9,12 @@ checked by `keras_seq.export._checks.check_quantize`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import sys
-import tempfile
 
 import tensorflow as tf
 
+from keras_seq._stderr import stderr_passed_on
 from keras_seq._validation import ArgumentValueError
 from keras_seq.export._flatbuffer import inputs_outputs_in_call_order
 
@@ -58,7 +55,11 @@ def convert_concrete_function(concrete, quantize: str | None, trackable=None) ->
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    with _diagnostics_kept_on_success() as failed:
+    # The converter's own stderr (C++ diagnostics) is passed on after a
+    # conversion that worked and dropped after one that failed: its error
+    # says what failed, in one line.
+    failed: list = []
+    with stderr_passed_on(lambda line: not failed):
         try:
             return converter.convert()
         except Exception as error:
@@ -78,29 +79,6 @@ def _not_builtin(error) -> ArgumentValueError:
         hint = ("; a TensorArray loop, as Keras' own recurrent layers run inside a function "
                 "whose keras.Model the converter is not given: convert the keras.Model")
     return ArgumentValueError("convert_to_tflite", f"the traced function has {found}{hint}.")
-
-
-@contextlib.contextmanager
-def _diagnostics_kept_on_success():
-    """The converter's own stderr (C++ diagnostics) passed on after a
-    conversion that worked and dropped after one that failed (its error
-    says what failed, in one line). Yields the list a failure is put in."""
-    failed: list = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield failed
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            if not failed:
-                captured.seek(0)
-                text = captured.read().decode("utf-8", "replace")
-                if text:
-                    sys.stderr.write(text)
 
 
 class _without_trackable_note(logging.Filter):

@@ -142,14 +142,7 @@ class History(keras.callbacks.Callback):
         self._path = path
         self._started = started
         self._steps_per_epoch = steps_per_epoch
-        rows = []
-        if epoch or step:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    rows = [line for line in f.read().splitlines()[1:]
-                            if line and int(line.split(",")[0]) <= epoch]
-            except FileNotFoundError:
-                pass
+        rows = _rows_up_to(path, epoch) if epoch or step else []
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join([",".join(_HISTORY_COLUMNS), *rows]) + "\n")
 
@@ -220,18 +213,23 @@ class BestEpoch(keras.callbacks.Callback):
 BEST_WEIGHTS_FILE = "best.weights.h5"
 
 
-def _validation_losses(history_path: str, epoch: int) -> list[tuple[int, float]]:
-    """``(epoch, val_loss)`` of the rows of ``history.csv`` up to ``epoch``."""
+def _rows_up_to(history_path: str, epoch: int) -> list[str]:
+    """The rows of ``history.csv`` (header left out) of the epochs up to ``epoch``."""
     try:
         with open(history_path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            lines = f.read().splitlines()[1:]
     except FileNotFoundError:
         return []
+    return [line for line in lines if line and int(line.split(",")[0]) <= epoch]
+
+
+def _validation_losses(history_path: str, epoch: int) -> list[tuple[int, float]]:
+    """``(epoch, val_loss)`` of the rows of ``history.csv`` up to ``epoch``."""
     column = _HISTORY_COLUMNS.index("val_loss")
     found = []
-    for line in lines[1:]:
+    for line in _rows_up_to(history_path, epoch):
         cells = line.split(",")
-        if len(cells) > column and cells[column] and int(cells[0]) <= epoch:
+        if len(cells) > column and cells[column]:
             found.append((int(cells[0]), float(cells[column])))
     return found
 
