@@ -30,8 +30,11 @@ this package. This package adds, one module per job:
   ``RNN`` node (`onnx_recurrent`).
 - `streaming`: `streaming_model` gives a recurrent model its states as inputs
   and outputs, to run chunk by chunk (in Keras, or converted by
-  `convert_to_tflite` or `convert_to_onnx`), and `initial_streaming_states`
-  its first states.
+  `convert_to_tflite` or `convert_to_onnx`), `initial_streaming_states`
+  its first states and `streaming_calibration` the step examples that
+  calibrate an integer step model.
+- `integer_tflite`: ``quantize="int8"`` and ``"int16x8"`` of
+  `convert_to_tflite`: loops unrolled, the quantizer in a child process.
 - `streaming_translation`: `convert_streaming_translator_to_tflite` converts
   a monotonic-attention translation model into an encoder step and a
   decoder step that translate while the source streams in
@@ -59,7 +62,11 @@ from keras_seq.export.saved_model import (
     export_strings_saved_model,
     saved_model_op_names,
 )
-from keras_seq.export.streaming import initial_streaming_states, streaming_model
+from keras_seq.export.streaming import (
+    initial_streaming_states,
+    streaming_calibration,
+    streaming_model,
+)
 from keras_seq.export.streaming_translation import (
     convert_streaming_translator_to_tflite,
     tflite_streaming_translate,
@@ -95,6 +102,7 @@ __all__ = [
     "initial_streaming_states",
     "run_tflite",
     "saved_model_op_names",
+    "streaming_calibration",
     "streaming_model",
     "tflite_greedy_decode",
     "tflite_op_names",

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from keras_seq._validation import check_choice, invalid_type, invalid_value
 
-QUANTIZATIONS = ("dynamic", "float16")
+QUANTIZATIONS = ("dynamic", "float16", "int8", "int16x8")
 
 
-def check_quantize(where: str, quantize) -> str | None:
-    """`None`, ``"dynamic"`` or ``"float16"``."""
-    return check_choice(where, "quantize", quantize, (None, *QUANTIZATIONS))
+def check_quantize(where: str, quantize, integer: bool = True) -> str | None:
+    """`None`, ``"dynamic"``, ``"float16"`` or (where ``integer``) ``"int8"``
+    or ``"int16x8"``."""
+    return check_choice(where, "quantize", quantize,
+                        (None, *(QUANTIZATIONS if integer else QUANTIZATIONS[:2])))
 
 
 def check_seq2seq(where: str, model) -> str:

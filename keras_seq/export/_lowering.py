@@ -50,7 +50,14 @@ def layers_of(models) -> list:
 
 
 class Lowering:
-    """One conversion's lowering; a subclass defines `lower`."""
+    """One conversion's lowering; a subclass defines `lower`.
+
+    ``unrolls_loops``: every loop of a static length in the trace runs
+    unrolled (`keras_seq.layers.recurrent.rnn.scan` asks), as the integer
+    quantizer needs a graph without loops.
+    """
+
+    unrolls_loops = False
 
     def lower(self, layer, sequences, initial_state, mask, training):
         """``inner_loop``'s ``(last_output, outputs, states)`` for ``layer``
@@ -116,10 +123,13 @@ class BuiltinLoops(Lowering):
 
     Args:
         where: the converter's name, for messages.
+        unroll_loops: run every loop of a static length unrolled (integer
+            quantization).
     """
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, unroll_loops: bool = False):
         self.where = where
+        self.unrolls_loops = unroll_loops
 
     def keras_layers(self, models):
         for layer in layers_of(models):

@@ -129,7 +129,7 @@ def convert_fused_lstm(
     """
     require_tensorflow("keras_seq.export.convert_fused_lstm", EXPORT_THERE)
     where = "convert_fused_lstm"
-    check_quantize(where, quantize)
+    check_quantize(where, quantize, integer=False)
     if batch_size is not None:
         check_positive_int(where, "batch_size", batch_size)
     flatbuffer, layers = _convert_with_lstm_functions(

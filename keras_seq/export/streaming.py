@@ -31,7 +31,7 @@ from keras_seq.layers import (
 )
 from keras_seq.layers.recurrent.rnn import output_is_first_state, reads_memory
 
-__all__ = ["initial_streaming_states", "streaming_model"]
+__all__ = ["initial_streaming_states", "streaming_calibration", "streaming_model"]
 
 # Layers whose output at a step depends on other steps of the sequence.
 _WHOLE_SEQUENCE = (
@@ -254,6 +254,52 @@ def initial_streaming_states(stream: keras.Model, batch_size: int,
         start = start if isinstance(start, (list, tuple)) else [start]
         states.append(np.asarray(start[int(index)]))
     return states
+
+
+def streaming_calibration(stream: keras.Model, sequences, max_examples: int | None = None,
+                          ) -> list[list[np.ndarray]]:
+    """Calibration examples for an integer step model: one per step of ``sequences``.
+
+    Runs ``stream`` (a `streaming_model`) one step at a time over each
+    sequence from `initial_streaming_states`, and records what the step was
+    fed: the step's inputs and the states it received, the states the
+    device will feed it. For ``convert_to_tflite(stream,
+    quantize="int8", representative_data=...)``: calibrating on zero states
+    alone would clip every state a real stream reaches.
+
+    Args:
+        stream: a `streaming_model` of one sequence input (a memory-reading
+            cell needs its memory: not supported here).
+        sequences: ``(N, T, ...)`` inputs, or a list of ``(T, ...)`` ones.
+        max_examples: stop after this many steps (`None`: every step).
+
+    Returns:
+        A list of examples, each a list of arrays of batch 1 in the streaming
+        model's input order.
+    """
+    from keras_seq._validation import check_positive_int
+
+    where = "streaming_calibration"
+    if not isinstance(stream, _StreamingModel):
+        raise ArgumentTypeError(where, "`stream` must be a model from streaming_model(); "
+                                f"received {type(stream).__name__}.")
+    max_examples = check_positive_int(where, "max_examples", max_examples, allow_none=True)
+    states_in = sum(1 for t in stream.inputs if "_state_" in t.name)
+    if len(stream.inputs) - states_in != 1:
+        raise ArgumentValueError(where, f"`stream` takes {len(stream.inputs) - states_in} "
+                                 "inputs besides its states; calibration here feeds one.")
+    examples = []
+    for sequence in sequences:
+        sequence = np.asarray(sequence)
+        states = initial_streaming_states(stream, 1)
+        for t in range(sequence.shape[0]):
+            step = sequence[None, t:t + 1]
+            examples.append([step, *states])
+            if max_examples is not None and len(examples) >= max_examples:
+                return examples
+            outputs = stream([step, *states])
+            states = [np.asarray(s) for s in outputs[len(outputs) - states_in:]]
+    return examples
 
 
 def _functional(where, model):

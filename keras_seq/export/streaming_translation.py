@@ -69,7 +69,7 @@ def convert_streaming_translator_to_tflite(model, quantize: str | None = None) -
     where = "convert_streaming_translator_to_tflite"
     task = _check_monotonic(where, model)
     decoder = task.decoder
-    check_quantize(where, quantize)
+    check_quantize(where, quantize, integer=False)
     encoder_step = convert_to_tflite(streaming_model(task.encoder), quantize=quantize)
     width = task.encoder.output.shape[-1]
     num_cell_states = decoder.num_states - 1

@@ -20,6 +20,12 @@ from keras_seq._validation import (
 from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._lowering import BuiltinLoops
 from keras_seq.export._tflite_converter import convert_with_signature
+from keras_seq.export.integer_tflite import (
+    calibration_examples,
+    convert_integer,
+    is_integer,
+    static_specs,
+)
 from keras_seq.export._tracing import (
     decoder_step_functions,
     flat_outputs,
@@ -39,6 +45,7 @@ def convert_to_tflite(
     quantize: str | None = None,
     fuse_lstm: bool = False,
     batch_size: int | None = None,
+    representative_data=None,
 ) -> bytes:
     """Converts a Keras model (or any callable) to a builtin-ops-only `.tflite`.
 
@@ -59,7 +66,17 @@ def convert_to_tflite(
             time axis.
         quantize: `None` (float32), ``"dynamic"`` (weights stored as int8,
             dynamic-range quantization: no representative dataset) or
-            ``"float16"`` (weights stored as float16, computed in float32).
+            ``"float16"`` (weights stored as float16, computed in float32);
+            integer-only: ``"int8"`` (int8 weights and activations) or
+            ``"int16x8"`` (int8 weights, int16 activations), each op an
+            integer kernel with float inputs and outputs, calibrated on
+            `representative_data`. An integer model has no loops: every
+            recurrent loop runs unrolled over the static time length (of the
+            `input_signature`, else of the examples); for a stream, convert
+            `streaming_model(model)` fed one step at a time. The quantizer
+            runs in a child process, so a crash of TensorFlow's quantizer or
+            LiteRT is one `ValueError` line (see
+            `keras_seq.export.integer_tflite`).
         fuse_lstm: turn every `PeepholeLSTM`, `CoupledGateLSTM` and
             `keras.layers.LSTM` (every layer whose cell declares an
             `LSTMForm`: their subclasses that keep the step, a user's cell)
@@ -77,6 +94,11 @@ def convert_to_tflite(
             an LSTM kernel (measurements in benchmarks/RESULTS.md).
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
+        representative_data: for ``"int8"`` and ``"int16x8"`` only, the
+            calibration examples: an iterable (or a callable returning one) of
+            examples, each one array (a model of one input), a list in input
+            order or a dict keyed by input name; TensorFlow's guide suggests
+            a few hundred.
 
     Returns:
         The flatbuffer bytes.
@@ -95,7 +117,19 @@ def convert_to_tflite(
     check_quantize(where, quantize)
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
     batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
+    integer = is_integer(quantize)
+    if representative_data is not None and not integer:
+        raise ArgumentValueError(where, f"`representative_data` calibrates integer models "
+                                 f'(quantize="int8" or "int16x8"); received quantize='
+                                 f"{quantize!r}.")
     if fuse_lstm:
+        if integer:
+            raise ArgumentValueError(where, f'quantize="{quantize}" with fuse_lstm=True: the '
+                                     "fused LSTM op is written with float weights and "
+                                     "peephole and CIFG inputs after conversion, which the "
+                                     "integer kernel's calibrated intermediate scales do not "
+                                     "cover; convert with fuse_lstm=False (the loop runs "
+                                     "unrolled, every op an integer kernel).")
         return convert_fused_lstm(
             model, input_signature=input_signature, quantize=quantize, batch_size=batch_size
         )
@@ -103,10 +137,17 @@ def convert_to_tflite(
         raise ArgumentValueError(where, f'`batch_size` sets the batch of the default signature; with an `input_signature`, put the batch size in its specs. Received batch_size={batch_size}.')
     call, specs = traceable(model, input_signature, batch_size)
     specs, names = signature_specs(specs)
-    # Keras' own recurrent layers run the package's loop in this trace (`BuiltinLoops`).
-    lowering = BuiltinLoops(where)
+    examples = None
+    if integer:
+        examples = calibration_examples(where, representative_data, specs)
+        specs = static_specs(where, specs, examples)
+    # Keras' own recurrent layers run the package's loop in this trace
+    # (`BuiltinLoops`); an integer model's loops run unrolled.
+    lowering = BuiltinLoops(where, unroll_loops=integer)
     with lowering.keras_layers(models_of(model)):
         concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(*specs)
+    if integer:
+        return convert_integer(where, concrete, names, quantize, examples)
     return convert_with_signature(concrete, names, quantize)
 
 
@@ -202,7 +243,7 @@ def convert_seq2seq_to_tflite(model, quantize: str | None = None) -> bytes:
     require_tensorflow("keras_seq.export.convert_seq2seq_to_tflite", EXPORT_THERE)
     where = "convert_seq2seq_to_tflite"
     check_seq2seq(where, model)
-    check_quantize(where, quantize)
+    check_quantize(where, quantize, integer=False)
     return convert_to_tflite(seq2seq_forward(model), seq2seq_signature(), quantize=quantize)
 
 
@@ -236,7 +277,7 @@ def convert_decoder_steps_to_tflite(
     """
     require_tensorflow("keras_seq.export.convert_decoder_steps_to_tflite", EXPORT_THERE)
     where = "convert_decoder_steps_to_tflite"
-    check_quantize(where, quantize)
+    check_quantize(where, quantize, integer=False)
     encode, encode_signature, step, step_signature = decoder_step_functions(
         where, model, target_length
     )
@@ -263,7 +304,7 @@ def convert_classifier_to_tflite(model, quantize: str | None = None) -> bytes:
         The flatbuffer bytes.
     """
     require_tensorflow("keras_seq.export.convert_classifier_to_tflite", EXPORT_THERE)
-    check_quantize("convert_classifier_to_tflite", quantize)
+    check_quantize("convert_classifier_to_tflite", quantize, integer=False)
     return convert_to_tflite(classifier_probabilities(model), quantize=quantize)
 
 
@@ -306,7 +347,7 @@ def convert_language_model_step_to_tflite(
     """
     require_tensorflow("keras_seq.export.convert_language_model_step_to_tflite", EXPORT_THERE)
     where = "convert_language_model_step_to_tflite"
-    check_quantize(where, quantize)
+    check_quantize(where, quantize, integer=False)
     step, signature, _ = language_model_step_function(where, model, context)
     return convert_to_tflite(step, signature, quantize=quantize)
 

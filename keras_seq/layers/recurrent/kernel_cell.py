@@ -27,6 +27,12 @@ def positive_candidate(v):
     return ops.where(v >= 0, v + 0.5, ops.sigmoid(v))
 
 
+def negated(v):
+    """−v, written ``0 - v``: the same numbers, and an op TFLite's integer
+    quantizer computes in integers (it leaves a negation, NEG, in float)."""
+    return 0.0 - v
+
+
 def exponential_gates(i_pre, f_pre, m):
     """xLSTM's stabilised gates (Beck et al. 2024): ``(i', f', m_t)``.
 
@@ -34,7 +40,7 @@ def exponential_gates(i_pre, f_pre, m):
     i' = exp(ĩ_t − m_t), f' = exp(log f_t + m_{t-1} − m_t): both ≤ 1, so no
     exponential overflows whatever the pre-activations ĩ and f̃.
     """
-    log_f = -ops.softplus(-f_pre)
+    log_f = negated(ops.softplus(negated(f_pre)))
     m_t = ops.maximum(log_f + m, i_pre)
     return ops.exp(i_pre - m_t), ops.exp(log_f + m - m_t), m_t
 

@@ -6,7 +6,12 @@ import keras
 from keras import ops
 
 from keras_seq.layers.recurrent import backend
-from keras_seq.layers.recurrent.kernel_cell import KernelCell, KernelRNN, positive_candidate
+from keras_seq.layers.recurrent.kernel_cell import (
+    KernelCell,
+    KernelRNN,
+    negated,
+    positive_candidate,
+)
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -65,7 +70,7 @@ class MinGRUCell(KernelCell):
         """``(a, b)`` of h_t = a ⊙ h_{t-1} + b from the projected input."""
         z_pre, h_pre = backend.split(projected, 2)
         # 1 − σ(v) as σ(−v): no cancellation when z is close to 1.
-        return ops.sigmoid(-z_pre), ops.sigmoid(z_pre) * positive_candidate(h_pre)
+        return ops.sigmoid(negated(z_pre)), ops.sigmoid(z_pre) * positive_candidate(h_pre)
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -6,7 +6,12 @@ import keras
 from keras import ops
 
 from keras_seq.layers.recurrent import backend
-from keras_seq.layers.recurrent.kernel_cell import KernelCell, KernelRNN, positive_candidate
+from keras_seq.layers.recurrent.kernel_cell import (
+    KernelCell,
+    KernelRNN,
+    negated,
+    positive_candidate,
+)
 from keras_seq.layers.recurrent.rnn import LoopHints
 
 
@@ -66,8 +71,8 @@ class MinLSTMCell(KernelCell):
         """``(a, b) = (f', i' ⊙ h̃)`` of h_t = a ⊙ h_{t-1} + b."""
         f_pre, i_pre, h_pre = backend.split(projected, 3)
         # log f − log i = softplus(−ĩ) − softplus(−f̃).
-        log_ratio = ops.softplus(-i_pre) - ops.softplus(-f_pre)
-        return ops.sigmoid(log_ratio), ops.sigmoid(-log_ratio) * positive_candidate(h_pre)
+        log_ratio = ops.softplus(negated(i_pre)) - ops.softplus(negated(f_pre))
+        return ops.sigmoid(log_ratio), ops.sigmoid(negated(log_ratio)) * positive_candidate(h_pre)
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -738,7 +738,8 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
          unroll: bool = False, steps_per_iteration: int | None = None):
     """Runs ``body(xs_t, carry) -> (outputs_t, carry)`` over the time-major
     ``sequences``: the backend's loop (`backend.scan`), or with ``unroll`` a
-    Python loop over the static length. A static length of 1 needs no loop:
+    Python loop over the static length (also where the export being traced
+    asks for it: a lowering whose ``unrolls_loops`` is true). A static length of 1 needs no loop:
     ``body`` runs once (a streaming step traced one token at a time, as
     exports trace it, is the step's ops alone).
 
@@ -747,6 +748,10 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
     batch-major ``(B, T, ...)`` tensors (None without ``collect``).
     """
     steps = sequences[0].shape[0]
+    # An export's lowering may ask every loop of a static length to run
+    # unrolled (integer TFLite: the quantizer cannot quantize a loop).
+    lowering = backend.export_lowering()
+    unroll = unroll or (steps is not None and getattr(lowering, "unrolls_loops", False))
     if not unroll and steps != 1:
         return backend.scan(body, sequences, carry, templates, collect, training,
                             steps_per_iteration)

@@ -1,0 +1,61 @@
+"""The child process of `keras_seq.export.integer_tflite`: calibrate, quantize, load once.
+
+``python -m keras_seq.export._integer_worker FOLDER MODE COUNT``: converts the
+SavedModel ``FOLDER/model`` to an integer-only flatbuffer (``MODE``: ``int8``
+or ``int16x8``), calibrated on the ``COUNT`` examples of
+``FOLDER/examples.npz``; writes ``FOLDER/model.tflite``, then loads it in
+LiteRT and runs it once on the first example, with and without the default
+delegates. A conversion error is written, in one line, to
+``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
+had finished. Nothing here is imported by the package.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(folder: str, mode: str, count: int) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_seq.export.integer_tflite import first_line, worker_paths
+
+    flatbuffer_file, failure_file, converted_file = worker_paths()
+    with open(os.path.join(folder, "inputs.txt")) as f:
+        names = f.read().split("\n")
+    stored = np.load(os.path.join(folder, "examples.npz"))
+    examples = [[stored[f"{n}_{i}"] for i in range(len(names))] for n in range(count)]
+
+    def representative_dataset():
+        for example in examples:
+            yield dict(zip(names, example))
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(folder, "model"))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    try:
+        flatbuffer = converter.convert()
+    except Exception as error:  # the converter's errors: one line for the caller
+        with open(os.path.join(folder, failure_file), "w") as f:
+            f.write(f"the converter refused this model: {first_line(error)}")
+        return
+    with open(os.path.join(folder, flatbuffer_file), "wb") as f:
+        f.write(flatbuffer)
+    open(os.path.join(folder, converted_file), "w").close()
+
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    for resolver in (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, OpResolverType.AUTO):
+        runner = Interpreter(model_content=flatbuffer,
+                             experimental_op_resolver_type=resolver).get_signature_runner()
+        runner(**dict(zip(names, examples[0])))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,268 @@
+"""Integer-only TFLite (``quantize="int8"`` / ``"int16x8"``) of every layer kind.
+
+Routes: a model over a sequence of static length has its loops unrolled
+(every recurrent layer of the package, Keras' own, attention, a
+Transformer block, a user's cell); a `streaming_model` fed one step has no
+loop; a dynamic length is refused before the quantizer runs; a crash of
+the quantizer or of LiteRT in the child process is one error line. Each
+integer model is compared with Keras on held-out inputs, in LiteRT without
+its default delegates, and its ops are checked to compute in integers.
+"""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+from keras_seq import layers
+from keras_seq.export import (
+    convert_to_tflite,
+    streaming_calibration,
+    streaming_model,
+    tflite_op_names,
+)
+from keras_seq.export.integer_tflite import float_ops
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.slow]
+
+T, F, U = 6, 5, 6
+
+
+class MGUCell(layers.RecurrentCell):
+    """A user's minimal gated unit, in keras.ops only."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.state_size = units, [units]
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 2 * self.units), name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(self.units, 2 * self.units),
+                                                name="recurrent_kernel")
+
+    def project(self, sequence):
+        return keras.ops.matmul(sequence, self.kernel)
+
+    def step(self, inputs, states, training=False):
+        (h,) = states
+        xf, xc = keras.ops.split(inputs, 2, axis=-1)
+        rf, rc = keras.ops.split(self.recurrent_kernel, 2, axis=-1)
+        f = keras.ops.sigmoid(xf + keras.ops.matmul(h, rf))
+        c = keras.ops.tanh(xc + keras.ops.matmul(f * h, rc))
+        h = (1.0 - f) * h + f * c
+        return h, [h]
+
+
+def _attention(x):
+    h = keras.layers.Dense(U)(x)
+    return layers.MultiHeadAttention(num_heads=2, key_dim=3)(h, h)
+
+
+# name -> the branch over the input x (B, T, F); each branch is one output.
+BRANCHES = {
+    "PeepholeLSTM": lambda x: layers.PeepholeLSTM(U, return_sequences=True)(x),
+    "CoupledGateLSTM": lambda x: layers.CoupledGateLSTM(U, return_sequences=True)(x),
+    "GRU": lambda x: layers.GRU(U, return_sequences=True)(x),
+    "LayerNormLSTM": lambda x: layers.LayerNormLSTM(U, return_sequences=True)(x),
+    "ConvertibleSimpleRNN": lambda x: layers.ConvertibleSimpleRNN(U, return_sequences=True)(x),
+    "NTM": lambda x: layers.NTM(U, memory_size=6, memory_width=3, return_sequences=True)(x),
+    "MinGRU": lambda x: layers.MinGRU(U, return_sequences=True)(x),
+    "MinLSTM": lambda x: layers.MinLSTM(U, return_sequences=True)(x),
+    "RGLRU": lambda x: layers.RGLRU(U, return_sequences=True)(keras.layers.Dense(U)(x)),
+    "user cell (RNN)": lambda x: layers.RNN(MGUCell(U), return_sequences=True)(x),
+    "keras LSTM": lambda x: keras.layers.LSTM(U, return_sequences=True)(x),
+    "keras GRU": lambda x: keras.layers.GRU(U, return_sequences=True)(x),
+    "keras SimpleRNN": lambda x: keras.layers.SimpleRNN(U, return_sequences=True)(x),
+    "keras Bidirectional(LSTM)": lambda x: keras.layers.Bidirectional(
+        keras.layers.LSTM(U // 2, return_sequences=True))(x),
+    "MultiHeadAttention": _attention,
+}
+# Converted, with some ops left in float by the quantizer (a warning says so):
+# the negation inside Keras' LayerNormalization; sLSTM's stabiliser state.
+PARTLY_FLOAT = {
+    "SLSTM": lambda x: layers.SLSTM(U, return_sequences=True)(x),
+    "TransformerEncoder": lambda x: layers.TransformerEncoder(
+        num_heads=2, intermediate_dim=8)(keras.layers.Dense(U)(x)),
+}
+
+
+def _runner(flatbuffer):
+    return Interpreter(model_content=flatbuffer, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)).get_signature_runner()
+
+
+def _all_ops(flatbuffer):
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    for g in range(model.SubgraphsLength()):
+        for o in range(model.Subgraphs(g).OperatorsLength()):
+            yield model.Subgraphs(g).Operators(o)
+
+
+def _tensor_types(flatbuffer) -> set[str]:
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    graph = model.Subgraphs(0)
+    return {names[graph.Tensors(i).Type()] for i in range(graph.TensorsLength())}
+
+
+def _int8_tolerance(reference):
+    """One int8 scale step per layer adds up; 10% of the output's range, plus 0.05."""
+    return 0.1 * float(np.abs(reference).max()) + 0.05
+
+
+def _branches(branches):
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, F), name="x")
+    outputs = [keras.layers.Dense(2, name=f"head_{i}")(make(x))
+               for i, make in enumerate(branches.values())]
+    return keras.Model(x, outputs)
+
+
+@pytest.fixture(scope="module")
+def branches_model():
+    return _branches(BRANCHES)
+
+
+def _assert_close_to_keras(flatbuffer, model, names):
+    runner = _runner(flatbuffer)
+    for x in _sequences(3, 1):
+        got = runner(x=x)
+        got = [got[f"output_{i}"] for i in range(len(got))]
+        references = model(x)
+        for name, value, reference in zip(names, got, references):
+            reference = np.asarray(reference)
+            error = np.abs(value - reference).max()
+            assert error <= _int8_tolerance(reference), (name, error)
+
+
+def _sequences(n, seed):
+    return np.random.default_rng(seed).normal(size=(n, 1, T, F)).astype("float32")
+
+
+def test_every_layer_kind_converts_to_int8_with_its_loops_unrolled(branches_model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a float SPLIT, when there is one (below)
+        flatbuffer = convert_to_tflite(branches_model, quantize="int8",
+                                       representative_data=list(_sequences(60, 0)))
+    ops = tflite_op_names(flatbuffer)
+    assert "WHILE" not in ops and "FULLY_CONNECTED" in ops, sorted(ops)
+    # Every op an integer kernel, except at times a split of a gate block
+    # that the quantizer leaves in float (between a DEQUANTIZE and QUANTIZEs),
+    # not the same one from run to run: it warns.
+    left = float_ops(flatbuffer)
+    assert set(left) <= {"SPLIT", "SPLIT_V"} and len(left) <= 6, left
+    assert len(left) < 0.01 * sum(1 for _ in _all_ops(flatbuffer))
+    _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
+
+
+def test_ops_the_quantizer_leaves_in_float_are_named_in_a_warning():
+    model = _branches(PARTLY_FLOAT)
+    with pytest.warns(UserWarning, match=r"left ops in float.*NEG x2.*integer-only runtime"):
+        flatbuffer = convert_to_tflite(model, quantize="int8",
+                                       representative_data=list(_sequences(60, 0)))
+    assert sorted(set(float_ops(flatbuffer))) == ["ADD", "NEG", "STRIDED_SLICE"]
+    _assert_close_to_keras(flatbuffer, model, list(PARTLY_FLOAT))
+
+
+def test_a_streaming_step_converts_to_int8_and_carries_its_states():
+    keras.utils.set_random_seed(1)
+    x = keras.Input((None, F))
+    h = layers.PeepholeLSTM(U, return_sequences=True)(x)
+    h = keras.layers.GRU(U, return_sequences=True)(h)
+    model = keras.Model(x, keras.layers.Dense(3)(h))
+    stream = streaming_model(model)
+    examples = streaming_calibration(stream, _sequences(20, 2)[:, 0], max_examples=100)
+    assert len(examples) == 100 and len(examples[0]) == 1 + 2 + 1
+    assert np.abs(examples[7][1]).max() > 0  # states the stream reached, not zeros
+    flatbuffer = convert_to_tflite(stream, quantize="int8", representative_data=examples)
+    assert float_ops(flatbuffer) == [] and "WHILE" not in tflite_op_names(flatbuffer)
+    runner = _runner(flatbuffer)
+    names = [t.name for t in stream.inputs]
+    sequence = _sequences(1, 3)[0]
+    reference = np.asarray(model(sequence))[0]
+    states = [np.zeros((1, U), "float32")] * 3
+    for t in range(T):
+        out = runner(**dict(zip(names, [sequence[:, t:t + 1], *states])))
+        out = [out[f"output_{i}"] for i in range(len(out))]
+        states = out[1:]
+        assert np.abs(out[0][0, 0] - reference[t]).max() <= _int8_tolerance(reference)
+
+
+def test_int16x8_converts_keras_lstm_with_int16_activations():
+    keras.utils.set_random_seed(2)
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, keras.layers.Dense(3)(keras.layers.LSTM(U, return_sequences=True)(x)))
+    flatbuffer = convert_to_tflite(model, quantize="int16x8",
+                                   representative_data=list(_sequences(60, 4)))
+    assert float_ops(flatbuffer) == []
+    assert _tensor_types(flatbuffer) >= {"INT16", "INT8"}  # int16 activations, int8 weights
+    runner = _runner(flatbuffer)
+    for x in _sequences(3, 5):
+        reference = np.asarray(model(x))
+        assert np.abs(runner(x=x)["output_0"] - reference).max() <= _int8_tolerance(reference)
+
+
+def test_a_crash_in_the_child_is_one_error_and_this_process_goes_on(monkeypatch):
+    """Calibrated on zeros alone, every range is empty and LiteRT aborts
+    preparing the model (refused before the child runs; let through here)."""
+    from keras_seq.export import tflite_export
+
+    monkeypatch.setattr(tflite_export, "calibration_examples",
+                        lambda where, data, specs: [[np.zeros((1, T, F), "float32")]])
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, layers.GRU(U)(x))
+    with pytest.raises(ValueError, match=r'int8.*crashed \((signal \d+|exit status -?\d+)\) on '
+                                         r"this model; the model was not converted"):
+        convert_to_tflite(model, quantize="int8", representative_data="ignored")
+    assert np.isfinite(np.asarray(model(_sequences(1, 7)[0]))).all()
+
+
+def test_a_loop_left_in_the_graph_is_refused_before_the_quantizer():
+    @tf.function(input_signature=[tf.TensorSpec((1, F), name="x")])
+    def running_sum(x):
+        return tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), (0, x))[1]
+
+    with pytest.raises(ValueError, match="graph without loops.*1 over a dynamic length"):
+        convert_to_tflite(running_sum, input_signature=[tf.TensorSpec((1, F), name="x")],
+                          quantize="int8", representative_data=list(_sequences(2, 0)[:, 0, :1]))
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    x = keras.Input((None, F), name="x")
+    return keras.Model(x, layers.GRU(U)(x))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"quantize": "int8"}, "give `representative_data`"),
+    ({"quantize": "dynamic", "representative_data": [np.zeros((1, T, F))]},
+     "calibrates integer models"),
+    ({"quantize": "int8", "representative_data": [np.zeros((1, T, F))], "fuse_lstm": True},
+     "fuse_lstm=True"),
+    ({"quantize": "int8", "representative_data": [np.ones((1, T, F)), np.zeros((1, T + 1, F))]},
+     r"differ in axis 1 \(6 to 7\)"),
+    ({"quantize": "int8", "representative_data": [np.zeros((1, T, F + 1))]},
+     r"has shape \(1, 6, 6\); expected \(None, None, 5\)"),
+    ({"quantize": "int8", "representative_data": [np.full((1, T, F), np.nan)]},
+     "finite numbers"),
+    ({"quantize": "int8", "representative_data": []}, "no examples"),
+    ({"quantize": "int8", "representative_data": [np.zeros((1, T, F))] * 3},
+     r"every `representative_data` value of input 'x' is 0.0.*give real inputs"),
+    ({"quantize": "int4"}, "quantize"),
+])
+def test_bad_integer_arguments_fail_before_the_quantizer(small_model, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        convert_to_tflite(small_model, **kwargs)
+
+
+def test_representative_data_of_the_wrong_type_is_a_type_error(small_model):
+    with pytest.raises(TypeError, match="`representative_data` must be an iterable"):
+        convert_to_tflite(small_model, quantize="int8", representative_data=3)
