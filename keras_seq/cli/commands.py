@@ -231,7 +231,7 @@ def _check_export(args) -> None:
     before Keras is loaded)."""
     from keras_seq.folders import check_export_destination, run_metrics_path
 
-    _positive(args, "beam", "examples")
+    _positive(args, "beam", "examples", "calibration_examples")
     check_export_destination(args.out, args.overwrite, "export_run")
     run_metrics_path(args.run_dir, "export_run")
 
@@ -374,7 +374,7 @@ def _export(args) -> int:
         written = export_run(
             args.run_dir, args.out, formats=formats, beam_width=args.beam,
             quantize=tuple(args.quantize), examples=args.examples, overwrite=args.overwrite,
-            verbose=True,
+            verbose=True, calibration_examples=args.calibration_examples,
         )
     _print_warnings("export", caught, UserWarning)
     for kind, path in written.items():

@@ -368,11 +368,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     export.add_argument(
         "--quantize",
         nargs="+",
-        choices=("dynamic", "float16"),
+        choices=("dynamic", "float16", "int8"),
         default=[],
-        help="also write quantized TFLite encoder and decoder step: OUT/tflite_dynamic/ "
-        "(int8 weights), OUT/tflite_float16/ (a language model: OUT/lm_step_dynamic.tflite, "
-        "OUT/lm_step_float16.tflite) (default: none)",
+        help="also write quantized TFLite files: OUT/tflite_dynamic/ (int8 weights), "
+        "OUT/tflite_float16/, and the integer-only OUT/tflite_int8/ (every op an integer "
+        "kernel, batch 1, calibrated on the run's training data; not for a tagger) (a "
+        "language model: OUT/lm_step_<mode>.tflite) (default: none)",
+    )
+    export.add_argument(
+        "--calibration-examples",
+        type=int,
+        default=recipes.recipe.CALIBRATION_EXAMPLES,
+        metavar="N",
+        help="examples of the run's training split that calibrate each int8 file "
+        "(a step: the inputs it is fed over them, N in all) (default: %(default)s)",
     )
     export.add_argument(
         "--beam", type=int, default=1,
@@ -399,7 +408,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="Run each artifact in OUT (written by `keras-seq export`) in a fresh "
         "process that cannot import keras_seq, and compare its outputs on the held-out "
         "examples with Keras'. Exits 1 if a float artifact decodes any example differently "
-        "from Keras or a quantized one agrees on fewer than 99.5%.",
+        "from Keras, a quantized one agrees on fewer than 99.5% or an int8 one on fewer "
+        "than 95%.",
     )
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")

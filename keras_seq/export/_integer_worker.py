@@ -42,8 +42,15 @@ def main(folder: str, mode: str, count: int) -> None:
     try:
         flatbuffer = converter.convert()
     except Exception as error:  # the converter's errors: one line for the caller
+        said = first_line(error)
+        if mode == "int16x8" and "Max and min for dynamic tensors" in said:
+            said = ("TensorFlow's 16x8 quantizer cannot calibrate an integer input (token ids: "
+                    f"{said.rpartition(' ')[2]}); int16x8 takes models of float inputs, "
+                    "quantize=\"int8\" takes these")
+        else:
+            said = f"the converter refused this model: {said}"
         with open(os.path.join(folder, failure_file), "w") as f:
-            f.write(f"the converter refused this model: {first_line(error)}")
+            f.write(said)
         return
     with open(os.path.join(folder, flatbuffer_file), "wb") as f:
         f.write(flatbuffer)

@@ -125,7 +125,34 @@ class TFLiteModel:
         self.num_outputs = len(self.outputs)
         self._shapes = None
 
+        # An integer-only file has static shapes (its loops unrolled): batch 1,
+        # ids padded to its length.
+        self.static = all(-1 not in d["shape_signature"] for d in self.inputs)
+
     def __call__(self, *inputs):
+        if self.static:
+            return self._row_by_row(inputs)
+        return self._invoke(inputs)
+
+    def _row_by_row(self, inputs):
+        batch = next((np.shape(x)[0] for x in inputs if np.ndim(x) > 0), 1)
+        results = []
+        for b in range(batch):
+            fed = []
+            for d, x in zip(self.inputs, inputs):
+                x = np.asarray(x)
+                if x.ndim > 0:
+                    x = x[b : b + 1]
+                    room = [int(n) - m for n, m in zip(d["shape"], x.shape)]
+                    if any(r < 0 for r in room):
+                        raise ValueError(f"input {d['name']!r} of shape {x.shape} is longer "
+                                         f"than the file's static {tuple(d['shape'])}")
+                    x = np.pad(x, [(0, r) for r in room])
+                fed.append(x)
+            results.append(self._invoke(fed))
+        return [np.concatenate(parts) for parts in zip(*results)]
+
+    def _invoke(self, inputs):
         shapes = [np.shape(x) for x in inputs]
         if shapes != self._shapes:
             for d, shape in zip(self.inputs, shapes):

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from keras_seq.export._artifacts import REFERENCE_FILE, host_folder
+from keras_seq.export.integer_tflite import is_integer
 from keras_seq.export.onnx_export import convert_to_onnx
 from keras_seq.export.saved_model import export_classifier_saved_model
 from keras_seq.export.tflite_export import classifier_probabilities, convert_classifier_to_tflite
@@ -34,7 +35,8 @@ CLASSIFIER_FORMATS = ("savedmodel", "tflite", "onnx")
 """The formats of a classifier run (`export_run`'s default: the first two)."""
 
 
-def export_classifier(run, out: str, formats, quantize, examples: int, progress):
+def export_classifier(run, out: str, formats, quantize, examples: int, progress,
+                      calibration=None):
     """Writes the artifacts, the host files and the reference of a classifier run into ``out``.
 
     Args:
@@ -44,6 +46,8 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
         quantize: the quantization modes of the TFLite file.
         examples: at most this many held-out texts in ``reference.npz``.
         progress: the export's `keras_seq.export._progress.Progress`.
+        calibration: the `keras_seq.export.calibration.Calibration` of the
+            integer files (training texts, padded to ``source_length``).
 
     Returns:
         ``(written, manifest)``: the paths keyed ``"savedmodel"``, ``"tflite"``,
@@ -78,7 +82,9 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
         path = os.path.join(folder, CLASSIFIER_FILE + ".tflite")
         with progress.artifact(os.path.relpath(path, out).replace(os.sep, "/")), \
                 open(path, "wb") as f:
-            f.write(convert_classifier_to_tflite(model, quantize=mode))
+            f.write(convert_classifier_to_tflite(
+                model, quantize=mode, representative_data=_calibration_ids(
+                    calibration, tokenizer, source_length) if is_integer(mode) else None))
         written["tflite" if mode is None else f"tflite_{mode}"] = path
         artifact(folder, "tflite", mode)
     if "onnx" in formats:
@@ -115,3 +121,12 @@ def export_classifier(run, out: str, formats, quantize, examples: int, progress)
     }
     return written, manifest
 
+
+
+def _calibration_ids(calibration, tokenizer, source_length: int) -> np.ndarray:
+    """Token ids ``(N, source_length)`` of the first training texts."""
+    from keras_seq.data import classification_ids
+
+    texts = [text for _, text in calibration.training()[: calibration.count]]
+    ids = classification_ids(tokenizer, texts, source_length).numpy().astype(np.int32)
+    return np.pad(ids, [(0, 0), (0, source_length - ids.shape[1])])

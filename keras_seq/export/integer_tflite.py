@@ -104,12 +104,14 @@ def calibration_examples(where: str, representative_data, specs) -> list[list[np
         examples.append(arrays)
     if not examples:
         raise ArgumentValueError(where, "`representative_data` holds no examples.")
-    for i, (name, spec) in enumerate(zip(names, specs)):
-        values = {float(v) for example in examples for v in np.unique(example[i])[:2]}
-        if spec.dtype.is_floating and len(values) < 2:
-            raise ArgumentValueError(where, f"every `representative_data` value of input "
-                                     f"{name!r} is {values.pop()}; the examples set the "
-                                     "ranges of the integer activations: give real inputs.")
+    floating = [i for i, spec in enumerate(specs) if spec.dtype.is_floating]
+    constant = {i: {float(v) for example in examples for v in np.unique(example[i])[:2]}
+                for i in floating}
+    if floating and all(len(values) < 2 for values in constant.values()):
+        name = names[floating[0]]
+        raise ArgumentValueError(where, f"every `representative_data` value of input "
+                                 f"{name!r} is {constant[floating[0]].pop()}; the examples set "
+                                 "the ranges of the integer activations: give real inputs.")
     return examples
 
 

@@ -31,6 +31,7 @@ import tensorflow as tf
 from keras_seq._validation import Arg, ArgumentValueError
 from keras_seq.export._artifacts import HOST_FILE, REFERENCE_FILE, write_json
 from keras_seq.export._tracing import language_model_step_function
+from keras_seq.export.integer_tflite import is_integer
 from keras_seq.export.onnx_export import convert_to_onnx
 from keras_seq.export.streaming import streaming_model
 from keras_seq.export.tflite_export import convert_language_model_step_to_tflite
@@ -57,7 +58,8 @@ def lm_step_file(quantize: str | None) -> str:
     return LM_STEP_FILE if quantize is None else f"lm_step_{quantize}.tflite"
 
 
-def export_language_model(run, out: str, formats, quantize, examples: int, progress):
+def export_language_model(run, out: str, formats, quantize, examples: int, progress,
+                          calibration=None):
     """Writes the step files, the host files and the reference of an LM run into ``out``.
 
     Args:
@@ -68,6 +70,8 @@ def export_language_model(run, out: str, formats, quantize, examples: int, progr
         quantize: the quantization modes, besides the float step.
         examples: at most this many prompts (and at most `PROMPTS`).
         progress: the export's `keras_seq.export._progress.Progress`.
+        calibration: the `keras_seq.export.calibration.Calibration` of the
+            integer steps (the steps fed over windows of the training text).
 
     Returns:
         ``(written, manifest)``: the paths keyed ``"tflite"``,
@@ -96,7 +100,9 @@ def export_language_model(run, out: str, formats, quantize, examples: int, progr
     for mode in [None, *quantize] if "tflite" in formats else list(quantize):
         path = os.path.join(out, lm_step_file(mode))
         with progress.artifact(lm_step_file(mode)), open(path, "wb") as f:
-            f.write(convert_language_model_step_to_tflite(model, context, quantize=mode))
+            f.write(convert_language_model_step_to_tflite(
+                model, context, quantize=mode, representative_data=_calibration_windows(
+                    calibration, tokenizer, context) if is_integer(mode) else None))
         written["tflite" if mode is None else f"tflite_{mode}"] = path
         artifacts.append({"artifact": os.path.basename(path), "format": "tflite",
                           "quantize": mode, "task": "lm"})
@@ -248,3 +254,19 @@ def write_lm_reference(path, model, tokenizer, prompts, context, suppress) -> No
         keras_text=np.array(["".join(vocabulary[i] for i in row) for row in keras_ids], dtype=str),
         keras_ms_per_token=np.float64(1000 * statistics.median(times) / GENERATED),
     )
+
+
+# Tokens of each window of training text a calibration step reads.
+_CALIBRATION_WINDOW = 50
+
+
+def _calibration_windows(calibration, tokenizer, context: int) -> np.ndarray:
+    """Token ids ``(N, L)`` of windows spread evenly over the training text,
+    ``N * L`` about ``calibration.count`` tokens (L at most ``context``)."""
+    text = calibration.training()
+    length = min(_CALIBRATION_WINDOW, context, calibration.count)
+    windows = max(1, calibration.count // length)
+    ids = tokenizer.encode([text], len(text) + 1).numpy()[0]
+    ids = ids[ids != 0]
+    starts = np.linspace(0, max(0, len(ids) - length), windows).astype(int)
+    return np.stack([ids[s : s + length] for s in starts]).astype(np.int32)

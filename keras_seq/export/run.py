@@ -16,7 +16,8 @@ from keras_seq._validation import (
     check_selection,
 )
 from keras_seq.export._artifacts import write_json
-from keras_seq.export._checks import QUANTIZATIONS
+from keras_seq.export._checks import RUN_QUANTIZATIONS
+from keras_seq.export.calibration import DEFAULT_CALIBRATION_EXAMPLES, Calibration
 from keras_seq.export._progress import Progress
 from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.training.locking import folder_lock
@@ -33,6 +34,7 @@ def export_run(
     examples: int = 200,
     overwrite: bool = False,
     verbose: bool = False,
+    calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
 ) -> dict[str, str]:
     """Exports the model of a ``keras-seq train`` run folder, and Keras' outputs.
 
@@ -107,11 +109,21 @@ def export_run(
             run ``("tflite", "onnx")`` (recurrent) or ``("tflite",)``
             (Transformer), the formats it has.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
-        quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``.
+        quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``, and
+            the integer-only ``"int8"`` (a translation, classifier or
+            language-model run: every op an integer kernel, batch 1, sources
+            padded to the run's ``source_length``;
+            `keras_seq.export.integer_tflite`). Not ``"int16x8"``: the
+            files take token ids, which TensorFlow's 16x8 quantizer cannot
+            calibrate.
         examples: held-out examples in the reference outputs (at most).
         overwrite: replace an existing, non-empty ``out``.
         verbose: print one line on stderr as each artifact starts and one
             when it is written, with its seconds (``keras-seq export`` does).
+        calibration_examples: the examples of the run's training split that
+            calibrate each integer file: training texts or sources, and for a
+            step (a decoder step, a language model's step) the inputs it is
+            fed over them, up to this many (`keras_seq.export.calibration`).
 
     Returns:
         The paths written, keyed ``"savedmodel"``, ``"tflite"``,
@@ -139,22 +151,32 @@ def export_run(
     where = "export_run"
     if formats is not None:
         formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
+    if not isinstance(quantize, str) and quantize is not None:
+        quantize = tuple(quantize)
+    if quantize == "int16x8" or (isinstance(quantize, tuple) and "int16x8" in quantize):
+        raise ArgumentValueError(
+            where, "a run's files take token ids, which TensorFlow's 16x8 quantizer cannot "
+            "calibrate (it needs the ranges of every input): export int8 (",
+            Arg("quantize", "int8"), "); convert_to_tflite takes int16x8 for models of float "
+            "inputs.")
     quantize = tuple(
-        check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True,
+        check_selection(where, "quantize", quantize, RUN_QUANTIZATIONS, allow_empty=True,
                         allow_single=True)
     )
     beam_width = check_positive_int(where, "beam_width", beam_width)
     examples = check_positive_int(where, "examples", examples)
+    calibration_examples = check_positive_int(where, "calibration_examples",
+                                              calibration_examples)
     overwrite = check_bool(where, "overwrite", overwrite)
     progress = Progress(check_bool(where, "verbose", verbose))
     out = os.path.abspath(os.fspath(out))
     with folder_lock(out, "export"):
         return _export_run(where, run_dir, out, formats, beam_width, quantize, examples,
-                           overwrite, progress)
+                           overwrite, progress, calibration_examples)
 
 
 def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, overwrite,
-                progress):
+                progress, calibration_examples):
     from keras_seq import recipes
     from keras_seq.run_folder import read_run
 
@@ -166,12 +188,19 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
             where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") exports "
             f"{recipe.formats_described or ', '.join(map(repr, recipe.formats))}; received ",
             Arg("formats", list(formats)), ".")
+    if "int8" in quantize and not recipe.integer_export:
+        raise ArgumentValueError(
+            where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") has no "
+            f"integer-only TFLite file: its file takes inputs of any length, and an integer "
+            "model runs its loops unrolled over one static length; received ",
+            Arg("quantize", list(quantize)), ".")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
     try:
         written, manifest = recipe.export(folder, staging, formats, beam_width, quantize,
-                                          examples, progress)
+                                          examples, progress,
+                                          Calibration(folder, calibration_examples))
         written["manifest"] = os.path.join(staging, MANIFEST_FILE)
         write_json(written["manifest"], manifest)
         _swap_in(staging, out)

@@ -20,6 +20,7 @@ from keras_seq._validation import (
 from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._lowering import BuiltinLoops
 from keras_seq.export._tflite_converter import convert_with_signature
+from keras_seq.export.calibration import as_traced, rows, step_examples
 from keras_seq.export.integer_tflite import (
     calibration_examples,
     convert_integer,
@@ -248,7 +249,8 @@ def convert_seq2seq_to_tflite(model, quantize: str | None = None) -> bytes:
 
 
 def convert_decoder_steps_to_tflite(
-    model, target_length: int, quantize: str | None = None, fuse_lstm: bool = False
+    model, target_length: int, quantize: str | None = None, fuse_lstm: bool = False,
+    representative_data=None,
 ) -> tuple[bytes, bytes]:
     """Converts a translation model into an encoder and a one-step decoder.
 
@@ -268,27 +270,90 @@ def convert_decoder_steps_to_tflite(
     Args:
         model: a model built by `models.rnn_seq2seq` or `models.transformer_seq2seq`.
         target_length: the most decoding steps (sizes the Transformer's caches).
-        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+        quantize: `None`, ``"dynamic"``, ``"float16"``, ``"int8"`` or
+            ``"int16x8"`` (see `convert_to_tflite`). An integer encoder takes a
+            batch of 1 and sources padded to the calibration sources' length;
+            an integer step, a batch of 1.
         fuse_lstm: convert the encoder's LSTM layers to TFLite's fused kernel
             (see `convert_to_tflite`); the encoder then takes a batch of 1.
+        representative_data: for an integer ``quantize``, source ids
+            ``(N, S)`` int (0-padded to one length ``S``): the encoder is
+            calibrated on them, and the step on the inputs it is fed while the
+            float model decodes them greedily.
 
     Returns:
         ``(encoder_flatbuffer, step_flatbuffer)``.
     """
     require_tensorflow("keras_seq.export.convert_decoder_steps_to_tflite", EXPORT_THERE)
     where = "convert_decoder_steps_to_tflite"
-    check_quantize(where, quantize, integer=False)
+    check_quantize(where, quantize)
     encode, encode_signature, step, step_signature = decoder_step_functions(
         where, model, target_length
     )
+    if is_integer(quantize):
+        sources, step_data = _decoder_calibration(where, model, encode, encode_signature, step,
+                                                  step_signature, representative_data,
+                                                  target_length)
+        return (
+            convert_to_tflite(encode, encode_signature, quantize=quantize, fuse_lstm=fuse_lstm,
+                              representative_data=sources),
+            convert_to_tflite(step, step_signature, quantize=quantize,
+                              representative_data=step_data),
+        )
     fused = {"fuse_lstm": True, "batch_size": 1} if fuse_lstm else {}
     return (
-        convert_to_tflite(encode, encode_signature, quantize=quantize, **fused),
+        convert_to_tflite(encode, encode_signature, quantize=quantize, **fused,
+                          representative_data=representative_data),
         convert_to_tflite(step, step_signature, quantize=quantize),
     )
 
 
-def convert_classifier_to_tflite(model, quantize: str | None = None) -> bytes:
+def _decoder_calibration(where, model, encode, encode_signature, step, step_signature,
+                         representative_data, target_length):
+    """The encoder's examples (each source) and the step's (its inputs while
+    the float model decodes each source greedily)."""
+    from keras_seq.reserved_tokens import END_ID, PAD_ID, START_ID
+
+    sources = _token_id_rows(where, representative_data)
+    traced_encode = as_traced(encode, encode_signature)
+    traced_step = as_traced(step, step_signature)
+
+    def first(source):
+        return [np.array([START_ID], np.int32), np.int32(0),
+                *(o.numpy() for o in traced_encode(source))]
+
+    def advance(inputs, outputs, source, t):
+        token = int(np.argmax(outputs[0], -1)[0])
+        if token in (END_ID, PAD_ID) or t + 1 >= target_length:
+            return None
+        num_state = len(outputs) - 1
+        constants = inputs[2:len(inputs) - num_state]
+        return [np.array([token], np.int32), np.int32(t + 1), *constants, *outputs[1:]]
+
+    steps = step_examples(traced_step, first, advance, sources, count=_STEP_EXAMPLES_PER_SOURCE
+                          * len(sources))
+    return sources, steps
+
+
+def _token_id_rows(where, representative_data) -> list[np.ndarray]:
+    """``representative_data`` of token ids ``(N, T)`` as rows of one."""
+    if representative_data is None:
+        raise ArgumentValueError(where, "integer quantization calibrates on real inputs: give "
+                                 "`representative_data`, token ids (N, T) of training "
+                                 "examples (0-padded to one length).")
+    ids = np.asarray(representative_data)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer) or ids.shape[0] == 0:
+        raise ArgumentValueError(where, "`representative_data` must be token ids (N, T) "
+                                 f"int, N >= 1; received shape {ids.shape}, dtype {ids.dtype}.")
+    return rows(ids.astype(np.int32))
+
+
+# Steps recorded per calibration source or text, at most.
+_STEP_EXAMPLES_PER_SOURCE = 8
+
+
+def convert_classifier_to_tflite(model, quantize: str | None = None,
+                                 representative_data=None) -> bytes:
     """Converts a text classifier to TFLite, with the softmax inside.
 
     Input ``token_ids (B, T)`` int32 (dynamic ``B`` and ``T``; 0 = padding at
@@ -298,14 +363,22 @@ def convert_classifier_to_tflite(model, quantize: str | None = None) -> bytes:
 
     Args:
         model: a classifier ``token_ids (B, T) -> logits (B, classes)``.
-        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+        quantize: `None`, ``"dynamic"``, ``"float16"``, ``"int8"`` or
+            ``"int16x8"`` (see `convert_to_tflite`); an integer file takes a
+            batch of 1 and ids padded to the calibration ids' length.
+        representative_data: for an integer ``quantize``, token ids ``(N, T)``
+            of training texts, 0-padded to one length ``T``.
 
     Returns:
         The flatbuffer bytes.
     """
     require_tensorflow("keras_seq.export.convert_classifier_to_tflite", EXPORT_THERE)
-    check_quantize("convert_classifier_to_tflite", quantize, integer=False)
-    return convert_to_tflite(classifier_probabilities(model), quantize=quantize)
+    where = "convert_classifier_to_tflite"
+    check_quantize(where, quantize)
+    if is_integer(quantize):
+        representative_data = _token_id_rows(where, representative_data)
+    return convert_to_tflite(classifier_probabilities(model), quantize=quantize,
+                             representative_data=representative_data)
 
 
 def classifier_probabilities(model):
@@ -318,7 +391,7 @@ def classifier_probabilities(model):
 
 
 def convert_language_model_step_to_tflite(
-    model, context: int, quantize: str | None = None
+    model, context: int, quantize: str | None = None, representative_data=None
 ) -> bytes:
     """Converts a language model into one generation step, for a device's own loop.
 
@@ -340,16 +413,44 @@ def convert_language_model_step_to_tflite(
             ``"transformer"``).
         context: positions of the Transformer's caches (the run's training
             ``context``); not used by a recurrent model.
-        quantize: `None`, ``"dynamic"`` or ``"float16"`` (see `convert_to_tflite`).
+        quantize: `None`, ``"dynamic"``, ``"float16"``, ``"int8"`` or
+            ``"int16x8"`` (see `convert_to_tflite`); an integer step takes a
+            batch of 1.
+        representative_data: for an integer ``quantize``, token ids ``(N, T)``
+            of training text: the step is calibrated on what it is fed while
+            the float step reads each row from a zero state (at most
+            ``context`` tokens of a row for a Transformer).
 
     Returns:
         The flatbuffer bytes.
     """
     require_tensorflow("keras_seq.export.convert_language_model_step_to_tflite", EXPORT_THERE)
     where = "convert_language_model_step_to_tflite"
-    check_quantize(where, quantize, integer=False)
-    step, signature, _ = language_model_step_function(where, model, context)
-    return convert_to_tflite(step, signature, quantize=quantize)
+    check_quantize(where, quantize)
+    step, signature, initial_state = language_model_step_function(where, model, context)
+    if is_integer(quantize):
+        representative_data = _language_model_calibration(
+            where, step, signature, initial_state, representative_data, context)
+    return convert_to_tflite(step, signature, quantize=quantize,
+                             representative_data=representative_data)
+
+
+def _language_model_calibration(where, step, signature, initial_state, representative_data,
+                                context):
+    texts = _token_id_rows(where, representative_data)
+    positional = any(spec.name == "t" for spec in signature)
+    traced = as_traced(step, signature)
+
+    def first(ids):
+        return [ids[:, 0], *([np.int32(0)] if positional else []), *initial_state(1)]
+
+    def advance(inputs, outputs, ids, t):
+        if t + 1 >= ids.shape[1] or (positional and t + 1 >= context):
+            return None
+        return [ids[:, t + 1], *([np.int32(t + 1)] if positional else []), *outputs[1:]]
+
+    return step_examples(traced, first, advance, texts, count=sum(
+        min(ids.shape[1], context if positional else ids.shape[1]) for ids in texts))
 
 
 def tflite_greedy_decode(

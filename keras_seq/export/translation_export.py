@@ -28,6 +28,7 @@ import tensorflow as tf
 from keras_seq.export._artifacts import REFERENCE_FILE, artifact_entry, host_folder
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
+from keras_seq.export.integer_tflite import is_integer
 from keras_seq.export.streaming_translation import convert_streaming_translator_to_tflite
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,
@@ -44,7 +45,8 @@ SERVING_MODEL = "translator"
 _MAX_REFERENCE_LOGITS = 16 * 2**20
 
 
-def export_translation(folder, out, formats, beam_width, quantize, examples, progress):
+def export_translation(folder, out, formats, beam_width, quantize, examples, progress,
+                       calibration=None):
     """Writes a translation run's artifacts and reference into ``out`` (exists,
     empty): ``(paths written, manifest)``; see the module docstring.
 
@@ -56,6 +58,8 @@ def export_translation(folder, out, formats, beam_width, quantize, examples, pro
         quantize: the quantization modes of the encoder and decoder step.
         examples: at most this many held-out pairs in ``reference.npz``.
         progress: the export's `keras_seq.export._progress.Progress`.
+        calibration: the `keras_seq.export.calibration.Calibration` of the
+            integer files (training sources, padded to ``source_length``).
     """
     from keras_seq.tasks import from_run
 
@@ -67,6 +71,7 @@ def export_translation(folder, out, formats, beam_width, quantize, examples, pro
         "target_length": int(preprocessor.target_length),
         "model": translator,
         "tokenizer": preprocessor.tokenizer,
+        "calibration": calibration,
     }
     steps = []  # (paths written, manifest entry) of each artifact
     if "savedmodel" in formats:
@@ -117,8 +122,13 @@ def _export_tflite(run, out, mode):
     """``tflite/`` (mode None: forward pass, encoder, decoder step) or ``tflite_<mode>/``."""
     name = "tflite" if mode is None else f"tflite_{mode}"
     folder = host_folder(out, name, run["tokenizer"], _host_config(run, mode))
+    sources = None
+    if is_integer(mode):
+        calibration = run["calibration"]
+        texts = [source for source, _ in calibration.training()[: calibration.count]]
+        sources = run["tokenizer"].encode(texts, run["source_length"]).numpy()
     encoder, decoder_step = convert_decoder_steps_to_tflite(
-        run["model"], run["target_length"], quantize=mode
+        run["model"], run["target_length"], quantize=mode, representative_data=sources
     )
     files = [("encoder", encoder), ("decoder_step", decoder_step)]
     if mode is None:

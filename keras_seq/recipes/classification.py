@@ -367,11 +367,12 @@ class Classification(Recipe):
     def default_formats(self, run):
         return ("savedmodel", "tflite")
 
-    def export(self, run, out, formats, beam_width, quantize, examples, progress):
+    def export(self, run, out, formats, beam_width, quantize, examples, progress,
+               calibration=None):
         from keras_seq.export.classifier_export import export_classifier
 
         no_beam(beam_width, "a classifier decodes nothing")
-        return export_classifier(run, out, formats, quantize, examples, progress)
+        return export_classifier(run, out, formats, quantize, examples, progress, calibration)
 
 
 def load_labelled(config) -> tuple[list, list, list]:

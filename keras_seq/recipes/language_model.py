@@ -120,6 +120,12 @@ class LanguageModel(Recipe):
             )
         return source, train_text, held_out_text
 
+    def training_examples(self, run) -> str:
+        """The training text (the first 90% of the data)."""
+        from keras_seq.recipes.recipe import run_config
+
+        return self.read(run_config(run))[1]
+
     def prepare(self, config, loaded, replicas=1):
         import numpy as np
         import tensorflow as tf
@@ -219,11 +225,13 @@ class LanguageModel(Recipe):
     def default_formats(self, run):
         return None  # the language model's own: its stream too when it is recurrent
 
-    def export(self, run, out, formats, beam_width, quantize, examples, progress):
+    def export(self, run, out, formats, beam_width, quantize, examples, progress,
+               calibration=None):
         from keras_seq.export.language_model_export import export_language_model
 
         no_beam(beam_width, "a language-model run exports a generation step")
-        return export_language_model(run, out, formats, quantize, examples, progress)
+        return export_language_model(run, out, formats, quantize, examples, progress,
+                                     calibration)
 
 
 class BidirectionalLanguageModel(LanguageModel):
@@ -307,7 +315,8 @@ class BidirectionalLanguageModel(LanguageModel):
         return (f"Held-out loss: forward {metrics['val_forward_loss']:.4f}, backward "
                 f"{metrics['val_backward_loss']:.4f} {unit}{per_character}")
 
-    def export(self, run, out, formats, beam_width, quantize, examples, progress):
+    def export(self, run, out, formats, beam_width, quantize, examples, progress,
+               calibration=None):
         raise ArgumentValueError(
             "export_run", f"{run.path} holds a bidirectional language model (",
             Arg("task", "bilm"), "): it has no export; load its model.keras and use "

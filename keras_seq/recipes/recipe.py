@@ -33,6 +33,12 @@ FAMILY_KEYS = ("epochs", "batch_size", "learning_rate", "units", "layers")
 """The options whose defaults depend on the model family."""
 
 
+CALIBRATION_EXAMPLES = 200
+"""Examples of a run's training split that calibrate each integer export
+file by default (``keras-seq export --calibration-examples``;
+`Recipe.training_examples`, `keras_seq.export.calibration`)."""
+
+
 class RunResultWarning(UserWarning):
     """A trained run's held-out result that its options explain (`Recipe.result_warnings`):
     ``keras-seq train`` prints it as ``keras-seq train: warning: ...``."""
@@ -59,6 +65,8 @@ class Recipe:
             each writes, for a message (default: their names).
         recorded_sizes: the sizes its runs record in their ``config``
             (``source_length``, ...), which the commands read.
+        integer_export: whether its TFLite files have integer-only forms
+            (``quantize`` ``"int8"``, ``"int16x8"``).
         command: the ``keras-seq`` command that applies its runs to texts
             (``RUN_DIR TEXT... | --input FILE``, `use`), or None;
             ``command_help`` and ``command_description`` its help.
@@ -76,6 +84,7 @@ class Recipe:
     formats: tuple[str, ...] = ()
     formats_described = ""
     recorded_sizes: tuple[str, ...] = ()
+    integer_export = True
     command: str | None = None
     command_help = ""
     command_description = ""
@@ -197,9 +206,17 @@ class Recipe:
 
     # --- its exports ---
 
+    def training_examples(self, run) -> list:
+        """The run's training split, read again from its recorded options: the
+        examples that calibrate its integer exports (`read`'s first part; a
+        language model's training text)."""
+        return self.read(run_config(run))[0]
+
     def export(self, run, out: str, formats, beam_width: int, quantize, examples: int,
-               progress) -> tuple[dict, dict]:
-        """Writes the run's artifacts into ``out``: ``(paths written, manifest)``."""
+               progress, calibration=None) -> tuple[dict, dict]:
+        """Writes the run's artifacts into ``out``: ``(paths written, manifest)``;
+        ``calibration`` (a `keras_seq.export.calibration.Calibration`)
+        calibrates the integer files of ``quantize``."""
         raise NotImplementedError(f"{type(self).__name__} must define export.")
 
 
@@ -251,3 +268,14 @@ def listed(parts: list, last: str = " or ") -> list:
 def use_run(recipe: Recipe) -> list:
     """Message parts: what to do with a run of ``recipe`` (``use translate_texts``)."""
     return ["use ", Call(recipe.uses)]
+
+
+def run_config(run):
+    """The `TrainingConfig` a run folder recorded (``metrics["config"]``;
+    the sizes it also records are left out)."""
+    import dataclasses
+
+    from keras_seq.run_config import TrainingConfig
+
+    names = {field.name for field in dataclasses.fields(TrainingConfig)}
+    return TrainingConfig(**{k: v for k, v in run.config.items() if k in names})

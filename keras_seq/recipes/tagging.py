@@ -64,6 +64,8 @@ class Tagging(Recipe):
     uses = "tag_texts"
     data = "token<TAB>tag file (a blank line between sentences)."
     formats = ("savedmodel", "tflite")
+    # Sentences of any length; an integer model is unrolled over one length.
+    integer_export = False
     formats_described = "'savedmodel' (tagger/1) and 'tflite' (tflite/tagger.tflite)"
     command = "tag"
     command_help = "print each token of the texts with its tag, by a trained tagger"
@@ -213,7 +215,8 @@ class Tagging(Recipe):
 
     # --- the exports ---
 
-    def export(self, run, out, formats, beam_width, quantize, examples, progress):
+    def export(self, run, out, formats, beam_width, quantize, examples, progress,
+               calibration=None):
         import numpy as np
         import tensorflow as tf
 

@@ -245,11 +245,12 @@ class Translation(Recipe):
     def default_formats(self, run):
         return ("savedmodel", "tflite", "onnx")
 
-    def export(self, run, out, formats, beam_width, quantize, examples, progress):
+    def export(self, run, out, formats, beam_width, quantize, examples, progress,
+               calibration=None):
         from keras_seq.export.translation_export import export_translation
 
         return export_translation(run, out, formats or ("savedmodel",), beam_width, quantize,
-                                  examples, progress)
+                                  examples, progress, calibration)
 
 
 _DEFAULTS = {"attention": "bahdanau", "zoneout": 0.0, "scheduled_sampling": 0.0}

@@ -15,9 +15,10 @@ from keras import ops
 
 from keras_seq import _validation
 from keras_seq.layers.attention import _masking
+from keras_seq.layers.quantization import KernelQuantization
 
 
-class KeyValueAttention(keras.layers.Layer):
+class KeyValueAttention(KernelQuantization, keras.layers.Layer):
     """Attention of queries over keys/values with a projected key (a base class).
 
     Args:
@@ -30,9 +31,12 @@ class KeyValueAttention(keras.layers.Layer):
         self.dropout = _validation.check_rate(self, "dropout", dropout)
         self.seed = _validation.check_int(self, "seed", seed, allow_none=True)
         self.supports_masking = True
-        self._dropout_layer = keras.layers.Dropout(
-            self.dropout, seed=self.seed, dtype=self.dtype_policy
-        )
+        # Only with a rate: without sublayers the layer is one that
+        # keras.Model.quantize quantizes (its kernels, `KernelQuantization`).
+        if self.dropout:
+            self._dropout_layer = keras.layers.Dropout(
+                self.dropout, seed=self.seed, dtype=self.dtype_policy
+            )
 
     # --- what a subclass provides ---
 

@@ -10,6 +10,7 @@ from keras import ops
 from keras_seq import _validation
 from keras_seq._validation import ArgumentValueError
 from keras_seq.layers.attention import _masking
+from keras_seq.layers.quantization import SublayerQuantization
 
 
 def _write_cache(cache, k_v, index):
@@ -33,7 +34,7 @@ def _write_cache(cache, k_v, index):
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class MultiHeadAttention(keras.layers.MultiHeadAttention):
+class MultiHeadAttention(SublayerQuantization, keras.layers.MultiHeadAttention):
     """Multi-head attention, `keras.layers.MultiHeadAttention` plus a key/value cache.
 
     For each head h (Vaswani et al. 2017, eq. 1 and section 3.2.2):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import keras
 
 from keras_seq import _validation
+from keras_seq.layers.quantization import SublayerQuantization
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class PositionwiseFeedForward(keras.layers.Layer):
+class PositionwiseFeedForward(SublayerQuantization, keras.layers.Layer):
     """Two dense layers applied to every position alike (Vaswani et al. 2017, eq. 2).
 
         FFN(x) = dropout(activation(x W_1 + b_1) W_2 + b_2)

@@ -9,10 +9,11 @@ from keras_seq import _validation
 from keras_seq._validation import ArgumentValueError
 from keras_seq.layers.attention import _masking
 from keras_seq.layers.attention import _transformer_block as block
+from keras_seq.layers.quantization import SublayerQuantization
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class TransformerDecoder(keras.layers.Layer):
+class TransformerDecoder(SublayerQuantization, keras.layers.Layer):
     """One Transformer decoder block, argument-compatible with KerasHub's.
 
     Post-norm (Vaswani et al. 2017, `normalize_first=False`), for decoder

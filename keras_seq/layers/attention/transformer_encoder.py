@@ -6,10 +6,11 @@ import keras
 
 from keras_seq import _validation
 from keras_seq.layers.attention import _transformer_block as block
+from keras_seq.layers.quantization import SublayerQuantization
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class TransformerEncoder(keras.layers.Layer):
+class TransformerEncoder(SublayerQuantization, keras.layers.Layer):
     """One Transformer encoder block, argument-compatible with KerasHub's.
 
     Post-norm (Vaswani et al. 2017, `normalize_first=False`):

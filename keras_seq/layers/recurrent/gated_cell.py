@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 import keras
-from keras import activations, constraints, initializers, ops, regularizers
+from keras import activations, constraints, dtype_policies, initializers, ops, regularizers
 
 from keras_seq._validation import (
     check_activation,
@@ -284,7 +284,12 @@ class GatedRNN(RNN):
     def __init__(self, units: int, return_sequences: bool = False, return_state: bool = False,
                  go_backwards: bool = False, stateful: bool = False, unroll: bool = False,
                  **kwargs):
+        # A cell quantized by `keras.Model.quantize` (its int8 policy, saved
+        # as "cell_dtype"): built with its int8 weights.
+        cell_dtype = kwargs.pop("cell_dtype", None)
         cell, rnn_arguments = cell_and_rnn_arguments(self.cell_class, units, kwargs)
+        if cell_dtype is not None:
+            cell.dtype_policy = dtype_policies.deserialize(cell_dtype)
         super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
                          go_backwards=go_backwards, stateful=stateful, unroll=unroll,
                          **rnn_arguments)
@@ -293,12 +298,15 @@ class GatedRNN(RNN):
         config = super().get_config()
         del config["cell"]
         cell_config = self.cell.get_config()
+        cell_dtype = cell_config.get("dtype")
         for key in ("name", "trainable", "dtype"):
             cell_config.pop(key, None)
         if not cell_config.get("zoneout"):
             # Left out at its default: a layer written before zoneout (or
             # outside this package) need not accept it.
             cell_config.pop("zoneout", None)
+        if self.cell.quantization_mode is not None:
+            cell_config["cell_dtype"] = cell_dtype
         return {**config, **cell_config}
 
     @classmethod

@@ -16,10 +16,11 @@ from keras_seq._validation import (
 )
 from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell
+from keras_seq.layers.quantization import SublayerQuantization
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class RecurrentBlock(RecurrentCell):
+class RecurrentBlock(SublayerQuantization, RecurrentCell):
     """A pre-norm residual block around a recurrent cell, as a cell (run it with `RNN`).
 
     Griffin's residual block (De et al. 2024), with the recurrence ``cell``

@@ -24,6 +24,7 @@ from keras_seq._validation import check_bool, float_inputs, invalid_value, shape
 from keras_seq.layers.recurrent import backend, fast_paths
 from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence, run_parallel
 from keras_seq.layers.recurrent.masking import mask_step
+from keras_seq.layers.quantization import KernelQuantization
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
@@ -72,7 +73,7 @@ class LoopHints:
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")
-class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
+class RecurrentCell(KernelQuantization, keras.layers.Layer, DropoutRNNCell):
     """Base class of a recurrent cell: one time step, in ``keras.ops``.
 
     A cell is a layer that defines, in ``keras.ops`` (so that it runs on
