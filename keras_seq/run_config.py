@@ -76,6 +76,7 @@ __all__ = [
     "TrainingConfig",
     "WORDPIECE_VOCAB_SIZE",
     "default_for",
+    "recorded_config",
 ]
 
 TUNERS = ("random", "hyperband", "bayesian")
@@ -378,3 +379,10 @@ class TrainingConfig:
             where, "backup_every_steps", self.backup_every_steps, allow_none=True
         )
         return dataclasses.replace(self, task=task, **values)
+
+
+def recorded_config(config: dict) -> TrainingConfig:
+    """The `TrainingConfig` of a run from the options its folder recorded
+    (``metrics.json``'s ``config``; the sizes it also records are left out)."""
+    names = {field.name for field in dataclasses.fields(TrainingConfig)}
+    return TrainingConfig(**{k: v for k, v in config.items() if k in names})

@@ -171,6 +171,35 @@ def test_ops_the_quantizer_leaves_in_float_are_named_in_a_warning():
     _assert_close_to_keras(flatbuffer, model, list(PARTLY_FLOAT))
 
 
+def test_masked_attention_over_padded_ids_converts_to_int8():
+    """A -1e9 mask fill would leave every kept logit one int8 value (uniform
+    attention); the integer export fills just below the smallest kept one."""
+    keras.utils.set_random_seed(7)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    h = keras.layers.Embedding(20, 8, mask_zero=True)(ids)
+    h = layers.GRU(U, return_sequences=True)(h)
+    h = layers.BahdanauAttention(U)(h, h)
+    model = keras.Model(ids, keras.layers.Dense(3)(h))
+    rng = np.random.default_rng(8)
+    for weight in model.weights:  # scores far apart: attention that picks
+        weight.assign(rng.normal(0.0, 1.0, weight.shape).astype("float32"))
+
+    def padded(n):
+        rows = np.zeros((n, 1, 9), np.int32)
+        for row in rows:
+            length = rng.integers(3, 10)
+            row[0, :length] = rng.integers(1, 20, length)
+        return list(rows)
+
+    flatbuffer = convert_to_tflite(model, quantize="int8", representative_data=padded(60))
+    runner = _runner(flatbuffer)
+    for x in padded(4):
+        length = int((x != 0).sum())
+        reference = np.asarray(model(x))[:, :length]
+        got = runner(ids=x)["output_0"][:, :length]
+        assert np.abs(got - reference).max() <= _int8_tolerance(reference)
+
+
 def test_a_streaming_step_converts_to_int8_and_carries_its_states():
     keras.utils.set_random_seed(1)
     x = keras.Input((None, F))

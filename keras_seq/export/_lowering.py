@@ -52,12 +52,15 @@ def layers_of(models) -> list:
 class Lowering:
     """One conversion's lowering; a subclass defines `lower`.
 
-    ``unrolls_loops``: every loop of a static length in the trace runs
-    unrolled (`keras_seq.layers.recurrent.rnn.scan` asks), as the integer
-    quantizer needs a graph without loops.
+    ``integer``: the trace is quantized to integers (TFLite's int8 or
+    16x8), whose quantizer needs a graph without loops and ranges without
+    extremes: every loop of a static length runs unrolled
+    (`keras_seq.layers.recurrent.rnn.scan` asks), and an attention mask
+    fills its masked logits within the logits' own range
+    (`keras_seq.layers.attention._masking.masked_softmax` asks).
     """
 
-    unrolls_loops = False
+    integer = False
 
     def lower(self, layer, sequences, initial_state, mask, training):
         """``inner_loop``'s ``(last_output, outputs, states)`` for ``layer``
@@ -123,13 +126,12 @@ class BuiltinLoops(Lowering):
 
     Args:
         where: the converter's name, for messages.
-        unroll_loops: run every loop of a static length unrolled (integer
-            quantization).
+        integer: the conversion quantizes to integers (see `Lowering`).
     """
 
-    def __init__(self, where: str, unroll_loops: bool = False):
+    def __init__(self, where: str, integer: bool = False):
         self.where = where
-        self.unrolls_loops = unroll_loops
+        self.integer = integer
 
     def keras_layers(self, models):
         for layer in layers_of(models):

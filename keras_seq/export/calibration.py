@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from keras_seq._validation import ArgumentValueError, check_positive_int
-from keras_seq.recipes.recipe import CALIBRATION_EXAMPLES as DEFAULT_CALIBRATION_EXAMPLES
 
 
 class Calibration:
@@ -24,23 +23,21 @@ class Calibration:
     split, read once when first asked for.
 
     Args:
-        run: the `keras_seq.run_folder.RunFolder`.
+        read: returns the run's training split (its recipe's
+            `Recipe.training_examples`).
         count: examples per integer file.
     """
 
-    def __init__(self, run, count: int = DEFAULT_CALIBRATION_EXAMPLES):
-        self.run = run
+    def __init__(self, read, count: int):
+        self._read = read
         self.count = check_positive_int("export_run", "calibration_examples", count)
         self._training = None
 
     def training(self):
-        """The run's training split (`Recipe.training_examples`)."""
+        """The run's training split."""
         if self._training is None:
-            from keras_seq import recipes
-
             try:
-                self._training = recipes.recipe_of_run(self.run.config).training_examples(
-                    self.run)
+                self._training = self._read()
             except FileNotFoundError as error:
                 raise ArgumentValueError(
                     "export_run", "integer quantization calibrates on the run's training "

@@ -14,7 +14,7 @@ So:
 
 - the graph is traced without loops: every loop of a static length runs
   unrolled (`keras_seq.export._lowering.BuiltinLoops` with
-  ``unroll_loops``), the time length taken from the signature or, for the
+  ``integer``), the time length taken from the signature or, for the
   default one, from the calibration examples. A step model from
   `keras_seq.export.streaming_model`, fed one step at a time, has no loop
   at all; a dynamic length left in the graph is refused with one line.

@@ -17,7 +17,9 @@ from keras_seq._validation import (
 )
 from keras_seq.export._artifacts import write_json
 from keras_seq.export._checks import RUN_QUANTIZATIONS
-from keras_seq.export.calibration import DEFAULT_CALIBRATION_EXAMPLES, Calibration
+from keras_seq.export.calibration import Calibration
+from keras_seq.recipes.recipe import CALIBRATION_EXAMPLES
+from keras_seq.run_config import recorded_config
 from keras_seq.export._progress import Progress
 from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.training.locking import folder_lock
@@ -34,7 +36,7 @@ def export_run(
     examples: int = 200,
     overwrite: bool = False,
     verbose: bool = False,
-    calibration_examples: int = DEFAULT_CALIBRATION_EXAMPLES,
+    calibration_examples: int = CALIBRATION_EXAMPLES,
 ) -> dict[str, str]:
     """Exports the model of a ``keras-seq train`` run folder, and Keras' outputs.
 
@@ -198,9 +200,13 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)
     try:
+        calibration = Calibration(
+            lambda: recipe.training_examples(recorded_config(folder.config)),
+            calibration_examples)
+        if "int8" in quantize:
+            calibration.training()  # data that is gone: said before any conversion
         written, manifest = recipe.export(folder, staging, formats, beam_width, quantize,
-                                          examples, progress,
-                                          Calibration(folder, calibration_examples))
+                                          examples, progress, calibration)
         written["manifest"] = os.path.join(staging, MANIFEST_FILE)
         write_json(written["manifest"], manifest)
         _swap_in(staging, out)

@@ -144,7 +144,7 @@ def convert_to_tflite(
         specs = static_specs(where, specs, examples)
     # Keras' own recurrent layers run the package's loop in this trace
     # (`BuiltinLoops`); an integer model's loops run unrolled.
-    lowering = BuiltinLoops(where, unroll_loops=integer)
+    lowering = BuiltinLoops(where, integer=integer)
     with lowering.keras_layers(models_of(model)):
         concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(*specs)
     if integer:

@@ -120,11 +120,9 @@ class LanguageModel(Recipe):
             )
         return source, train_text, held_out_text
 
-    def training_examples(self, run) -> str:
+    def training_examples(self, config) -> str:
         """The training text (the first 90% of the data)."""
-        from keras_seq.recipes.recipe import run_config
-
-        return self.read(run_config(run))[1]
+        return self.read(config)[1]
 
     def prepare(self, config, loaded, replicas=1):
         import numpy as np

@@ -206,11 +206,12 @@ class Recipe:
 
     # --- its exports ---
 
-    def training_examples(self, run) -> list:
-        """The run's training split, read again from its recorded options: the
-        examples that calibrate its integer exports (`read`'s first part; a
-        language model's training text)."""
-        return self.read(run_config(run))[0]
+    def training_examples(self, config) -> list:
+        """The training split of a run of ``config`` (its recorded options,
+        `keras_seq.run_config.recorded_config`), read again: the examples
+        that calibrate its integer exports (`read`'s first part; a language
+        model's training text)."""
+        return self.read(config)[0]
 
     def export(self, run, out: str, formats, beam_width: int, quantize, examples: int,
                progress, calibration=None) -> tuple[dict, dict]:
@@ -269,13 +270,3 @@ def use_run(recipe: Recipe) -> list:
     """Message parts: what to do with a run of ``recipe`` (``use translate_texts``)."""
     return ["use ", Call(recipe.uses)]
 
-
-def run_config(run):
-    """The `TrainingConfig` a run folder recorded (``metrics["config"]``;
-    the sizes it also records are left out)."""
-    import dataclasses
-
-    from keras_seq.run_config import TrainingConfig
-
-    names = {field.name for field in dataclasses.fields(TrainingConfig)}
-    return TrainingConfig(**{k: v for k, v in run.config.items() if k in names})

@@ -20,6 +20,7 @@ DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
 # Class-like names in docs/contract.md that are not layers of ours.
 NOT_OUR_LAYERS = {
     "Embedding": "Keras' layer, as the source of a mask",
+    "LayerNormalization": "Keras' layer, which the quantizer leaves a negation of in float",
     "SimpleRNN": "Keras' layer behind the builders' cell='simple'",
     "CachedMultiHeadAttention": "KerasHub's layer, whose cache layout ours follows",
     "SinePositionEncoding": "KerasHub's layer, compared with ours",

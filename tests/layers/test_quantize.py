@@ -80,10 +80,13 @@ class DecayCell(layers.RecurrentCell):
 CELLS["user cell (RNN)"] = lambda: layers.RNN(ScaledTanhCell(U), return_sequences=True)
 
 
-def _model(make):
+def _model(branches):
+    """One output per branch over the same input (one quantize, one save)."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((None, F))
-    model = keras.Model(inputs, keras.layers.Dense(3, name="head")(make()(inputs)))
+    outputs = [keras.layers.Dense(3, name=f"head_{i}")(make()(inputs))
+               for i, make in enumerate(branches.values())]
+    model = keras.Model(inputs, outputs)
     rng = np.random.default_rng(1)
     for weight in model.weights:
         if "float" in str(weight.dtype):
@@ -97,6 +100,10 @@ def _x():
 
 def _numpy(x):
     return ops.convert_to_numpy(x)
+
+
+def _outputs(model, x):
+    return [_numpy(y) for y in model(x)]
 
 
 def _rounded(kernel):
@@ -113,36 +120,43 @@ def _quantized(model):
     return model
 
 
-@pytest.mark.parametrize("name", list(CELLS))
-def test_quantize_int8_stores_int8_kernels_and_computes_their_rounding(name, tmp_path):
-    model = _model(CELLS[name])
+def _cells(layer):
+    if isinstance(layer, keras.layers.Bidirectional):
+        return [layer.forward_layer.cell, layer.backward_layer.cell]
+    return [layer.cell]
+
+
+def test_quantize_int8_stores_int8_kernels_and_computes_their_rounding(tmp_path):
+    model = _model(CELLS)
     x = _x()
-    float_out = _numpy(model(x))
-    reference = _model(CELLS[name])
+    floats = _outputs(model, x)
+    reference = _model(CELLS)
     for weight in reference.weights:
-        if weight.name.endswith("kernel") and len(weight.shape) >= 2 and weight.path.split(
-                "/")[0] != "head":
+        if weight.name.endswith("kernel") and len(weight.shape) >= 2:
+            # The heads are Keras' Dense: the same rounding of their kernels.
             weight.assign(_rounded(_numpy(weight)).astype("float32"))
-    reference.get_layer("head").kernel.assign(
-        _rounded(_numpy(reference.get_layer("head").kernel)))  # Keras' Dense, same rounding
-    model = _quantized(model)
-    recurrent = model.layers[1]
-    cells = ([recurrent.forward_layer.cell, recurrent.backward_layer.cell]
-             if isinstance(recurrent, keras.layers.Bidirectional) else [recurrent.cell])
-    for cell in cells:
-        assert cell.quantization_mode == "int8"
-        int8 = [w for w in cell.weights if str(w.dtype) == "int8"]
-        assert int8 and not any(w.trainable for w in int8)
-        assert not [w for w in cell.trainable_weights if w.name.endswith("kernel")]
-    got = _numpy(model(x))
-    # Keras' Dense also quantizes its inputs, per row: within 1% of the float head.
-    np.testing.assert_allclose(got, _numpy(reference(x)),
-                               atol=0.01 * np.abs(float_out).max())
-    assert np.abs(got - float_out).max() <= 0.02 * np.abs(float_out).max()
+    _quantized(model)
+    recurrent = [layer for layer in model.layers if isinstance(layer, keras.layers.RNN)
+                 or isinstance(layer, keras.layers.Bidirectional)]
+    assert len(recurrent) == len(CELLS)
+    for layer in recurrent:
+        for cell in _cells(layer):
+            assert cell.quantization_mode == "int8", type(cell).__name__
+            int8 = [w for w in cell.weights if str(w.dtype) == "int8"]
+            assert int8 and not any(w.trainable for w in int8)
+            assert not [w for w in cell.trainable_weights if w.name.endswith("kernel")]
+    got = _outputs(model, x)
+    expected = _outputs(reference, x)
+    for name, out, ref, before in zip(CELLS, got, expected, floats):
+        scale = np.abs(before).max()
+        # Keras' Dense heads also quantize their inputs, per row: 1% of the output.
+        np.testing.assert_allclose(out, ref, atol=0.01 * scale, err_msg=name)
+        assert np.abs(out - before).max() <= 0.02 * scale, name
     path = str(tmp_path / "quantized.keras")
     model.save(path)
     loaded = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(_numpy(loaded(x)), got)
+    for name, out, again in zip(CELLS, got, _outputs(loaded, x)):
+        np.testing.assert_array_equal(again, out, err_msg=name)
 
 
 def test_the_recurrent_step_computes_the_rounded_kernels_exactly():
@@ -173,7 +187,7 @@ def test_a_cell_without_kernels_is_left_in_float_with_keras_warning():
 
 
 def test_only_int8_is_taken():
-    model = _model(CELLS["GRU"])
+    model = _model({"GRU": CELLS["GRU"]})
     with pytest.warns(UserWarning, match="GRUCell does not have a `quantize`.*int8 only"):
         model.quantize("int4")
     assert model.layers[1].cell.quantization_mode is None
@@ -193,24 +207,25 @@ BLOCKS = {
 }
 
 
-@pytest.mark.parametrize("name", list(BLOCKS))
-def test_attention_and_transformer_blocks_quantize_and_reload(name, tmp_path):
+def test_attention_and_transformer_blocks_quantize_and_reload(tmp_path):
     """Their Dense and EinsumDense sublayers by Keras, the attention
     mechanisms' own kernels here; each reloads quantized (Keras' own
     MultiHeadAttention does not)."""
-    block, quantized_kind = BLOCKS[name]
     keras.utils.set_random_seed(6)
     inputs = keras.Input((None, F))
-    model = keras.Model(inputs, keras.layers.Dense(3)(block(keras.layers.Dense(U)(inputs))))
+    h = keras.layers.Dense(U)(inputs)
+    model = keras.Model(inputs, [keras.layers.Dense(3)(block(h)) for block, _ in BLOCKS.values()])
     x = _x()
-    before = _numpy(model(x))
+    before = _outputs(model, x)
     _quantized(model)
-    got = _numpy(model(x))
-    assert quantized_kind in {type(layer).__name__ for layer in model._flatten_layers()
-                              if layer.quantization_mode}
-    # Keras' EinsumDense and Dense quantize their inputs too (per row, at each
-    # projection).
-    assert np.abs(got - before).max() <= 0.03 * np.abs(before).max()
-    path = str(tmp_path / "block.keras")
+    got = _outputs(model, x)
+    kinds = {type(layer).__name__ for layer in model._flatten_layers() if layer.quantization_mode}
+    assert {kind for _, kind in BLOCKS.values()} <= kinds, kinds
+    for name, out, float_out in zip(BLOCKS, got, before):
+        # Keras' EinsumDense and Dense quantize their inputs too (per row, at
+        # each projection).
+        assert np.abs(out - float_out).max() <= 0.03 * np.abs(float_out).max(), name
+    path = str(tmp_path / "blocks.keras")
     model.save(path)
-    np.testing.assert_array_equal(_numpy(keras.saving.load_model(path)(x)), got)
+    for name, out, again in zip(BLOCKS, got, _outputs(keras.saving.load_model(path), x)):
+        np.testing.assert_array_equal(again, out, err_msg=name)

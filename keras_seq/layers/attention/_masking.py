@@ -25,6 +25,11 @@ from keras.src.backend.common.masking import get_keras_mask as keras_mask  # noq
 from keras.src.backend.common.masking import set_keras_mask  # noqa: F401
 
 from keras_seq import _validation
+from keras_seq.layers.recurrent import backend as recurrent_backend
+
+
+# How far below the smallest kept logit an integer export fills a masked one.
+INTEGER_MASK_MARGIN = 12.0
 
 
 def large_negative(dtype) -> float:
@@ -143,7 +148,16 @@ def masked_softmax(logits, mask=None, axis: int | Sequence[int] = -1):
     x = ops.cast(logits, "float32")
     if mask is not None:
         mask = ops.cast(mask, "bool")
-        x = ops.where(mask, x, large_negative("float32"))
+        fill = large_negative("float32")
+        if getattr(recurrent_backend.export_lowering(), "integer", False):
+            # An integer export: -1e9 would stretch the logits' int8 range
+            # until every kept logit is one value. Just below the smallest
+            # kept logit instead (e^-INTEGER_MASK_MARGIN of the weight; the
+            # masked weights are set to zero below).
+            axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+            kept_min = ops.min(ops.where(mask, x, ops.max(x)), axis=axes, keepdims=True)
+            fill = kept_min - INTEGER_MASK_MARGIN
+        x = ops.where(mask, x, fill)
     if isinstance(axis, (list, tuple)) and len(axis) > 1:
         weights = ops.exp(x - ops.logsumexp(x, axis=tuple(axis), keepdims=True))
     else:

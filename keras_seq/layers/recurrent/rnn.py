@@ -740,7 +740,7 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
     """Runs ``body(xs_t, carry) -> (outputs_t, carry)`` over the time-major
     ``sequences``: the backend's loop (`backend.scan`), or with ``unroll`` a
     Python loop over the static length (also where the export being traced
-    asks for it: a lowering whose ``unrolls_loops`` is true). A static length of 1 needs no loop:
+    asks for it: an integer lowering, `keras_seq.export._lowering.Lowering`). A static length of 1 needs no loop:
     ``body`` runs once (a streaming step traced one token at a time, as
     exports trace it, is the step's ops alone).
 
@@ -752,7 +752,7 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
     # An export's lowering may ask every loop of a static length to run
     # unrolled (integer TFLite: the quantizer cannot quantize a loop).
     lowering = backend.export_lowering()
-    unroll = unroll or (steps is not None and getattr(lowering, "unrolls_loops", False))
+    unroll = unroll or (steps is not None and getattr(lowering, "integer", False))
     if not unroll and steps != 1:
         return backend.scan(body, sequences, carry, templates, collect, training,
                             steps_per_iteration)

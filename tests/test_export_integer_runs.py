@@ -1,0 +1,118 @@
+"""``keras-seq export --quantize int8`` of a run, and ``keras-seq verify`` of it.
+
+The runs are the stored release runs (tests/tasks/data/release_runs), copied;
+calibration reads each run's training data again: the dates are generated,
+a language model's and a classifier's data file is written beside them.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+
+from keras_seq.export import export_run, verify
+from keras_seq.export.integer_tflite import float_ops
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.slow]
+
+RUNS = os.path.join(os.path.dirname(__file__), "tasks", "data", "release_runs")
+
+
+def _run(name, tmp_path):
+    return shutil.copytree(os.path.join(RUNS, name), tmp_path / name)
+
+
+def _row(result, quantize):
+    (row,) = [r for r in result["artifacts"] if r["quantize"] == quantize]
+    return row
+
+
+def _static_inputs(path):
+    details = Interpreter(model_path=str(path)).get_input_details()
+    return [tuple(int(n) for n in d["shape_signature"]) for d in details]
+
+
+def test_a_translation_run_exports_int8_that_verify_checks(tmp_path):
+    run = _run("dates_gru_bahdanau", tmp_path)
+    out = tmp_path / "out"
+    written = export_run(run, out, formats=("tflite",), quantize=("int8",), examples=20,
+                         calibration_examples=8)
+    for key in ("tflite_int8_encoder", "tflite_int8_decoder_step"):
+        with open(written[key], "rb") as f:
+            assert float_ops(f.read()) == []  # every op an integer kernel
+    source_length = int(np.load(written["reference"])["source_ids"].shape[1])
+    assert _static_inputs(written["tflite_int8_encoder"]) == [(1, source_length)]
+    result = verify(out)
+    row = _row(result, "int8")
+    assert row["string_match"] >= 0.95 and "QUANTIZE" in row["ops"], row
+    assert result["passed"], result["failures"]
+
+
+def test_a_language_model_run_exports_an_int8_step(tmp_path, monkeypatch):
+    run = _run("lm_mingru", tmp_path)
+    monkeypatch.chdir(tmp_path)  # the run's data file, text.txt, read again here
+    with open("text.txt", "w", encoding="utf-8") as f:
+        f.write("to be, or not to be, that is the question: whether 'tis nobler in the mind "
+                "to suffer the slings and arrows of outrageous fortune\n" * 3)
+    out = tmp_path / "out"
+    written = export_run(run, out, formats=("tflite",), quantize=("int8",), examples=5,
+                         calibration_examples=60)
+    assert _static_inputs(written["tflite_int8"])[0] == (1,)  # one token, batch 1
+    result = verify(out)
+    row = _row(result, "int8")
+    assert row["token_agreement"] >= 0.95, row
+    assert result["passed"], result["failures"]
+
+
+def test_a_classifier_run_exports_int8_and_verify_reports_it(tmp_path, monkeypatch):
+    run = _run("classify_rnn", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(os.path.join(run, "test.tsv"), "labelled.tsv")  # its training data, here
+    out = tmp_path / "out"
+    export_run(run, out, formats=("tflite",), quantize=("int8",), examples=6,
+               calibration_examples=6)
+    result = verify(out)
+    row = _row(result, "int8")
+    # This run's probabilities are near ties (its labels flip under any
+    # rounding): the int8 file is within 0.02 of Keras' probabilities.
+    assert row["max_abs_probability_error"] <= 0.02, row
+    assert row["ops"] and "QUANTIZE" in row["ops"]
+    if row["string_match"] < 0.95:
+        assert any("tflite_int8" in f and "needs 95.0%" in f for f in result["failures"])
+
+
+def test_calibration_data_that_is_gone_is_one_clear_error(tmp_path, monkeypatch):
+    run = _run("lm_mingru", tmp_path)
+    monkeypatch.chdir(tmp_path)  # no text.txt here
+    with pytest.raises(ValueError, match="calibrates on the run's training data, which cannot "
+                                         "be read again.*text.txt"):
+        export_run(run, tmp_path / "out", formats=("tflite",), quantize=("int8",))
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("quantize, message", [
+    (("int16x8",), "16x8 quantizer cannot calibrate"),
+    (("int4",), "quantize"),
+])
+def test_integer_modes_a_run_has_not_are_refused_first(tmp_path, quantize, message):
+    with pytest.raises(ValueError, match=message):
+        export_run(_run("lm_mingru", tmp_path), tmp_path / "out", quantize=quantize)
+
+
+def test_the_command_line_takes_int8_and_a_calibration_count():
+    from keras_seq.cli.parser import build_parser
+
+    parser, _ = build_parser()
+    args = parser.parse_args(["export", "run", "out", "--quantize", "int8",
+                              "--calibration-examples", "50"])
+    assert args.quantize == ["int8"] and args.calibration_examples == 50
+    done = subprocess.run([sys.executable, "-m", "keras_seq.cli", "export", "run", "out",
+                           "--calibration-examples", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "--calibration-examples must be positive" in done.stderr
+    assert "Traceback" not in done.stderr
