@@ -383,6 +383,7 @@ class TrainingConfig:
 
 def recorded_config(config: dict) -> TrainingConfig:
     """The `TrainingConfig` of a run from the options its folder recorded
-    (``metrics.json``'s ``config``; the sizes it also records are left out)."""
+    (``metrics.json``'s ``config``, resolved when it was trained; the sizes
+    it also records are left out)."""
     names = {field.name for field in dataclasses.fields(TrainingConfig)}
     return TrainingConfig(**{k: v for k, v in config.items() if k in names})

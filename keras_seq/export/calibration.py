@@ -38,7 +38,7 @@ class Calibration:
         if self._training is None:
             try:
                 self._training = self._read()
-            except FileNotFoundError as error:
+            except (OSError, ValueError, TypeError) as error:  # the file, or what was recorded
                 raise ArgumentValueError(
                     "export_run", "integer quantization calibrates on the run's training "
                     f"data, which cannot be read again ({error}); export without int8 or "
