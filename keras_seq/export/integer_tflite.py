@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import tensorflow as tf
@@ -250,5 +250,3 @@ def worker_paths() -> tuple[str, str, str]:
     """The names of the child's flatbuffer, failure and progress files."""
     return _FLATBUFFER, _FAILURE, _CONVERTED
 
-
-RepresentativeData = Iterable | Callable[[], Iterable]

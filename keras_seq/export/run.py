@@ -17,11 +17,11 @@ from keras_seq._validation import (
 )
 from keras_seq.export._artifacts import write_json
 from keras_seq.export._checks import RUN_QUANTIZATIONS
+from keras_seq.export._progress import Progress
 from keras_seq.export.calibration import Calibration
+from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.recipes.recipe import CALIBRATION_EXAMPLES
 from keras_seq.run_config import recorded_config
-from keras_seq.export._progress import Progress
-from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.training.locking import folder_lock
 
 FORMATS = ("savedmodel", "tflite", "onnx")
@@ -193,7 +193,7 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
     if "int8" in quantize and not recipe.integer_export:
         raise ArgumentValueError(
             where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") has no "
-            f"integer-only TFLite file: its file takes inputs of any length, and an integer "
+            "integer-only TFLite file: its file takes inputs of any length, and an integer "
             "model runs its loops unrolled over one static length; received ",
             Arg("quantize", list(quantize)), ".")
     parent = os.path.dirname(out)

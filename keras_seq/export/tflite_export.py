@@ -20,13 +20,6 @@ from keras_seq._validation import (
 from keras_seq.export._checks import check_quantize, check_seq2seq
 from keras_seq.export._lowering import BuiltinLoops
 from keras_seq.export._tflite_converter import convert_with_signature
-from keras_seq.export.calibration import as_traced, rows, step_examples
-from keras_seq.export.integer_tflite import (
-    calibration_examples,
-    convert_integer,
-    is_integer,
-    static_specs,
-)
 from keras_seq.export._tracing import (
     decoder_step_functions,
     flat_outputs,
@@ -36,6 +29,13 @@ from keras_seq.export._tracing import (
     seq2seq_signature,
     signature_specs,
     traceable,
+)
+from keras_seq.export.calibration import as_traced, rows, step_examples
+from keras_seq.export.integer_tflite import (
+    calibration_examples,
+    convert_integer,
+    is_integer,
+    static_specs,
 )
 from keras_seq.export.lstm_fusion import convert_fused_lstm
 

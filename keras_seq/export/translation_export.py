@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq.export._artifacts import REFERENCE_FILE, artifact_entry, host_folder
+from keras_seq.export.integer_tflite import is_integer
 from keras_seq.export.onnx_export import convert_decoder_steps_to_onnx, convert_seq2seq_to_onnx
 from keras_seq.export.saved_model import export_saved_model
-from keras_seq.export.integer_tflite import is_integer
 from keras_seq.export.streaming_translation import convert_streaming_translator_to_tflite
 from keras_seq.export.tflite_export import (
     convert_decoder_steps_to_tflite,

@@ -27,7 +27,6 @@ from keras.src.backend.common.masking import set_keras_mask  # noqa: F401
 from keras_seq import _validation
 from keras_seq.layers.recurrent import backend as recurrent_backend
 
-
 # How far below the smallest kept logit an integer export fills a masked one.
 INTEGER_MASK_MARGIN = 12.0
 

@@ -14,9 +14,9 @@ from keras_seq._validation import (
     invalid_type,
     invalid_value,
 )
+from keras_seq.layers.quantization import SublayerQuantization
 from keras_seq.layers.recurrent import registry
 from keras_seq.layers.recurrent.rnn import RNN, RecurrentCell
-from keras_seq.layers.quantization import SublayerQuantization
 
 
 @keras.saving.register_keras_serializable(package="keras_seq")

@@ -21,10 +21,10 @@ from keras import ops, tree
 from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
 
 from keras_seq._validation import check_bool, float_inputs, invalid_value, shape_error
+from keras_seq.layers.quantization import KernelQuantization
 from keras_seq.layers.recurrent import backend, fast_paths
 from keras_seq.layers.recurrent.linear_recurrence import linear_recurrence, run_parallel
 from keras_seq.layers.recurrent.masking import mask_step
-from keras_seq.layers.quantization import KernelQuantization
 from keras_seq.layers.recurrent.zoneout import (
     apply_zoneout,
     has_zoneout,
