@@ -381,7 +381,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         default=recipes.recipe.CALIBRATION_EXAMPLES,
         metavar="N",
         help="examples of the run's training split that calibrate each int8 file "
-        "(a step: the inputs it is fed over them, N in all) (default: %(default)s)",
+        "(a step: the inputs it is fed over them) (default: %(default)s)",
     )
     export.add_argument(
         "--beam", type=int, default=1,

@@ -124,8 +124,9 @@ def export_run(
             when it is written, with its seconds (``keras-seq export`` does).
         calibration_examples: the examples of the run's training split that
             calibrate each integer file: training texts or sources, and for a
-            step (a decoder step, a language model's step) the inputs it is
-            fed over them, up to this many (`keras_seq.export.calibration`).
+            step the inputs it is fed over them (a decoder step: up to 8 per
+            source; a language model's step: about this many tokens;
+            `keras_seq.export.calibration`).
 
     Returns:
         The paths written, keyed ``"savedmodel"``, ``"tflite"``,
