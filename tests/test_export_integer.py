@@ -295,3 +295,25 @@ def test_bad_integer_arguments_fail_before_the_quantizer(small_model, kwargs, me
 def test_representative_data_of_the_wrong_type_is_a_type_error(small_model):
     with pytest.raises(TypeError, match="`representative_data` must be an iterable"):
         convert_to_tflite(small_model, quantize="int8", representative_data=3)
+
+
+def test_integer_io_takes_and_gives_int8_with_their_scales(small_model):
+    data = list(_sequences(40, 9))
+    flatbuffer = convert_to_tflite(small_model, quantize="int8", representative_data=data,
+                                   integer_io=True)
+    interpreter = Interpreter(model_content=flatbuffer, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interpreter.allocate_tensors()
+    (given,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    assert given["dtype"] == np.int8 and out["dtype"] == np.int8
+    x = _sequences(1, 10)[0]
+    scale, zero = given["quantization"]
+    interpreter.set_tensor(given["index"], np.clip(np.round(x / scale + zero), -128, 127)
+                           .astype(np.int8))
+    interpreter.invoke()
+    scale, zero = out["quantization"]
+    got = (interpreter.get_tensor(out["index"]).astype(np.float32) - zero) * scale
+    reference = np.asarray(small_model(x))
+    assert np.abs(got - reference).max() <= _int8_tolerance(reference)
+    with pytest.raises(ValueError, match="integer_io=True` needs"):
+        convert_to_tflite(small_model, integer_io=True)

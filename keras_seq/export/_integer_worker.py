@@ -3,7 +3,8 @@
 ``python -m keras_seq.export._integer_worker FOLDER MODE COUNT``: converts the
 SavedModel ``FOLDER/model`` to an integer-only flatbuffer (``MODE``: ``int8``
 or ``int16x8``), calibrated on the ``COUNT`` examples of
-``FOLDER/examples.npz``; writes ``FOLDER/model.tflite``, then loads it in
+``FOLDER/examples.npz`` (with a fourth argument ``integer_io``: integer
+inputs and outputs); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
 delegates. A conversion error is written, in one line, to
 ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
@@ -16,7 +17,7 @@ import os
 import sys
 
 
-def main(folder: str, mode: str, count: int) -> None:
+def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
     import tensorflow as tf
 
@@ -39,6 +40,9 @@ def main(folder: str, mode: str, count: int) -> None:
         tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else
         tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
     ]
+    if integer_io:  # integer inputs and outputs: no QUANTIZE/DEQUANTIZE at the edges
+        converter.inference_input_type = converter.inference_output_type = (
+            tf.int8 if mode == "int8" else tf.int16)
     try:
         flatbuffer = converter.convert()
     except Exception as error:  # the converter's errors: one line for the caller
@@ -61,8 +65,10 @@ def main(folder: str, mode: str, count: int) -> None:
     for resolver in (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, OpResolverType.AUTO):
         runner = Interpreter(model_content=flatbuffer,
                              experimental_op_resolver_type=resolver).get_signature_runner()
-        runner(**dict(zip(names, examples[0])))
+        details = runner.get_input_details()
+        runner(**{name: value.astype(details[name]["dtype"])
+                  for name, value in zip(names, examples[0])})
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["integer_io"])

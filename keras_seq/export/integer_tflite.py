@@ -156,7 +156,8 @@ def refuse_loops(where: str, concrete, quantize: str) -> None:
 
 
 def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
-                    examples: list[list[np.ndarray]], trackable=None) -> bytes:
+                    examples: list[list[np.ndarray]], trackable=None,
+                    integer_io: bool = False) -> bytes:
     """The integer-only flatbuffer of ``concrete``, quantized in a child process.
 
     ``concrete``'s variables are held by ``trackable`` (or a module made
@@ -175,7 +176,7 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
                     for i, a in enumerate(example)})
         with open(os.path.join(folder, "inputs.txt"), "w") as f:
             f.write("\n".join(input_names))
-        flatbuffer = _run_worker(where, folder, quantize, len(examples))
+        flatbuffer = _run_worker(where, folder, quantize, len(examples), integer_io)
     left_in_float = float_ops(flatbuffer)
     if left_in_float:
         counts = ", ".join(f"{op} x{left_in_float.count(op)}"
@@ -187,9 +188,10 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
     return inputs_outputs_in_call_order(flatbuffer, input_names)
 
 
-def _run_worker(where: str, folder: str, quantize: str, count: int) -> bytes:
+def _run_worker(where: str, folder: str, quantize: str, count: int,
+                integer_io: bool = False) -> bytes:
     command = [sys.executable, "-m", "keras_seq.export._integer_worker", folder, quantize,
-               str(count)]
+               str(count), *(["integer_io"] if integer_io else [])]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     try:
         finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL,

@@ -47,6 +47,7 @@ def convert_to_tflite(
     fuse_lstm: bool = False,
     batch_size: int | None = None,
     representative_data=None,
+    integer_io: bool = False,
 ) -> bytes:
     """Converts a Keras model (or any callable) to a builtin-ops-only `.tflite`.
 
@@ -100,6 +101,9 @@ def convert_to_tflite(
             examples, each one array (a model of one input), a list in input
             order or a dict keyed by input name; TensorFlow's guide suggests
             a few hundred.
+        integer_io: with ``"int8"`` (``"int16x8"``), the float inputs and
+            outputs are int8 (int16) too, with no QUANTIZE or DEQUANTIZE:
+            the caller quantizes with each tensor's scale and zero point.
 
     Returns:
         The flatbuffer bytes.
@@ -119,6 +123,10 @@ def convert_to_tflite(
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
     batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
     integer = is_integer(quantize)
+    integer_io = check_bool(where, "integer_io", integer_io)
+    if integer_io and not integer:
+        raise ArgumentValueError(where, f'`integer_io=True` needs quantize="int8" or '
+                                 f'"int16x8"; received quantize={quantize!r}.')
     if representative_data is not None and not integer:
         raise ArgumentValueError(where, f"`representative_data` calibrates integer models "
                                  f'(quantize="int8" or "int16x8"); received quantize='
@@ -148,7 +156,8 @@ def convert_to_tflite(
     with lowering.keras_layers(models_of(model)):
         concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(*specs)
     if integer:
-        return convert_integer(where, concrete, names, quantize, examples)
+        return convert_integer(where, concrete, names, quantize, examples,
+                               integer_io=integer_io)
     return convert_with_signature(concrete, names, quantize)
 
 
