@@ -112,6 +112,23 @@ def _tensor_types(flatbuffer) -> set[str]:
     return {names[graph.Tensors(i).Type()] for i in range(graph.TensorsLength())}
 
 
+def _constants(flatbuffer) -> list[tuple]:
+    """Each constant tensor's (bytes, shape, scales)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    found = []
+    for subgraph in model.subgraphs:
+        for tensor in subgraph.tensors:
+            data = model.buffers[tensor.buffer].data
+            if data is not None and len(data):
+                q = tensor.quantization
+                scales = () if q is None or q.scale is None else tuple(q.scale.tolist())
+                shape = tuple(np.asarray(tensor.shape).tolist())
+                found.append((bytes(np.asarray(data, np.uint8)), shape, scales))
+    return found
+
+
 def _int8_tolerance(reference):
     """One int8 scale step per layer adds up; 10% of the output's range, plus 0.05."""
     return 0.1 * float(np.abs(reference).max()) + 0.05
@@ -159,6 +176,9 @@ def test_every_layer_kind_converts_to_int8_with_its_loops_unrolled(branches_mode
     left = float_ops(flatbuffer)
     assert set(left) <= {"SPLIT", "SPLIT_V"} and len(left) <= 6, left
     assert len(left) < 0.01 * sum(1 for _ in _all_ops(flatbuffer))
+    # The unrolled steps read one tensor per weight, not a copy each.
+    constants = _constants(flatbuffer)
+    assert len(constants) == len(set(constants)), len(constants) - len(set(constants))
     _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
 
 

@@ -5,7 +5,8 @@ cell clip and a state kept between invokes; `edit_fused_ops` makes each one
 compute its Keras layer (matched by its weights): peephole inputs, CIFG, no
 cell clip, a zero state at the start of every ``invoke()``.
 `inputs_outputs_in_call_order` undoes the SavedModel route's ordering of
-inputs and outputs by signature key. Both work on the object API of
+inputs and outputs by signature key. `compacted` gives an unrolled model's
+repeated constants one tensor. All work on the object API of
 ``ai_edge_litert.schema_py_generated`` and write a new flatbuffer.
 
 References:
@@ -82,6 +83,50 @@ def inputs_outputs_in_call_order(flatbuffer: bytes, input_names: list[str]) -> b
     if sorted(outputs) == sorted(keys):
         subgraph.outputs = np.array([outputs[key] for key in keys], np.int32)
     return _pack(model_t)
+
+
+def compacted(flatbuffer: bytes) -> bytes:
+    """The same model in fewer bytes: one tensor per distinct constant, no
+    names on the tensors between ops, every tensor without data on the
+    empty buffer 0.
+
+    An unrolled loop reads its weights at every step, and the converter
+    gives each read a tensor of its own with its own copy of the
+    per-channel scales (int8): for a 64-unit encoder over 31 positions,
+    more bytes than the weights.
+    """
+    model_t = _load(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        first = {}  # constant's key -> its first tensor
+        same = {}  # tensor -> the tensor that replaces it
+        for index, tensor in enumerate(subgraph.tensors):
+            data = model_t.buffers[tensor.buffer].data
+            if tensor.isVariable or data is None or len(data) == 0:
+                if not tensor.isVariable:
+                    tensor.buffer = 0
+                continue
+            same[index] = first.setdefault(_constant_key(tensor, data), index)
+        for op in subgraph.operators:
+            op.inputs = np.array([same.get(int(i), int(i)) for i in op.inputs], np.int32)
+        edges = {int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
+        for index, tensor in enumerate(subgraph.tensors):
+            if index not in edges:
+                tensor.name = ""
+    _drop_unused_tensors_and_buffers(model_t)
+    return _pack(model_t)
+
+
+def _constant_key(tensor, data) -> tuple:
+    quantization = tensor.quantization
+    scales = None
+    if quantization is not None:
+        scales = tuple(
+            None if values is None else tuple(np.asarray(values).tolist())
+            for values in (quantization.scale, quantization.zeroPoint,
+                           quantization.min, quantization.max)
+        ) + (quantization.quantizedDimension,)
+    shape = None if tensor.shape is None else tuple(np.asarray(tensor.shape).tolist())
+    return tensor.type, shape, scales, np.asarray(data, np.uint8).tobytes()
 
 
 def _text(value) -> str:

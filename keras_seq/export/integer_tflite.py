@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq._validation import ArgumentTypeError, ArgumentValueError
-from keras_seq.export._flatbuffer import inputs_outputs_in_call_order
+from keras_seq.export._flatbuffer import compacted, inputs_outputs_in_call_order
 
 INTEGER_QUANTIZATIONS = ("int8", "int16x8")
 
@@ -185,7 +185,7 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
                       f"between a DEQUANTIZE and a QUANTIZE ({counts}); LiteRT runs them, "
                       "an integer-only runtime (TFLite Micro, an Edge TPU) refuses them.",
                       UserWarning, stacklevel=3)
-    return inputs_outputs_in_call_order(flatbuffer, input_names)
+    return compacted(inputs_outputs_in_call_order(flatbuffer, input_names))
 
 
 def _run_worker(where: str, folder: str, quantize: str, count: int,
