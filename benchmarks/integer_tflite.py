@@ -9,6 +9,10 @@ Three models, as the integer export's goals name them:
   host loop (encoder + decoder steps), float and int8 interleaved.
 - ``--lm RUN_DIR``: a ``keras-seq train --task lm`` run, the same way:
   next-token agreement with Keras, same text, one step's latency.
+- ``--tagger RUN_DIR``: a ``keras-seq train --task tag`` run, the same way:
+  token accuracy and agreement with Keras; the latency of one sentence of
+  the median held-out length and of one of the integer file's window
+  (float runs the sentence's length, int8 always its window).
 - the streaming sensor classifier of ``examples/streaming.py`` (trained
   here, ``--sensor-train`` streams): its `streaming_model` in float and int8
   (calibrated with `streaming_calibration` on training streams), fed one
@@ -118,6 +122,38 @@ def language_model(run_dir: str, scratch: str, examples: int) -> dict:
     return {"rows": rows, "step_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"]}
 
 
+def tagger(run_dir: str, scratch: str, examples: int) -> dict:
+    finders = list(sys.meta_path)
+    try:  # the verify worker's host, without its block on keras_seq imports
+        from keras_seq.export._verify_worker import TFLiteModel, host_tagger_ids
+    finally:
+        sys.meta_path[:] = finders
+
+    out = os.path.join(scratch, "tagger")
+    rows = _verified(run_dir, out, examples)
+    reference = np.load(os.path.join(out, "reference.npz"))
+    sentences = [str(t).split() for t in reference["texts"]]
+    with open(os.path.join(out, "tflite_int8", "export.json")) as f:
+        window = json.load(f)["window"]
+    median = sorted(sentences, key=len)[len(sentences) // 2]
+    longest = (sentences[int(np.argmax([len(s) for s in sentences]))] * window)[:window]
+    files = {kind: TFLiteModel(os.path.join(out, folder, "tagger.tflite"), num_threads=1)
+             for kind, folder in (("float", "tflite"), ("int8", "tflite_int8"))}
+
+    def call(kind, tokens):
+        model = files[kind]
+        word_ids, char_ids = host_tagger_ids(os.path.join(out, "tflite"), [tokens])
+        order = [0 if "char_ids" in d["name"] else 1 for d in model.inputs]
+        return lambda: model(*[(char_ids, word_ids)[i] for i in order])
+
+    result = {"rows": rows, "window": window, "median_words": len(median)}
+    for name, tokens in (("median", median), ("window", longest)):
+        ms = _interleaved_ms({kind: call(kind, tokens) for kind in files}, repeats=50)
+        result[f"{name}_ms_batch1"] = ms
+        result[f"{name}_int8_over_float"] = ms["int8"] / ms["float"]
+    return result
+
+
 def sensor_classifier(train: int, epochs: int, test: int) -> dict:
     import keras
     from ai_edge_litert.interpreter import Interpreter
@@ -174,6 +210,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--translator", help="a keras-seq train run folder")
     parser.add_argument("--lm", help="a keras-seq train --task lm run folder")
+    parser.add_argument("--tagger", help="a keras-seq train --task tag run folder")
     parser.add_argument("--examples", type=int, default=500,
                         help="held-out examples that verify scores (default: %(default)s)")
     parser.add_argument("--sensor-train", type=int, default=3000)
@@ -187,6 +224,8 @@ def main(argv=None) -> dict:
             results["translator"] = translator(args.translator, scratch, args.examples)
         if args.lm:
             results["lm"] = language_model(args.lm, scratch, args.examples)
+        if args.tagger:
+            results["tagger"] = tagger(args.tagger, scratch, args.examples)
     if args.sensor_train:
         results["sensor"] = sensor_classifier(args.sensor_train, args.sensor_epochs,
                                               args.sensor_test)

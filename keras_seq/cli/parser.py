@@ -372,7 +372,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         default=[],
         help="also write quantized TFLite files: OUT/tflite_dynamic/ (int8 weights), "
         "OUT/tflite_float16/, and the integer-only OUT/tflite_int8/ (every op an integer "
-        "kernel, batch 1, calibrated on the run's training data; not for a tagger) (a "
+        "kernel, batch 1, calibrated on the run's training data) (a "
         "language model: OUT/lm_step_<mode>.tflite) (default: none)",
     )
     export.add_argument(

@@ -703,6 +703,47 @@ def host_tagger_ids(folder, token_lists):
     return word_ids, char_ids
 
 
+def window_spans(length: int, window: int) -> list[tuple[int, int, int]]:
+    """How a host tags a sentence of ``length`` tokens with a file of
+    ``window`` words: ``(start, first, end)`` per call, the call reading
+    tokens ``start .. start + window - 1`` and giving the tags of tokens
+    ``first .. end - 1``.
+
+    Windows overlap by half; each token takes its tags from the window where
+    it has the most context on its nearer cut side (a sentence's own start
+    and end are not cuts).
+    """
+    if length <= window:
+        return [(0, 0, length)]
+    stride = max(1, window // 2)
+    starts = list(range(0, length - window, stride)) + [length - window]
+
+    def context(t, start):
+        before = t - start if start > 0 else length
+        after = start + window - 1 - t if start + window < length else length
+        return min(before, after)
+
+    best = [max(starts, key=lambda start: context(t, start))
+            for t in range(length)]  # the first of equals: ties go left
+    spans = []
+    for start in starts:
+        chosen = [t for t in range(length) if best[t] == start]
+        if chosen:
+            spans.append((start, chosen[0], chosen[-1] + 1))
+    return spans
+
+
+def windowed(probabilities_of, tokens: list[str], window: int) -> np.ndarray:
+    """The tag probabilities ``(len(tokens), tags)`` of one sentence, by a file
+    of ``window`` words (`window_spans`); ``probabilities_of(token_lists)``
+    runs it on a batch of one."""
+    parts = []
+    for start, first, end in window_spans(len(tokens), window):
+        p = probabilities_of([tokens[start : start + window]])[0]
+        parts.append(p[first - start : end - start])
+    return np.concatenate(parts)
+
+
 def tags_artifact(out_dir, entry, reference, provider=None):
     """Each reference sentence's tags by one artifact, against Keras' (and the gold tags)."""
     import tensorflow as tf
@@ -723,14 +764,25 @@ def tags_artifact(out_dir, entry, reference, provider=None):
         model = TFLiteModel(file)
         size, ops = os.path.getsize(file), sorted(tflite_op_names(file))
         with open(os.path.join(path, "export.json"), encoding="utf-8") as f:
-            tag_names = json.load(f)["tags"]
+            host = json.load(f)
+        tag_names, window = host["tags"], host.get("window") if model.static else None
         order = [0 if "char_ids" in d["name"] else 1 for d in model.inputs]
 
+        def probabilities_of(token_lists):
+            word_ids, char_ids = host_tagger_ids(path, token_lists)
+            return model(*[(char_ids, word_ids)[i] for i in order])[0]
+
         def run(batch):
-            word_ids, char_ids = host_tagger_ids(path, [t.split() for t in batch])
-            (probabilities,) = model(*[(char_ids, word_ids)[i] for i in order])
-            tags = [[tag_names[i] for i in p[: len(t.split())].argmax(-1)]
-                    for p, t in zip(probabilities, batch)]
+            token_lists = [t.split() for t in batch]
+            if window is None:
+                probabilities = probabilities_of(token_lists)
+            else:  # an integer file of `window` words: longer sentences in windows
+                rows = [windowed(probabilities_of, tokens, window) for tokens in token_lists]
+                longest = max(len(r) for r in rows)
+                probabilities = np.stack([np.pad(r, [(0, longest - len(r)), (0, 0)])
+                                          for r in rows])
+            tags = [[tag_names[i] for i in p[: len(t)].argmax(-1)]
+                    for p, t in zip(probabilities, token_lists)]
             return tags, probabilities
 
     keras_p = reference["keras_probabilities"]

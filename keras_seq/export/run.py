@@ -191,12 +191,6 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
             where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") exports "
             f"{recipe.formats_described or ', '.join(map(repr, recipe.formats))}; received ",
             Arg("formats", list(formats)), ".")
-    if "int8" in quantize and not recipe.integer_export:
-        raise ArgumentValueError(
-            where, f"a {recipe.noun}'s run (", Arg("task", recipe.name), ") has no "
-            "integer-only TFLite file: its file takes inputs of any length, and an integer "
-            "model runs its loops unrolled over one static length; received ",
-            Arg("quantize", list(quantize)), ".")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-", dir=parent)

@@ -65,8 +65,6 @@ class Recipe:
             each writes, for a message (default: their names).
         recorded_sizes: the sizes its runs record in their ``config``
             (``source_length``, ...), which the commands read.
-        integer_export: whether its TFLite files have integer-only forms
-            (``quantize`` ``"int8"``, ``"int16x8"``).
         command: the ``keras-seq`` command that applies its runs to texts
             (``RUN_DIR TEXT... | --input FILE``, `use`), or None;
             ``command_help`` and ``command_description`` its help.
@@ -84,7 +82,6 @@ class Recipe:
     formats: tuple[str, ...] = ()
     formats_described = ""
     recorded_sizes: tuple[str, ...] = ()
-    integer_export = True
     command: str | None = None
     command_help = ""
     command_description = ""

@@ -42,6 +42,12 @@ _TEST_FRACTION = 0.1
 # batches shuffled): little padding, an order that differs every epoch.
 _SORT_WINDOW = 50
 _SCORE_BATCH = 256
+# An integer-only file (--quantize int8) has its loops unrolled over one
+# static length: this many words at most (fewer when the longest training
+# sentence is shorter). 99.4% of UD English EWT's training sentences fit; a
+# host tags a longer sentence in overlapping windows of this many words
+# (benchmarks/RESULTS.md, "Integer-only models").
+INTEGER_WINDOW = 64
 # A line that is a token and its tag, not a comment, though it starts with #.
 _TAGGED_LINE = re.compile(r"#\S*\t\S+")
 
@@ -64,8 +70,6 @@ class Tagging(Recipe):
     uses = "tag_texts"
     data = "token<TAB>tag file (a blank line between sentences)."
     formats = ("savedmodel", "tflite")
-    # Sentences of any length; an integer model is unrolled over one length.
-    integer_export = False
     formats_described = "'savedmodel' (tagger/1) and 'tflite' (tflite/tagger.tflite)"
     command = "tag"
     command_help = "print each token of the texts with its tag, by a trained tagger"
@@ -221,6 +225,7 @@ class Tagging(Recipe):
         import tensorflow as tf
 
         from keras_seq.export._artifacts import REFERENCE_FILE, artifact_entry, host_folder
+        from keras_seq.export.integer_tflite import is_integer
         from keras_seq.export.saved_model import export_strings_saved_model
         from keras_seq.export.tflite_export import convert_to_tflite
 
@@ -253,10 +258,14 @@ class Tagging(Recipe):
                 "word_length": preprocessor.word_length, "tags": preprocessor.tags}
         for mode in [None, *quantize] if "tflite" in formats else list(quantize):
             name = "tflite" if mode is None else f"tflite_{mode}"
-            folder = host_folder(out, name, preprocessor, {**host, "quantize": mode})
+            window, data = (_calibration_ids(calibration, preprocessor) if is_integer(mode)
+                            else (None, None))
+            folder = host_folder(out, name, preprocessor, {
+                **host, "quantize": mode, **({"window": window} if window else {})})
             path = os.path.join(folder, "tagger.tflite")
             with progress.artifact(f"{name}/tagger.tflite"), open(path, "wb") as f:
-                f.write(convert_to_tflite(probabilities, quantize=mode))
+                f.write(convert_to_tflite(probabilities, quantize=mode,
+                                          representative_data=data))
             written[name] = path
             artifacts.append(artifact_entry(out, folder, "tflite", mode, task="tag"))
         test = read_tagged(os.path.join(run.path, "test.tsv"))[:examples]
@@ -279,6 +288,22 @@ class Tagging(Recipe):
                     "reference": REFERENCE_FILE if test else None, "artifacts": artifacts,
                     "tags": preprocessor.tags}
         return written, manifest
+
+
+def _calibration_ids(calibration, preprocessor) -> tuple[int, list[dict]]:
+    """The integer file's window (words) and its calibration examples:
+    training sentences, one per example, padded (or cut) to the window."""
+    import numpy as np
+
+    sentences = [[token for token, _ in s] for s in calibration.training()[: calibration.count]]
+    window = min(INTEGER_WINDOW, max(len(s) for s in sentences))
+    word_ids, char_ids = (np.asarray(ids) for ids in preprocessor.token_ids(
+        [s[:window] for s in sentences]))
+    room = window - word_ids.shape[1]
+    word_ids = np.pad(word_ids, [(0, 0), (0, room)])
+    char_ids = np.pad(char_ids, [(0, 0), (0, room), (0, 0)])
+    return window, [{"word_ids": word_ids[i : i + 1], "char_ids": char_ids[i : i + 1]}
+                    for i in range(len(sentences))]
 
 
 def probability_model(tagger):

@@ -252,6 +252,70 @@ def test_export_and_verify(tagged, capsys):
     assert not any(op.startswith(("CUSTOM", "FlexOp", "DELEGATE")) for op in ops), ops
 
 
+@pytest.mark.slow
+def test_an_int8_export_tags_long_sentences_in_windows_as_keras(tagged, tmp_path):
+    import shutil
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_seq.export import export_run, verify
+
+    # Held-out sentences of three test sentences each (up to 27 tokens),
+    # longer than every training sentence: the int8 file takes windows.
+    run = shutil.copytree(tagged / "run", tmp_path / "run")
+    test = read_tagged(run / "test.tsv")
+    long = [test[i] + test[i + 1] + test[i + 2] for i in range(0, len(test) - 2, 3)]
+    _write_tagged(run / "test.tsv", long)
+    longest_training = max(len(s) for s in read_tagged(tagged / "train.tsv"))
+    out = tmp_path / "out"
+    written = export_run(run, out, formats=("tflite",), quantize=("int8",), examples=20)
+    host = json.loads((out / "tflite_int8" / "export.json").read_text())
+    assert host["window"] == longest_training < max(len(s) for s in long[:20])
+    details = Interpreter(model_path=written["tflite_int8"]).get_input_details()
+    assert sorted(tuple(d["shape_signature"][:2]) for d in details) == [
+        (1, longest_training)] * 2
+    rows = {r["quantize"]: r for r in verify(out)["artifacts"]}
+    # Keras tags each whole sentence; the int8 file its windows.
+    assert rows["int8"]["token_agreement"] >= 0.95, rows["int8"]
+    assert rows["int8"]["exact_match"] >= rows[None]["exact_match"] - 0.02
+
+
+def test_window_spans_cover_each_token_once_with_context_on_cut_sides():
+    import sys
+
+    # The verify worker blocks keras_seq imports in its process: not in this one.
+    finders = list(sys.meta_path)
+    try:
+        from keras_seq.export._verify_worker import window_spans, windowed
+    finally:
+        sys.meta_path[:] = finders
+
+    for window in (2, 3, 4, 7, 8):
+        for length in range(1, 40):
+            spans = window_spans(length, window)
+            assert [t for _, first, end in spans for t in range(first, end)] == list(
+                range(length))
+            for start, first, end in spans:
+                assert 0 <= start <= first < end <= start + window <= max(length, window)
+                for t in range(first, end):  # context on each side that is a cut
+                    if start > 0:
+                        assert t - start >= (window // 2 - 1) // 2, (window, length, t)
+                    if start + window < length:
+                        assert start + window - 1 - t >= (window // 2 - 1) // 2
+            if length > window:
+                assert len(spans) <= (length - window) // (window // 2) + 2  # half overlaps
+    # A "tagger" whose tag is the token: the windows stitch back the sentence.
+    tokens = [str(i) for i in range(23)]
+    eye = np.eye(23)
+
+    def one_hot(token_lists):
+        (only,) = token_lists
+        assert len(only) <= 5
+        return eye[[int(t) for t in only]][None]
+
+    np.testing.assert_array_equal(windowed(one_hot, tokens, 5).argmax(-1), np.arange(23))
+
+
 def test_read_tagged_skips_comments_and_names_a_bad_line(tmp_path):
     path = tmp_path / "a.tsv"
     path.write_bytes(b"# text = a b\r\na\tX\r\nb\tY\r\n\r\n\r\nc\tZ\n#\tSYM\n#1\tNUM\n")
