@@ -295,8 +295,9 @@ def _calibration_ids(calibration, preprocessor) -> tuple[int, list[dict]]:
     training sentences, one per example, padded (or cut) to the window."""
     import numpy as np
 
-    sentences = [[token for token, _ in s] for s in calibration.training()[: calibration.count]]
-    window = min(INTEGER_WINDOW, max(len(s) for s in sentences))
+    training = calibration.training()
+    window = min(INTEGER_WINDOW, max(len(s) for s in training))
+    sentences = [[token for token, _ in s] for s in training[: calibration.count]]
     word_ids, char_ids = (np.asarray(ids) for ids in preprocessor.token_ids(
         [s[:window] for s in sentences]))
     room = window - word_ids.shape[1]
