@@ -9,10 +9,12 @@ Three models, as the integer export's goals name them:
   host loop (encoder + decoder steps), float and int8 interleaved.
 - ``--lm RUN_DIR``: a ``keras-seq train --task lm`` run, the same way:
   next-token agreement with Keras, same text, one step's latency.
-- ``--tagger RUN_DIR``: a ``keras-seq train --task tag`` run, the same way:
-  token accuracy and agreement with Keras; the latency of one sentence of
-  the median held-out length and of one of the integer file's window
-  (float runs the sentence's length, int8 always its window).
+- ``--tagger RUN_DIR``: a ``keras-seq train --task tag`` run, the same way
+  (``--tagger-windows 16 24 32 64``: one export per int8 window): token
+  accuracy and agreement with Keras; the time to tag a sentence of the
+  median held-out length, one of 64 words, and 200 held-out sentences one
+  at a time (float runs each sentence's length in one call, int8 its
+  window, in windows for a longer sentence).
 - the streaming sensor classifier of ``examples/streaming.py`` (trained
   here, ``--sensor-train`` streams): its `streaming_model` in float and int8
   (calibrated with `streaming_calibration` on training streams), fed one
@@ -122,33 +124,49 @@ def language_model(run_dir: str, scratch: str, examples: int) -> dict:
     return {"rows": rows, "step_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"]}
 
 
-def tagger(run_dir: str, scratch: str, examples: int) -> dict:
+def tagger(run_dir: str, scratch: str, examples: int, window: int) -> dict:
+    import keras_seq.recipes.tagging as tagging
+
     finders = list(sys.meta_path)
     try:  # the verify worker's host, without its block on keras_seq imports
-        from keras_seq.export._verify_worker import TFLiteModel, host_tagger_ids
+        from keras_seq.export._verify_worker import TFLiteModel, host_tagger_ids, windowed
     finally:
         sys.meta_path[:] = finders
 
-    out = os.path.join(scratch, "tagger")
+    tagging.INTEGER_WINDOW = window  # the default, or one of a sweep
+    out = os.path.join(scratch, f"tagger{window}")
     rows = _verified(run_dir, out, examples)
     reference = np.load(os.path.join(out, "reference.npz"))
     sentences = [str(t).split() for t in reference["texts"]]
     with open(os.path.join(out, "tflite_int8", "export.json")) as f:
         window = json.load(f)["window"]
     median = sorted(sentences, key=len)[len(sentences) // 2]
-    longest = (sentences[int(np.argmax([len(s) for s in sentences]))] * window)[:window]
+    long = (sentences[int(np.argmax([len(s) for s in sentences]))] * 64)[:64]
     files = {kind: TFLiteModel(os.path.join(out, folder, "tagger.tflite"), num_threads=1)
              for kind, folder in (("float", "tflite"), ("int8", "tflite_int8"))}
+    ids = {}  # the host's ids, computed before the timing
 
-    def call(kind, tokens):
+    def probabilities(kind):
         model = files[kind]
-        word_ids, char_ids = host_tagger_ids(os.path.join(out, "tflite"), [tokens])
         order = [0 if "char_ids" in d["name"] else 1 for d in model.inputs]
-        return lambda: model(*[(char_ids, word_ids)[i] for i in order])
+
+        def run(token_lists):
+            key = tuple(map(tuple, token_lists))
+            if key not in ids:
+                ids[key] = host_tagger_ids(os.path.join(out, "tflite"), token_lists)
+            word_ids, char_ids = ids[key]
+            return model(*[(char_ids, word_ids)[i] for i in order])[0]
+        return run
+
+    def tag(kind, batch):
+        if kind == "float":  # any length in one call
+            return lambda: [probabilities(kind)([tokens]) for tokens in batch]
+        return lambda: [windowed(probabilities(kind), tokens, window) for tokens in batch]
 
     result = {"rows": rows, "window": window, "median_words": len(median)}
-    for name, tokens in (("median", median), ("window", longest)):
-        ms = _interleaved_ms({kind: call(kind, tokens) for kind in files}, repeats=50)
+    for name, batch, repeats in (("median", [median], 30), ("64_words", [long], 30),
+                                 ("200_sentences", sentences[:200], 5)):
+        ms = _interleaved_ms({kind: tag(kind, batch) for kind in files}, repeats=repeats)
         result[f"{name}_ms_batch1"] = ms
         result[f"{name}_int8_over_float"] = ms["int8"] / ms["float"]
     return result
@@ -211,6 +229,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--translator", help="a keras-seq train run folder")
     parser.add_argument("--lm", help="a keras-seq train --task lm run folder")
     parser.add_argument("--tagger", help="a keras-seq train --task tag run folder")
+    parser.add_argument("--tagger-windows", type=int, nargs="+", default=[16],
+                        help="the int8 tagger's windows to try (default: %(default)s)")
     parser.add_argument("--examples", type=int, default=500,
                         help="held-out examples that verify scores (default: %(default)s)")
     parser.add_argument("--sensor-train", type=int, default=3000)
@@ -225,7 +245,8 @@ def main(argv=None) -> dict:
         if args.lm:
             results["lm"] = language_model(args.lm, scratch, args.examples)
         if args.tagger:
-            results["tagger"] = tagger(args.tagger, scratch, args.examples)
+            results["tagger"] = [tagger(args.tagger, scratch, args.examples, window)
+                                 for window in args.tagger_windows]
     if args.sensor_train:
         results["sensor"] = sensor_classifier(args.sensor_train, args.sensor_epochs,
                                               args.sensor_test)
