@@ -47,8 +47,8 @@ _SCORE_BATCH = 256
 # sentence is shorter); a host tags a longer sentence in overlapping windows
 # of this many words. It runs every position of its window whatever the
 # sentence's length: on UD English EWT, windows of 16 tag the held-out
-# sentences in 0.58x float's time with 0.04 points less accuracy; 64 took
-# 1.76x (benchmarks/RESULTS.md, "Integer-only models").
+# sentences in 0.58-0.70x float's time (two runs) with 0.04 points less
+# accuracy; 64 took 1.76x (benchmarks/RESULTS.md, "Integer-only models").
 INTEGER_WINDOW = 16
 # A line that is a token and its tag, not a comment, though it starts with #.
 _TAGGED_LINE = re.compile(r"#\S*\t\S+")
@@ -297,16 +297,17 @@ def _calibration_ids(calibration, preprocessor) -> tuple[int, list[dict]]:
     training sentences, one per example, padded (or cut) to the window."""
     import numpy as np
 
+    from keras_seq.export.calibration import rows
+
     training = calibration.training()
     window = min(INTEGER_WINDOW, max(len(s) for s in training))
-    sentences = [[token for token, _ in s] for s in training[: calibration.count]]
-    word_ids, char_ids = (np.asarray(ids) for ids in preprocessor.token_ids(
-        [s[:window] for s in sentences]))
+    sentences = [[token for token, _ in s][:window] for s in training[: calibration.count]]
+    word_ids, char_ids = (np.asarray(ids) for ids in preprocessor.token_ids(sentences))
     room = window - word_ids.shape[1]
     word_ids = np.pad(word_ids, [(0, 0), (0, room)])
     char_ids = np.pad(char_ids, [(0, 0), (0, room), (0, 0)])
-    return window, [{"word_ids": word_ids[i : i + 1], "char_ids": char_ids[i : i + 1]}
-                    for i in range(len(sentences))]
+    return window, [{"word_ids": w, "char_ids": c}
+                    for w, c in zip(rows(word_ids), rows(char_ids))]
 
 
 def probability_model(tagger):
