@@ -3,7 +3,8 @@
 Routes: a model over a sequence of static length has its loops unrolled
 (every recurrent layer of the package, Keras' own, attention, a
 Transformer block, a user's cell); a `streaming_model` fed one step has no
-loop; a dynamic length is refused before the quantizer runs; a crash of
+loop; with ``fuse_lstm=True`` each LSTM is TFLite's integer LSTM kernel
+(int8 weights and activations, an int16 cell state), over any length; a dynamic length is refused before the quantizer runs; a crash of
 the quantizer or of LiteRT in the child process is one error line. Each
 integer model is compared with Keras on held-out inputs, in LiteRT without
 its default delegates, and its ops are checked to compute in integers.
@@ -284,6 +285,58 @@ def test_a_loop_left_in_the_graph_is_refused_before_the_quantizer():
                           quantize="int8", representative_data=list(_sequences(2, 0)[:, 0, :1]))
 
 
+FUSED = {
+    "peephole_lstm": lambda x: layers.PeepholeLSTM(U, return_sequences=True)(x),
+    "cifg_peepholes": lambda x: layers.CoupledGateLSTM(
+        U, use_peepholes=True, return_sequences=True)(x),
+    "keras_lstm_backwards": lambda x: keras.layers.LSTM(U, go_backwards=True)(x),
+    "bidirectional": lambda x: keras.layers.Bidirectional(
+        keras.layers.LSTM(U, return_sequences=True))(x),
+}
+
+
+def test_the_fused_lstm_converts_to_int8_over_any_length():
+    """TFLite's integer LSTM kernel: int8 weights and activations, int16
+    peepholes and cell state, no loop; calibrated on length T, run on others,
+    each invoke from a zero state."""
+    model = _branches(FUSED)
+    flatbuffer = convert_to_tflite(model, quantize="int8", fuse_lstm=True,
+                                   representative_data=list(_sequences(60, 0)))
+    ops = tflite_op_names(flatbuffer)
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in ops and "WHILE" not in ops, sorted(ops)
+    assert float_ops(flatbuffer) == []
+    assert _tensor_types(flatbuffer) >= {"INT8", "INT16"}
+    fused = [op for op in _all_ops(flatbuffer) if op.InputsLength() == 24]
+    assert len(fused) == 5, len(fused)  # one op per direction
+    runner = _runner(flatbuffer)
+    rng = np.random.default_rng(11)
+    for length in (T + 5, T - 3, T + 5):
+        x = rng.normal(size=(1, length, F)).astype("float32")
+        got = runner(x=x)
+        for i, (name, reference) in enumerate(zip(FUSED, model(x))):
+            reference = np.asarray(reference)
+            error = np.abs(got[f"output_{i}"] - reference).max()
+            assert error <= _int8_tolerance(reference), (name, length, error)
+
+
+def test_a_fused_bidirectional_lstm_keeps_each_direction_in_its_own_scale():
+    """Each op writes h in one scale, reads it back as h(t-1) and copies it
+    out; the CONCATENATION of the two directions must not give the forward
+    op's output a scale its state does not have (13% error where it did)."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, keras.layers.Bidirectional(
+        keras.layers.LSTM(U, return_sequences=True))(x))
+    flatbuffer = convert_to_tflite(model, quantize="int8", fuse_lstm=True,
+                                   representative_data=list(_sequences(60, 0)))
+    x = _sequences(1, 12)[0]
+    reference = np.asarray(model(x))
+    error = np.abs(_runner(flatbuffer)(x=x)["output_0"] - reference)
+    # One int8 step of the output is 0.4% of its range; each half within 2%.
+    for half in (error[..., :U], error[..., U:]):
+        assert half.max() <= 0.02 * np.abs(reference).max(), half.max()
+
+
 @pytest.fixture(scope="module")
 def small_model():
     x = keras.Input((None, F), name="x")
@@ -294,8 +347,8 @@ def small_model():
     ({"quantize": "int8"}, "give `representative_data`"),
     ({"quantize": "dynamic", "representative_data": [np.zeros((1, T, F))]},
      "calibrates integer models"),
-    ({"quantize": "int8", "representative_data": [np.zeros((1, T, F))], "fuse_lstm": True},
-     "fuse_lstm=True"),
+    ({"quantize": "int16x8", "representative_data": [np.zeros((1, T, F))], "fuse_lstm": True},
+     "16x8 quantizer has no kernel for the fused LSTM op"),
     ({"quantize": "int8", "representative_data": [np.ones((1, T, F)), np.zeros((1, T + 1, F))]},
      r"differ in axis 1 \(6 to 7\)"),
     ({"quantize": "int8", "representative_data": [np.zeros((1, T, F + 1))]},
@@ -310,6 +363,12 @@ def small_model():
 def test_bad_integer_arguments_fail_before_the_quantizer(small_model, kwargs, message):
     with pytest.raises(ValueError, match=message):
         convert_to_tflite(small_model, **kwargs)
+
+
+def test_a_loop_left_beside_the_fused_lstm_is_refused(small_model):
+    with pytest.raises(ValueError, match=r"keeps loops \(\d WHILE ops?\).*GRU.*crashes on loops.*fuse_lstm=False"):
+        convert_to_tflite(small_model, quantize="int8", fuse_lstm=True,
+                          representative_data=list(_sequences(3, 0)))
 
 
 def test_representative_data_of_the_wrong_type_is_a_type_error(small_model):

@@ -5,7 +5,8 @@ cell clip and a state kept between invokes; `edit_fused_ops` makes each one
 compute its Keras layer (matched by its weights): peephole inputs, CIFG, no
 cell clip, a zero state at the start of every ``invoke()``.
 `inputs_outputs_in_call_order` undoes the SavedModel route's ordering of
-inputs and outputs by signature key. `compacted` gives an unrolled model's
+inputs and outputs by signature key. `integer_lstm_states_agree` mends the
+scales of an integer fused op's hidden state. `compacted` gives an unrolled model's
 repeated constants one tensor. All work on the object API of
 ``ai_edge_litert.schema_py_generated`` and write a new flatbuffer.
 
@@ -16,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import flatbuffers
@@ -165,6 +167,51 @@ def edit_fused_ops(flatbuffer: bytes, layers: dict[str, FusedLayer]) -> bytes:
             f"convert_fused_lstm: the converter did not fuse {', '.join(missing)}; "
             "without the fused op the peephole and CIFG edits cannot be applied."
         )
+    _drop_unused_tensors_and_buffers(model_t)
+    return _pack(model_t)
+
+
+def builtin_op_count(flatbuffer: bytes, name: str) -> int:
+    """How many ops of builtin ``name`` (e.g. ``"WHILE"``) the model has."""
+    code = getattr(_schema().BuiltinOperator, name)
+    model_t = _load(flatbuffer)
+    return sum(_builtin_code(model_t, op) == code
+               for subgraph in model_t.subgraphs for op in subgraph.operators)
+
+
+def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
+    """Each integer fused LSTM op's hidden state in the scale of its output.
+
+    Without a projection, TFLite's integer LSTM kernel writes h in the scale
+    of its intermediate tensor 4 into its output-state tensor, reads that
+    back as h(t-1) in the state tensor's scale, and copies the raw int8
+    values out as its output. TensorFlow's quantizer can give the three
+    different scales (the output's is shared with a CONCATENATION after it,
+    a Bidirectional's): here they take the output's, and the ``FILL`` that
+    zeroes the state writes that zero point.
+    """
+    schema = _schema()
+    model_t = _load(flatbuffer)
+    lstm = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    fill = schema.BuiltinOperator.FILL
+    for subgraph in model_t.subgraphs:
+        fills = {int(op.outputs[0]): op for op in subgraph.operators
+                 if _builtin_code(model_t, op) == fill}
+        for op in subgraph.operators:
+            if (_builtin_code(model_t, op) != lstm or op.intermediates is None
+                    or len(op.intermediates) != 5
+                    or subgraph.tensors[op.inputs[0]].type != schema.TensorType.INT8):
+                continue
+            output = subgraph.tensors[op.outputs[0]].quantization
+            state_index = int(op.inputs[_OUTPUT_STATE])
+            for index in (state_index, int(op.intermediates[4])):
+                subgraph.tensors[index].quantization = copy.deepcopy(output)
+            if state_index in fills:  # a new zero: the old one may be shared
+                zero = np.array(int(output.zeroPoint[0]), np.int8)
+                fills[state_index].inputs = np.array(
+                    [fills[state_index].inputs[0],
+                     _add_tensor(model_t, subgraph, zero, schema.TensorType.INT8, "zero",
+                                 copy.deepcopy(output))], np.int32)
     _drop_unused_tensors_and_buffers(model_t)
     return _pack(model_t)
 

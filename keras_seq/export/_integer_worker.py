@@ -1,9 +1,10 @@
 """The child process of `keras_seq.export.integer_tflite`: calibrate, quantize, load once.
 
 ``python -m keras_seq.export._integer_worker FOLDER MODE COUNT``: converts the
-SavedModel ``FOLDER/model`` to an integer-only flatbuffer (``MODE``: ``int8``
-or ``int16x8``), calibrated on the ``COUNT`` examples of
-``FOLDER/examples.npz`` (with a fourth argument ``integer_io``: integer
+SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
+``FOLDER/float.tflite``, the fused LSTM route) to an integer-only
+flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
+examples of ``FOLDER/examples.npz`` (with a fourth argument ``integer_io``: integer
 inputs and outputs); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
 delegates. A conversion error is written, in one line, to
@@ -19,11 +20,10 @@ import sys
 
 def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
-    import tensorflow as tf
 
     from keras_seq.export.integer_tflite import first_line, worker_paths
 
-    flatbuffer_file, failure_file, converted_file = worker_paths()
+    flatbuffer_file, failure_file, converted_file, float_file = worker_paths()
     with open(os.path.join(folder, "inputs.txt")) as f:
         names = f.read().split("\n")
     stored = np.load(os.path.join(folder, "examples.npz"))
@@ -33,18 +33,13 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         for example in examples:
             yield dict(zip(names, example))
 
-    converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(folder, "model"))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = representative_dataset
-    converter.target_spec.supported_ops = [
-        tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else
-        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-    ]
-    if integer_io:  # integer inputs and outputs: no QUANTIZE/DEQUANTIZE at the edges
-        converter.inference_input_type = converter.inference_output_type = (
-            tf.int8 if mode == "int8" else tf.int16)
     try:
-        flatbuffer = converter.convert()
+        if os.path.exists(os.path.join(folder, float_file)):
+            with open(os.path.join(folder, float_file), "rb") as f:
+                flatbuffer = _quantized(f.read(), examples, integer_io)
+        else:
+            flatbuffer = _converted(os.path.join(folder, "model"), mode, representative_dataset,
+                                    integer_io)
     except Exception as error:  # the converter's errors: one line for the caller
         said = first_line(error)
         if mode == "int16x8" and "Max and min for dynamic tensors" in said:
@@ -68,6 +63,37 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         details = runner.get_input_details()
         runner(**{name: value.astype(details[name]["dtype"])
                   for name, value in zip(names, examples[0])})
+
+
+def _converted(saved_model: str, mode: str, representative_dataset, integer_io: bool) -> bytes:
+    """TensorFlow's converter with integer quantization, on a SavedModel."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    if integer_io:  # integer inputs and outputs: no QUANTIZE/DEQUANTIZE at the edges
+        converter.inference_input_type = converter.inference_output_type = (
+            tf.int8 if mode == "int8" else tf.int16)
+    return converter.convert()
+
+
+def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
+    """A float flatbuffer calibrated and quantized to int8 as the converter
+    does it: intermediate tensors added to the fused LSTM ops (where the
+    calibration records the gate ranges), then TensorFlow's MLIR quantizer."""
+    import tensorflow as tf
+    from tensorflow.lite.python import convert
+    from tensorflow.lite.python.optimize import calibrator
+
+    with_intermediates = calibrator.add_intermediate_tensors(flatbuffer)
+    calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
+    edge = tf.int8 if integer_io else tf.float32
+    return convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge)
 
 
 if __name__ == "__main__":

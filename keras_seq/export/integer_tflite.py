@@ -35,8 +35,12 @@ from collections.abc import Iterable
 import numpy as np
 import tensorflow as tf
 
-from keras_seq._validation import ArgumentTypeError, ArgumentValueError
-from keras_seq.export._flatbuffer import compacted, inputs_outputs_in_call_order
+from keras_seq._validation import ArgumentTypeError, ArgumentValueError, check_bool
+from keras_seq.export._flatbuffer import (
+    compacted,
+    inputs_outputs_in_call_order,
+    integer_lstm_states_agree,
+)
 
 INTEGER_QUANTIZATIONS = ("int8", "int16x8")
 
@@ -46,12 +50,38 @@ _WORKER_TIMEOUT_S = 900
 
 # What the child leaves behind in its folder.
 _FLATBUFFER, _FAILURE, _CONVERTED = "model.tflite", "failure.txt", "converted"
+# A float flatbuffer for the child to quantize (else it converts the SavedModel).
+_FLOAT_FLATBUFFER = "float.tflite"
 
 _LOOP_OPS = {"While", "StatelessWhile"}
 
 
 def is_integer(quantize) -> bool:
     return quantize in INTEGER_QUANTIZATIONS
+
+
+def check_integer_arguments(where: str, quantize, representative_data, integer_io) -> bool:
+    """Whether ``quantize`` (already checked) is an integer mode; an error
+    for ``representative_data`` or ``integer_io`` given without one."""
+    integer = is_integer(quantize)
+    integer_io = check_bool(where, "integer_io", integer_io)
+    if integer_io and not integer:
+        raise ArgumentValueError(where, f'`integer_io=True` needs quantize="int8" or '
+                                 f'"int16x8"; received quantize={quantize!r}.')
+    if representative_data is not None and not integer:
+        raise ArgumentValueError(where, f"`representative_data` calibrates integer models "
+                                 f'(quantize="int8" or "int16x8"); received quantize='
+                                 f"{quantize!r}.")
+    return integer
+
+
+def check_fused_quantize(where: str, quantize) -> None:
+    """The fused LSTM op is quantized to int8 only."""
+    if quantize == "int16x8":
+        raise ArgumentValueError(where, 'quantize="int16x8" with fuse_lstm=True: TensorFlow\'s '
+                                 "16x8 quantizer has no kernel for the fused LSTM op "
+                                 '(UNIDIRECTIONAL_SEQUENCE_LSTM); use quantize="int8", or '
+                                 "fuse_lstm=False (the loops run unrolled).")
 
 
 def calibration_examples(where: str, representative_data, specs) -> list[list[np.ndarray]]:
@@ -171,12 +201,40 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
     with tempfile.TemporaryDirectory(prefix="keras_seq_int_") as folder:
         tf.saved_model.save(module, os.path.join(folder, "model"),
                             signatures={"serving_default": concrete})
-        np.savez(os.path.join(folder, "examples.npz"),
-                 **{f"{n}_{i}": a for n, example in enumerate(examples)
-                    for i, a in enumerate(example)})
-        with open(os.path.join(folder, "inputs.txt"), "w") as f:
-            f.write("\n".join(input_names))
-        flatbuffer = _run_worker(where, folder, quantize, len(examples), integer_io)
+        flatbuffer = _quantized_in_child(where, folder, input_names, quantize, examples,
+                                         integer_io)
+    return compacted(inputs_outputs_in_call_order(flatbuffer, input_names))
+
+
+def quantize_flatbuffer(where: str, flatbuffer: bytes, input_names: list[str], quantize: str,
+                        examples: list[list[np.ndarray]], integer_io: bool = False) -> bytes:
+    """The integer-only flatbuffer of a float one (builtin ops, no loop: the
+    fused LSTM route), calibrated and quantized in a child process.
+
+    TensorFlow's MLIR quantizer takes TFLite's fused LSTM op (peepholes and
+    CIFG included) to its integer kernel: int8 weights and activations,
+    int16 peepholes and cell state, with the gate scales the calibration
+    records on the op's intermediate tensors.
+    """
+    check_fused_quantize(where, quantize)
+    with tempfile.TemporaryDirectory(prefix="keras_seq_int_") as folder:
+        with open(os.path.join(folder, _FLOAT_FLATBUFFER), "wb") as f:
+            f.write(flatbuffer)
+        quantized = _quantized_in_child(where, folder, input_names, quantize, examples,
+                                        integer_io)
+    return compacted(integer_lstm_states_agree(quantized))
+
+
+def _quantized_in_child(where: str, folder: str, input_names: list[str], quantize: str,
+                        examples: list[list[np.ndarray]], integer_io: bool) -> bytes:
+    """Runs the child on ``folder`` (the float model already there) and warns
+    of the ops it left in float."""
+    np.savez(os.path.join(folder, "examples.npz"),
+             **{f"{n}_{i}": a for n, example in enumerate(examples)
+                for i, a in enumerate(example)})
+    with open(os.path.join(folder, "inputs.txt"), "w") as f:
+        f.write("\n".join(input_names))
+    flatbuffer = _run_worker(where, folder, quantize, len(examples), integer_io)
     left_in_float = float_ops(flatbuffer)
     if left_in_float:
         counts = ", ".join(f"{op} x{left_in_float.count(op)}"
@@ -184,8 +242,8 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
         warnings.warn(f'{where}: quantize="{quantize}": the quantizer left ops in float, '
                       f"between a DEQUANTIZE and a QUANTIZE ({counts}); LiteRT runs them, "
                       "an integer-only runtime (TFLite Micro, an Edge TPU) refuses them.",
-                      UserWarning, stacklevel=3)
-    return compacted(inputs_outputs_in_call_order(flatbuffer, input_names))
+                      UserWarning, stacklevel=4)
+    return flatbuffer
 
 
 def _run_worker(where: str, folder: str, quantize: str, count: int,
@@ -248,7 +306,7 @@ def first_line(error: BaseException) -> str:
     return type(error).__name__
 
 
-def worker_paths() -> tuple[str, str, str]:
-    """The names of the child's flatbuffer, failure and progress files."""
-    return _FLATBUFFER, _FAILURE, _CONVERTED
+def worker_paths() -> tuple[str, str, str, str]:
+    """The names of the child's flatbuffer, failure, progress and float input files."""
+    return _FLATBUFFER, _FAILURE, _CONVERTED, _FLOAT_FLATBUFFER
 

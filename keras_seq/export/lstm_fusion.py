@@ -64,6 +64,7 @@ from keras_seq.export._flatbuffer import (
     INPUT_TO_GATE,
     RECURRENT_TO_GATE,
     FusedLayer,
+    builtin_op_count,
     edit_fused_ops,
 )
 from keras_seq.export._lowering import BuiltinLoops
@@ -73,6 +74,12 @@ from keras_seq.export._tracing import (
     models_of,
     signature_specs,
     traceable,
+)
+from keras_seq.export.integer_tflite import (
+    calibration_examples,
+    check_fused_quantize,
+    check_integer_arguments,
+    quantize_flatbuffer,
 )
 from keras_seq.layers.recurrent.operator_forms import LSTMForm, operator_form
 
@@ -84,6 +91,8 @@ def convert_fused_lstm(
     input_signature: Sequence[tf.TensorSpec] | None = None,
     quantize: str | None = None,
     batch_size: int | None = None,
+    representative_data=None,
+    integer_io: bool = False,
 ) -> bytes:
     """Converts a model to TFLite with its LSTM layers as fused ``UNIDIRECTIONAL_SEQUENCE_LSTM`` ops.
 
@@ -104,16 +113,25 @@ def convert_fused_lstm(
         input_signature: `tf.TensorSpec`s of the inputs; a dynamic batch
             dimension is set to `batch_size`. Default: the model's inputs with
             batch `batch_size` and a dynamic time axis.
-        quantize: `None`, ``"dynamic"`` (int8 weights) or ``"float16"``, as in
-            `convert_to_tflite`.
+        quantize: `None`, ``"dynamic"`` (int8 weights), ``"float16"`` or
+            ``"int8"``, as in `convert_to_tflite`. With ``"int8"`` each fused
+            op is TFLite's integer LSTM kernel (int8 weights and activations,
+            int16 peepholes and cell state, gate scales from calibration),
+            still over any length; every other op an integer kernel too.
+            ``"int16x8"`` is refused: TensorFlow has no 16x8 quantization of
+            the fused op.
         batch_size: the static batch size. Default 1.
+        representative_data: the calibration examples of ``"int8"`` (see
+            `convert_to_tflite`); their lengths may differ.
+        integer_io: int8 inputs and outputs (see `convert_to_tflite`).
 
     Returns:
         The flatbuffer bytes (builtin ops only).
 
     Raises:
         ValueError: a bad argument, or a signature whose batch differs from
-            `batch_size`.
+            `batch_size`; with ``"int8"``, a loop left beside the fused ops
+            (TensorFlow's quantizer crashes on loops) or a quantizer failure.
         RuntimeError: the converter did not fuse a layer that was routed to
             the fused kernel (the edit would otherwise give wrong numbers).
 
@@ -129,27 +147,41 @@ def convert_fused_lstm(
     """
     require_tensorflow("keras_seq.export.convert_fused_lstm", EXPORT_THERE)
     where = "convert_fused_lstm"
-    check_quantize(where, quantize, integer=False)
+    check_quantize(where, quantize)
+    integer = check_integer_arguments(where, quantize, representative_data, integer_io)
     if batch_size is not None:
         check_positive_int(where, "batch_size", batch_size)
-    flatbuffer, layers = _convert_with_lstm_functions(
-        where, model, input_signature, quantize, batch_size
-    )
-    return edit_fused_ops(flatbuffer, layers)
-
-
-# ---------------------------------------------------------------------------
-# Tracing and conversion
-
-
-def _convert_with_lstm_functions(where, model, input_signature, quantize, batch_size):
-    """The converter's flatbuffer (fused ops not yet edited) and the routed layers."""
     if input_signature is None:
         call, specs = traceable(model, None, batch_size or 1)
     else:
         call, specs = traceable(model, _with_batch(where, input_signature, batch_size))
     # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
     specs, names = signature_specs(specs)
+    if integer:
+        check_fused_quantize(where, quantize)
+        examples = calibration_examples(where, representative_data, specs)
+    flatbuffer, layers = _convert_with_lstm_functions(
+        model, call, specs, names, None if integer else quantize)
+    flatbuffer = edit_fused_ops(flatbuffer, layers)
+    if not integer:
+        return flatbuffer
+    count = builtin_op_count(flatbuffer, "WHILE")
+    if count:
+        raise ArgumentValueError(
+            where, f'quantize="int8" with fuse_lstm=True: the model keeps loops ({count} WHILE '
+            f"op{'s' if count > 1 else ''}) beside the fused LSTM ops (a GRU or other "
+            "recurrent layer, or an LSTM named in a warning above), and TensorFlow's "
+            "quantizer crashes on loops; convert with fuse_lstm=False and a static length "
+            "(every loop unrolled).")
+    return quantize_flatbuffer(where, flatbuffer, names, quantize, examples, integer_io)
+
+
+# ---------------------------------------------------------------------------
+# Tracing and conversion
+
+
+def _convert_with_lstm_functions(model, call, specs, names, quantize):
+    """The converter's flatbuffer (fused ops not yet edited) and the routed layers."""
     layers: dict[str, FusedLayer] = {}
     with _FrozenVariables() as frozen:
         lowering = _FusedLSTM(layers, frozen)

@@ -33,6 +33,7 @@ from keras_seq.export._tracing import (
 from keras_seq.export.calibration import as_traced, rows, step_examples
 from keras_seq.export.integer_tflite import (
     calibration_examples,
+    check_integer_arguments,
     convert_integer,
     is_integer,
     static_specs,
@@ -122,25 +123,11 @@ def convert_to_tflite(
     check_quantize(where, quantize)
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
     batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
-    integer = is_integer(quantize)
-    integer_io = check_bool(where, "integer_io", integer_io)
-    if integer_io and not integer:
-        raise ArgumentValueError(where, f'`integer_io=True` needs quantize="int8" or '
-                                 f'"int16x8"; received quantize={quantize!r}.')
-    if representative_data is not None and not integer:
-        raise ArgumentValueError(where, f"`representative_data` calibrates integer models "
-                                 f'(quantize="int8" or "int16x8"); received quantize='
-                                 f"{quantize!r}.")
+    integer = check_integer_arguments(where, quantize, representative_data, integer_io)
     if fuse_lstm:
-        if integer:
-            raise ArgumentValueError(where, f'quantize="{quantize}" with fuse_lstm=True: the '
-                                     "fused LSTM op is written with float weights and "
-                                     "peephole and CIFG inputs after conversion, which the "
-                                     "integer kernel's calibrated intermediate scales do not "
-                                     "cover; convert with fuse_lstm=False (the loop runs "
-                                     "unrolled, every op an integer kernel).")
         return convert_fused_lstm(
-            model, input_signature=input_signature, quantize=quantize, batch_size=batch_size
+            model, input_signature=input_signature, quantize=quantize, batch_size=batch_size,
+            representative_data=representative_data, integer_io=integer_io,
         )
     if batch_size is not None and input_signature is not None:
         raise ArgumentValueError(where, f'`batch_size` sets the batch of the default signature; with an `input_signature`, put the batch size in its specs. Received batch_size={batch_size}.')
