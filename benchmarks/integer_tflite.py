@@ -20,6 +20,13 @@ Three models, as the integer export's goals name them:
   (calibrated with `streaming_calibration` on training streams), fed one
   step at a time: per-step accuracy, agreement with Keras, one step's
   latency.
+- ``--fused-train N``: the same gestures spotted by an all-LSTM model (the
+  GRU of ``examples/streaming.py`` made a second `PeepholeLSTM`, so that
+  ``fuse_lstm=True`` fuses every layer), trained here on N streams, run
+  over whole streams: the fused op in float and int8 (TFLite's integer
+  LSTM kernel, any length), against the loop (float, WHILE) and int8
+  unrolled over the streams' static length. Per-step accuracy, agreement
+  with Keras, file size, one stream's latency.
 
 Latencies: LiteRT, one thread, with its default delegates, batch 1;
 interleaved repetitions, medians, and the int8/float ratio.
@@ -224,6 +231,56 @@ def sensor_classifier(train: int, epochs: int, test: int) -> dict:
     return result
 
 
+def fused_classifier(train: int, epochs: int, test: int) -> dict:
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import streaming as example
+
+    from keras_seq import layers
+    from keras_seq.export import convert_to_tflite
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    length = 100
+    x_train, y_train = example.make_streams(train, length, rng)
+    x_test, y_test = example.make_streams(test, length, rng)
+    inputs = keras.Input((None, example.CHANNELS), name="sensor")
+    h = keras.layers.Dense(32, activation="relu")(inputs)
+    h = layers.PeepholeLSTM(64, return_sequences=True)(h)
+    h = layers.PeepholeLSTM(64, return_sequences=True)(h)
+    model = keras.Model(inputs, keras.layers.Dense(2)(h))
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x_train, y_train, batch_size=64, epochs=epochs, verbose=0)
+    keras_labels = np.asarray(model.predict(x_test, batch_size=256, verbose=0)).argmax(-1)
+    calibration = [x_train[i:i + 1] for i in range(200)]
+    t0 = time.perf_counter()
+    files = {"float loop": convert_to_tflite(model, batch_size=1),
+             "float fused": convert_to_tflite(model, fuse_lstm=True),
+             "int8 fused": convert_to_tflite(model, quantize="int8", fuse_lstm=True,
+                                             representative_data=calibration),
+             "int8 unrolled": convert_to_tflite(model, quantize="int8",
+                                                representative_data=calibration)}
+    result = {"keras_accuracy": float(np.mean(keras_labels == y_test)),
+              "convert_s": time.perf_counter() - t0, "files_kb": {}, "accuracy": {},
+              "agreement": {}}
+    streams = {}
+    for kind, flatbuffer in files.items():
+        runner = Interpreter(model_content=flatbuffer, num_threads=1).get_signature_runner()
+        labels = np.stack([runner(sensor=x_test[row:row + 1])["output_0"][0].argmax(-1)
+                           for row in range(test)])
+        result["files_kb"][kind] = len(flatbuffer) / 1024
+        result["accuracy"][kind] = float(np.mean(labels == y_test))
+        result["agreement"][kind] = float(np.mean(labels == keras_labels))
+        streams[kind] = (lambda r=runner: r(sensor=x_test[:1]))
+    result["stream_ms_batch1"] = _interleaved_ms(streams, repeats=100)
+    result["over_float_loop"] = {kind: ms / result["stream_ms_batch1"]["float loop"]
+                                 for kind, ms in result["stream_ms_batch1"].items()}
+    return result
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--translator", help="a keras-seq train run folder")
@@ -236,6 +293,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--sensor-train", type=int, default=3000)
     parser.add_argument("--sensor-epochs", type=int, default=6)
     parser.add_argument("--sensor-test", type=int, default=200)
+    parser.add_argument("--fused-train", type=int, default=3000)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     results = {}
@@ -250,6 +308,9 @@ def main(argv=None) -> dict:
     if args.sensor_train:
         results["sensor"] = sensor_classifier(args.sensor_train, args.sensor_epochs,
                                               args.sensor_test)
+    if args.fused_train:
+        results["fused"] = fused_classifier(args.fused_train, args.sensor_epochs,
+                                            args.sensor_test)
     print(json.dumps(results, indent=1, default=str))
     if args.json:
         with open(args.json, "w") as f:

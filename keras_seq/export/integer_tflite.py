@@ -18,6 +18,9 @@ So:
   default one, from the calibration examples. A step model from
   `keras_seq.export.streaming_model`, fed one step at a time, has no loop
   at all; a dynamic length left in the graph is refused with one line.
+  With ``fuse_lstm=True`` each LSTM is TFLite's fused op, which has no
+  loop either: `quantize_flatbuffer` takes the float fused file to the
+  op's integer kernel, over any length.
 - the quantizer runs in a child process (`keras_seq.export._integer_worker`),
   which also loads and runs the integer model once in LiteRT. A crash there
   is one `ValueError` line here, never the caller's process going down.
