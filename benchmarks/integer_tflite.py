@@ -16,8 +16,8 @@ Three models, as the integer export's goals name them:
   at a time (float runs each sentence's length in one call, int8 its
   window, in windows for a longer sentence).
 - the streaming sensor classifier of ``examples/streaming.py`` (trained
-  here, ``--sensor-train`` streams): its `streaming_model` in float and int8
-  (calibrated with `streaming_calibration` on training streams), fed one
+  here, ``--sensor-train`` streams): its `streaming_model` in float, int8
+  and int16x8 (calibrated with `streaming_calibration` on training streams), fed one
   step at a time: per-step accuracy, agreement with Keras, one step's
   latency.
 - ``--fused-train N``: the same gestures spotted by an all-LSTM model (the
@@ -205,7 +205,9 @@ def sensor_classifier(train: int, epochs: int, test: int) -> dict:
     stream = streaming_model(model)
     examples = streaming_calibration(stream, x_train[:20], max_examples=2000)
     files = {"float": convert_to_tflite(stream, batch_size=1),
-             "int8": convert_to_tflite(stream, quantize="int8", representative_data=examples)}
+             "int8": convert_to_tflite(stream, quantize="int8", representative_data=examples),
+             "int16x8": convert_to_tflite(stream, quantize="int16x8",
+                                          representative_data=examples)}
     names = [t.name for t in stream.inputs]
     result = {"keras_accuracy": float(np.mean(keras_labels == y_test)), "files_kb": {},
               "accuracy": {}, "agreement": {}}
@@ -226,8 +228,8 @@ def sensor_classifier(train: int, epochs: int, test: int) -> dict:
         zero = [x_test[:1, :1], *initial_streaming_states(stream, 1)]
         steps[kind] = (lambda r=runner, z=zero: r(**dict(zip(names, z))))
     result["step_ms_batch1"] = _interleaved_ms(steps, repeats=300)
-    result["int8_over_float"] = (result["step_ms_batch1"]["int8"]
-                                 / result["step_ms_batch1"]["float"])
+    result["over_float"] = {kind: ms / result["step_ms_batch1"]["float"]
+                            for kind, ms in result["step_ms_batch1"].items()}
     return result
 
 

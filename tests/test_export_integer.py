@@ -221,7 +221,11 @@ def test_masked_attention_over_padded_ids_converts_to_int8():
         assert np.abs(got - reference).max() <= _int8_tolerance(reference)
 
 
-def test_a_streaming_step_converts_to_int8_and_carries_its_states():
+@pytest.mark.parametrize("quantize, share", [("int8", 0.1), ("int16x8", 0.05)])
+def test_a_streaming_step_converts_to_integers_and_carries_its_states(quantize, share):
+    """16x8 too: the step has no loop (an unrolled GRU or PeepholeLSTM makes
+    LiteRT abort in 16x8). Its int8 weights still round: half int8's
+    tolerance (measured: 5% of a small output's range at worst)."""
     keras.utils.set_random_seed(1)
     x = keras.Input((None, F))
     h = layers.PeepholeLSTM(U, return_sequences=True)(x)
@@ -231,7 +235,7 @@ def test_a_streaming_step_converts_to_int8_and_carries_its_states():
     examples = streaming_calibration(stream, _sequences(20, 2)[:, 0], max_examples=100)
     assert len(examples) == 100 and len(examples[0]) == 1 + 2 + 1
     assert np.abs(examples[7][1]).max() > 0  # states the stream reached, not zeros
-    flatbuffer = convert_to_tflite(stream, quantize="int8", representative_data=examples)
+    flatbuffer = convert_to_tflite(stream, quantize=quantize, representative_data=examples)
     assert float_ops(flatbuffer) == [] and "WHILE" not in tflite_op_names(flatbuffer)
     runner = _runner(flatbuffer)
     names = [t.name for t in stream.inputs]
@@ -242,7 +246,8 @@ def test_a_streaming_step_converts_to_int8_and_carries_its_states():
         out = runner(**dict(zip(names, [sequence[:, t:t + 1], *states])))
         out = [out[f"output_{i}"] for i in range(len(out))]
         states = out[1:]
-        assert np.abs(out[0][0, 0] - reference[t]).max() <= _int8_tolerance(reference)
+        tolerance = share * float(np.abs(reference).max()) + share / 2
+        assert np.abs(out[0][0, 0] - reference[t]).max() <= tolerance, (quantize, t)
 
 
 def test_int16x8_converts_keras_lstm_with_int16_activations():
