@@ -6,7 +6,8 @@ compute its Keras layer (matched by its weights): peephole inputs, CIFG, no
 cell clip, a zero state at the start of every ``invoke()``.
 `inputs_outputs_in_call_order` undoes the SavedModel route's ordering of
 inputs and outputs by signature key. `integer_lstm_states_agree` mends the
-scales of an integer fused op's hidden state. `compacted` gives an unrolled model's
+scales of an integer fused op's hidden state; `integer_moves` makes integer
+the moves the quantizer leaves in float. `compacted` gives an unrolled model's
 repeated constants one tensor. All work on the object API of
 ``ai_edge_litert.schema_py_generated`` and write a new flatbuffer.
 
@@ -216,6 +217,54 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
     return _pack(model_t)
 
 
+# Ops that move values without computing: the input of their values, by op.
+_MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
+
+
+def integer_moves(flatbuffer: bytes) -> bytes:
+    """Moves the quantizer left in float, made integer.
+
+    TensorFlow's quantizer at times leaves an op that only moves values (a
+    gate block's ``SPLIT``) in float: ``DEQUANTIZE`` -> op -> ``QUANTIZE``.
+    Such an op then reads the integer tensor itself, its outputs in that
+    tensor's type and scale, and each ``QUANTIZE`` after it requantizes
+    (integer to integer). Done only where every reader of the op's outputs
+    is a ``QUANTIZE``.
+    """
+    schema = _schema()
+    model_t = _load(flatbuffer)
+    codes = {getattr(schema.BuiltinOperator, name): index for name, index in _MOVES.items()}
+    floating = (schema.TensorType.FLOAT32,)
+    for subgraph in model_t.subgraphs:
+        producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+        readers: dict[int, list] = {}
+        for op in subgraph.operators:
+            for i in op.inputs:
+                readers.setdefault(int(i), []).append(op)
+        for op in subgraph.operators:
+            code = _builtin_code(model_t, op)
+            if code not in codes:
+                continue
+            value = int(op.inputs[codes[code]])
+            source_op = producer.get(value)
+            if (subgraph.tensors[value].type not in floating or source_op is None
+                    or _builtin_code(model_t, source_op) != schema.BuiltinOperator.DEQUANTIZE
+                    or int(value) in {int(i) for i in subgraph.outputs}):
+                continue
+            if not all(_builtin_code(model_t, reader) == schema.BuiltinOperator.QUANTIZE
+                       for o in op.outputs for reader in readers.get(int(o), [])):
+                continue
+            source = subgraph.tensors[int(source_op.inputs[0])]
+            op.inputs = np.array(op.inputs, np.int32)
+            op.inputs[codes[code]] = int(source_op.inputs[0])
+            for o in op.outputs:
+                subgraph.tensors[o].type = source.type
+                subgraph.tensors[o].quantization = copy.deepcopy(source.quantization)
+        subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
+    _drop_unused_tensors_and_buffers(model_t)
+    return _pack(model_t)
+
+
 def _builtin_code(model_t, op) -> int:
     code = model_t.operatorCodes[op.opcodeIndex]
     return max(code.builtinCode, code.deprecatedBuiltinCode)
@@ -333,7 +382,8 @@ def _add_constant(model_t, subgraph, vector: np.ndarray, weights_type: int) -> i
 
 def _without_unread_dequantizes(model_t, subgraph) -> list:
     """The subgraph's ops but the DEQUANTIZEs whose outputs nothing reads: with
-    float16 weights, those that made the fused ops' former state tensors."""
+    float16 weights, those that made the fused ops' former state tensors; in
+    an integer model, those before a move made integer (`integer_moves`)."""
     read = set(int(i) for i in subgraph.outputs)
     for op in subgraph.operators:
         read.update(int(i) for i in op.inputs if i >= 0)

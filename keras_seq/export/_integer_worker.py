@@ -4,8 +4,10 @@
 SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
 ``FOLDER/float.tflite``, the fused LSTM route) to an integer-only
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
-examples of ``FOLDER/examples.npz`` (with a fourth argument ``integer_io``: integer
-inputs and outputs); writes ``FOLDER/model.tflite``, then loads it in
+examples of ``FOLDER/examples.npz`` (with a fourth argument
+``integer_io``: integer inputs and outputs); mends what the quantizer
+leaves (`keras_seq.export._flatbuffer`: a move op in float, a fused LSTM's
+hidden-state scales); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
 delegates. A conversion error is written, in one line, to
 ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
@@ -21,6 +23,7 @@ import sys
 def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
 
+    from keras_seq.export._flatbuffer import integer_moves
     from keras_seq.export.integer_tflite import first_line, worker_paths
 
     flatbuffer_file, failure_file, converted_file, float_file = worker_paths()
@@ -51,6 +54,8 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(said)
         return
+    # A SPLIT the quantizer left in float, now and then, made integer.
+    flatbuffer = integer_moves(flatbuffer)
     with open(os.path.join(folder, flatbuffer_file), "wb") as f:
         f.write(flatbuffer)
     open(os.path.join(folder, converted_file), "w").close()
@@ -90,10 +95,13 @@ def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
     from tensorflow.lite.python import convert
     from tensorflow.lite.python.optimize import calibrator
 
+    from keras_seq.export._flatbuffer import integer_lstm_states_agree
+
     with_intermediates = calibrator.add_intermediate_tensors(flatbuffer)
     calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
     edge = tf.int8 if integer_io else tf.float32
-    return convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge)
+    return integer_lstm_states_agree(
+        convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge))
 
 
 if __name__ == "__main__":

@@ -39,11 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_seq._validation import ArgumentTypeError, ArgumentValueError, check_bool
-from keras_seq.export._flatbuffer import (
-    compacted,
-    inputs_outputs_in_call_order,
-    integer_lstm_states_agree,
-)
+from keras_seq.export._flatbuffer import compacted, inputs_outputs_in_call_order
 
 INTEGER_QUANTIZATIONS = ("int8", "int16x8")
 
@@ -225,7 +221,7 @@ def quantize_flatbuffer(where: str, flatbuffer: bytes, input_names: list[str], q
             f.write(flatbuffer)
         quantized = _quantized_in_child(where, folder, input_names, quantize, examples,
                                         integer_io)
-    return compacted(integer_lstm_states_agree(quantized))
+    return compacted(quantized)
 
 
 def _quantized_in_child(where: str, folder: str, input_names: list[str], quantize: str,
