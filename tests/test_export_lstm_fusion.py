@@ -10,7 +10,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_seq import layers
 from keras_seq.export import convert_to_tflite, run_tflite, tflite_op_names
-from keras_seq.export.lstm_fusion import _convert_with_lstm_functions
+from keras_seq.export.lstm_fusion import _convert_with_lstm_functions, _traceable
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,8 @@ def _fused_ops(flatbuffer):
 
 def _unedited(model):
     """The converter's flatbuffer before the edit: a plain LSTM with cell clip 10."""
-    flatbuffer, _ = _convert_with_lstm_functions("test", model, None, None, None)
+    flatbuffer, _ = _convert_with_lstm_functions(
+        model, *_traceable("test", model, None, None), None)
     return flatbuffer
 
 

@@ -34,7 +34,8 @@ this package. This package adds, one module per job:
   its first states and `streaming_calibration` the step examples that
   calibrate an integer step model.
 - `integer_tflite`: ``quantize="int8"`` and ``"int16x8"`` of
-  `convert_to_tflite`: loops unrolled, the quantizer in a child process.
+  `convert_to_tflite`: loops unrolled (or, with ``fuse_lstm=True``, each
+  LSTM TFLite's integer LSTM kernel), the quantizer in a child process.
 - `streaming_translation`: `convert_streaming_translator_to_tflite` converts
   a monotonic-attention translation model into an encoder step and a
   decoder step that translate while the source streams in

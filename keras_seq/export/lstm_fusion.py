@@ -151,12 +151,7 @@ def convert_fused_lstm(
     integer = check_integer_arguments(where, quantize, representative_data, integer_io)
     if batch_size is not None:
         check_positive_int(where, "batch_size", batch_size)
-    if input_signature is None:
-        call, specs = traceable(model, None, batch_size or 1)
-    else:
-        call, specs = traceable(model, _with_batch(where, input_signature, batch_size))
-    # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
-    specs, names = signature_specs(specs)
+    call, specs, names = _traceable(where, model, input_signature, batch_size)
     if integer:
         check_fused_quantize(where, quantize)
         examples = calibration_examples(where, representative_data, specs)
@@ -178,6 +173,17 @@ def convert_fused_lstm(
 
 # ---------------------------------------------------------------------------
 # Tracing and conversion
+
+
+def _traceable(where, model, input_signature, batch_size):
+    """The call, its specs (batch `batch_size`, default 1) and their names."""
+    if input_signature is None:
+        call, specs = traceable(model, None, batch_size or 1)
+    else:
+        call, specs = traceable(model, _with_batch(where, input_signature, batch_size))
+    # The SavedModel signature keys the inputs by name (see inputs_outputs_in_call_order).
+    specs, names = signature_specs(specs)
+    return call, specs, names
 
 
 def _convert_with_lstm_functions(model, call, specs, names, quantize):
