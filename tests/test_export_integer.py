@@ -209,7 +209,10 @@ def test_masked_attention_over_padded_ids_converts_to_int8():
             row[0, :length] = rng.integers(1, 20, length)
         return list(rows)
 
-    flatbuffer = convert_to_tflite(model, quantize="int8", representative_data=padded(60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the mask's CAST to float made a SELECT_V2 of int8s
+        flatbuffer = convert_to_tflite(model, quantize="int8", representative_data=padded(60))
+    assert float_ops(flatbuffer) == [] and "SELECT_V2" in tflite_op_names(flatbuffer)
     runner = _runner(flatbuffer)
     for x in padded(4):
         length = int((x != 0).sum())

@@ -73,8 +73,10 @@ def test_a_classifier_run_exports_int8_and_verify_reports_it(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     shutil.copy(os.path.join(run, "test.tsv"), "labelled.tsv")  # its training data, here
     out = tmp_path / "out"
-    export_run(run, out, formats=("tflite",), quantize=("int8",), examples=6,
-               calibration_examples=6)
+    written = export_run(run, out, formats=("tflite",), quantize=("int8",), examples=6,
+                         calibration_examples=6)
+    with open(written["tflite_int8"], "rb") as f:
+        assert float_ops(f.read()) == []  # the padding mask's CAST made integer too
     result = verify(out)
     row = _row(result, "int8")
     # This run's probabilities are near ties (its labels flip under any

@@ -6,8 +6,8 @@ compute its Keras layer (matched by its weights): peephole inputs, CIFG, no
 cell clip, a zero state at the start of every ``invoke()``.
 `inputs_outputs_in_call_order` undoes the SavedModel route's ordering of
 inputs and outputs by signature key. `integer_lstm_states_agree` mends the
-scales of an integer fused op's hidden state; `integer_moves` makes integer
-the moves the quantizer leaves in float. `compacted` gives an unrolled model's
+scales of an integer fused op's hidden state; `integer_only` makes integer
+what the quantizer leaves in float and need not be. `compacted` gives an unrolled model's
 repeated constants one tensor. All work on the object API of
 ``ai_edge_litert.schema_py_generated`` and write a new flatbuffer.
 
@@ -221,48 +221,96 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
 _MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
 
 
-def integer_moves(flatbuffer: bytes) -> bytes:
-    """Moves the quantizer left in float, made integer.
+def integer_only(flatbuffer: bytes) -> bytes:
+    """What TensorFlow's quantizer leaves in float and can be integer, made
+    integer.
 
-    TensorFlow's quantizer at times leaves an op that only moves values (a
-    gate block's ``SPLIT``) in float: ``DEQUANTIZE`` -> op -> ``QUANTIZE``.
-    Such an op then reads the integer tensor itself, its outputs in that
-    tensor's type and scale, and each ``QUANTIZE`` after it requantizes
-    (integer to integer). Done only where every reader of the op's outputs
-    is a ``QUANTIZE``.
+    - An op that only moves values (a gate block's ``SPLIT``, at times),
+      between a ``DEQUANTIZE`` and ``QUANTIZE`` ops: it reads the integer
+      tensor itself, its outputs in that tensor's type and scale, and each
+      ``QUANTIZE`` after it requantizes (integer to integer).
+    - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
+      ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
+
+    Each is done only where every reader of the op's outputs is a
+    ``QUANTIZE``.
     """
-    schema = _schema()
     model_t = _load(flatbuffer)
-    codes = {getattr(schema.BuiltinOperator, name): index for name, index in _MOVES.items()}
-    floating = (schema.TensorType.FLOAT32,)
     for subgraph in model_t.subgraphs:
-        producer = {int(o): op for op in subgraph.operators for o in op.outputs}
-        readers: dict[int, list] = {}
-        for op in subgraph.operators:
-            for i in op.inputs:
-                readers.setdefault(int(i), []).append(op)
-        for op in subgraph.operators:
-            code = _builtin_code(model_t, op)
-            if code not in codes:
-                continue
-            value = int(op.inputs[codes[code]])
-            source_op = producer.get(value)
-            if (subgraph.tensors[value].type not in floating or source_op is None
-                    or _builtin_code(model_t, source_op) != schema.BuiltinOperator.DEQUANTIZE
-                    or int(value) in {int(i) for i in subgraph.outputs}):
-                continue
-            if not all(_builtin_code(model_t, reader) == schema.BuiltinOperator.QUANTIZE
-                       for o in op.outputs for reader in readers.get(int(o), [])):
-                continue
-            source = subgraph.tensors[int(source_op.inputs[0])]
-            op.inputs = np.array(op.inputs, np.int32)
-            op.inputs[codes[code]] = int(source_op.inputs[0])
-            for o in op.outputs:
-                subgraph.tensors[o].type = source.type
-                subgraph.tensors[o].quantization = copy.deepcopy(source.quantization)
+        _integer_moves(model_t, subgraph)
+        _integer_bool_casts(model_t, subgraph)
         subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
     _drop_unused_tensors_and_buffers(model_t)
     return _pack(model_t)
+
+
+def _readers(subgraph) -> dict[int, list]:
+    readers: dict[int, list] = {}
+    for op in subgraph.operators:
+        for i in op.inputs:
+            readers.setdefault(int(i), []).append(op)
+    return readers
+
+
+def _read_by_quantizes_only(model_t, subgraph, op, readers) -> bool:
+    quantize = _schema().BuiltinOperator.QUANTIZE
+    return (not {int(o) for o in op.outputs} & {int(i) for i in subgraph.outputs}
+            and all(_builtin_code(model_t, reader) == quantize
+                    for o in op.outputs for reader in readers.get(int(o), [])))
+
+
+def _integer_moves(model_t, subgraph) -> None:
+    schema = _schema()
+    codes = {getattr(schema.BuiltinOperator, name): index for name, index in _MOVES.items()}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    for op in subgraph.operators:
+        code = _builtin_code(model_t, op)
+        if code not in codes:
+            continue
+        value = int(op.inputs[codes[code]])
+        source_op = producer.get(value)
+        if (subgraph.tensors[value].type != schema.TensorType.FLOAT32 or source_op is None
+                or _builtin_code(model_t, source_op) != schema.BuiltinOperator.DEQUANTIZE
+                or not _read_by_quantizes_only(model_t, subgraph, op, readers)):
+            continue
+        source = subgraph.tensors[int(source_op.inputs[0])]
+        op.inputs = np.array(op.inputs, np.int32)
+        op.inputs[codes[code]] = int(source_op.inputs[0])
+        for o in op.outputs:
+            subgraph.tensors[o].type = source.type
+            subgraph.tensors[o].quantization = copy.deepcopy(source.quantization)
+
+
+def _integer_bool_casts(model_t, subgraph) -> None:
+    schema = _schema()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    readers = _readers(subgraph)
+    operators = []
+    for op in subgraph.operators:
+        if (_builtin_code(model_t, op) != schema.BuiltinOperator.CAST
+                or subgraph.tensors[op.inputs[0]].type != schema.TensorType.BOOL
+                or subgraph.tensors[op.outputs[0]].type != schema.TensorType.FLOAT32
+                or not _read_by_quantizes_only(model_t, subgraph, op, readers)
+                or any(subgraph.tensors[q.outputs[0]].type not in kinds
+                       for q in readers.get(int(op.outputs[0]), []))):
+            operators.append(op)
+            continue
+        for quantize in readers.get(int(op.outputs[0]), []):
+            output = subgraph.tensors[quantize.outputs[0]]
+            dtype, low, high = kinds[output.type]
+            scale, zero = float(output.quantization.scale[0]), int(output.quantization.zeroPoint[0])
+            one, nought = (
+                _add_tensor(model_t, subgraph,
+                            np.array(np.clip(round(v / scale) + zero, low, high), dtype),
+                            output.type, name, copy.deepcopy(output.quantization))
+                for v, name in ((1.0, "one"), (0.0, "zero")))
+            quantize.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.SELECT_V2)
+            quantize.inputs = np.array([op.inputs[0], one, nought], np.int32)
+            quantize.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
+            quantize.builtinOptions = schema.SelectV2OptionsT()
+    subgraph.operators = operators
 
 
 def _builtin_code(model_t, op) -> int:
@@ -383,7 +431,7 @@ def _add_constant(model_t, subgraph, vector: np.ndarray, weights_type: int) -> i
 def _without_unread_dequantizes(model_t, subgraph) -> list:
     """The subgraph's ops but the DEQUANTIZEs whose outputs nothing reads: with
     float16 weights, those that made the fused ops' former state tensors; in
-    an integer model, those before a move made integer (`integer_moves`)."""
+    an integer model, those before a move made integer (`integer_only`)."""
     read = set(int(i) for i in subgraph.outputs)
     for op in subgraph.operators:
         read.update(int(i) for i in op.inputs if i >= 0)

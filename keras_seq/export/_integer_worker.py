@@ -6,8 +6,8 @@ SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
 examples of ``FOLDER/examples.npz`` (with a fourth argument
 ``integer_io``: integer inputs and outputs); mends what the quantizer
-leaves (`keras_seq.export._flatbuffer`: a move op in float, a fused LSTM's
-hidden-state scales); writes ``FOLDER/model.tflite``, then loads it in
+leaves (`keras_seq.export._flatbuffer`: a move or a mask's cast in float,
+a fused LSTM's hidden-state scales); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
 delegates. A conversion error is written, in one line, to
 ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
@@ -23,7 +23,7 @@ import sys
 def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
 
-    from keras_seq.export._flatbuffer import integer_moves
+    from keras_seq.export._flatbuffer import integer_only
     from keras_seq.export.integer_tflite import first_line, worker_paths
 
     flatbuffer_file, failure_file, converted_file, float_file = worker_paths()
@@ -54,8 +54,8 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(said)
         return
-    # A SPLIT the quantizer left in float, now and then, made integer.
-    flatbuffer = integer_moves(flatbuffer)
+    # A SPLIT the quantizer leaves in float now and then, a mask's CAST.
+    flatbuffer = integer_only(flatbuffer)
     with open(os.path.join(folder, flatbuffer_file), "wb") as f:
         f.write(flatbuffer)
     open(os.path.join(folder, converted_file), "w").close()
