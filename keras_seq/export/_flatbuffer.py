@@ -219,25 +219,30 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
 
 # Ops that move values without computing: the input of their values, by op.
 _MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
+# Arithmetic that TFLite computes on int8 and int16 with any input scales.
+_ARITHMETIC = ("ADD", "SUB", "MUL", "NEG")
 
 
 def integer_only(flatbuffer: bytes) -> bytes:
     """What TensorFlow's quantizer leaves in float and can be integer, made
     integer.
 
-    - An op that only moves values (a gate block's ``SPLIT``, at times),
-      between a ``DEQUANTIZE`` and ``QUANTIZE`` ops: it reads the integer
-      tensor itself, its outputs in that tensor's type and scale, and each
-      ``QUANTIZE`` after it requantizes (integer to integer).
+    - An op that only moves values (a gate block's ``SPLIT``, at times) and
+      reads a ``DEQUANTIZE``: it reads the integer tensor itself, its
+      outputs in that tensor's type and scale; a ``QUANTIZE`` after it
+      requantizes (integer to integer), a float op after it reads a new
+      ``DEQUANTIZE``.
+    - ``ADD``, ``SUB``, ``MUL`` or ``NEG`` (Keras' ``LayerNormalization``
+      negates) of dequantized tensors, read by one ``QUANTIZE``: the
+      integer kernel, from the integer tensors to that ``QUANTIZE``'s
+      output (``NEG`` as a ``MUL`` by an integer -1).
     - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
       ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
-
-    Each is done only where every reader of the op's outputs is a
-    ``QUANTIZE``.
     """
     model_t = _load(flatbuffer)
     for subgraph in model_t.subgraphs:
-        _integer_moves(model_t, subgraph)
+        while _integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph):
+            subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
         _integer_bool_casts(model_t, subgraph)
         subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
     _drop_unused_tensors_and_buffers(model_t)
@@ -259,27 +264,106 @@ def _read_by_quantizes_only(model_t, subgraph, op, readers) -> bool:
                     for o in op.outputs for reader in readers.get(int(o), [])))
 
 
-def _integer_moves(model_t, subgraph) -> None:
+def _dequantized(model_t, subgraph, index: int, producer) -> int | None:
+    """The integer tensor whose DEQUANTIZE is float tensor ``index`` (else None)."""
+    source_op = producer.get(index)
+    if (subgraph.tensors[index].type != _schema().TensorType.FLOAT32 or source_op is None
+            or _builtin_code(model_t, source_op) != _schema().BuiltinOperator.DEQUANTIZE):
+        return None
+    return int(source_op.inputs[0])
+
+
+def _integer_moves(model_t, subgraph) -> bool:
     schema = _schema()
     codes = {getattr(schema.BuiltinOperator, name): index for name, index in _MOVES.items()}
     producer = {int(o): op for op in subgraph.operators for o in op.outputs}
     readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    changed, operators = False, []
     for op in subgraph.operators:
+        operators.append(op)
         code = _builtin_code(model_t, op)
         if code not in codes:
             continue
-        value = int(op.inputs[codes[code]])
-        source_op = producer.get(value)
-        if (subgraph.tensors[value].type != schema.TensorType.FLOAT32 or source_op is None
-                or _builtin_code(model_t, source_op) != schema.BuiltinOperator.DEQUANTIZE
-                or not _read_by_quantizes_only(model_t, subgraph, op, readers)):
+        source = _dequantized(model_t, subgraph, int(op.inputs[codes[code]]), producer)
+        if source is None or {int(o) for o in op.outputs} & edges:
             continue
-        source = subgraph.tensors[int(source_op.inputs[0])]
         op.inputs = np.array(op.inputs, np.int32)
-        op.inputs[codes[code]] = int(source_op.inputs[0])
-        for o in op.outputs:
-            subgraph.tensors[o].type = source.type
-            subgraph.tensors[o].quantization = copy.deepcopy(source.quantization)
+        op.inputs[codes[code]] = source
+        for o in (int(o) for o in op.outputs):
+            output = subgraph.tensors[o]
+            output.type = subgraph.tensors[source].type
+            output.quantization = copy.deepcopy(subgraph.tensors[source].quantization)
+            floating = [r for r in readers.get(o, [])
+                        if _builtin_code(model_t, r) != schema.BuiltinOperator.QUANTIZE]
+            if floating:  # they read it in float, through a DEQUANTIZE of their own
+                again = _activation(subgraph, output, schema.TensorType.FLOAT32)
+                operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [o], [again]))
+                for reader in floating:
+                    reader.inputs = np.array([again if int(i) == o else int(i)
+                                              for i in reader.inputs], np.int32)
+        changed = True
+    subgraph.operators = operators
+    return changed
+
+
+def _integer_arithmetic(model_t, subgraph) -> bool:
+    schema = _schema()
+    codes = {getattr(schema.BuiltinOperator, name) for name in _ARITHMETIC}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    taken, changed = set(), False
+    for op in subgraph.operators:
+        code = _builtin_code(model_t, op)
+        if code not in codes or len(op.outputs) != 1:
+            continue
+        sources = [_dequantized(model_t, subgraph, int(i), producer) for i in op.inputs]
+        after = readers.get(int(op.outputs[0]), [])
+        if (None in sources or int(op.outputs[0]) in edges or len(after) != 1
+                or _builtin_code(model_t, after[0]) != schema.BuiltinOperator.QUANTIZE):
+            continue
+        target = int(after[0].outputs[0])
+        kind = subgraph.tensors[target].type
+        if any(subgraph.tensors[i].type != kind for i in sources):
+            continue
+        if code == schema.BuiltinOperator.NEG:
+            bound = {schema.TensorType.INT8: 127, schema.TensorType.INT16: 32767}[kind]
+            quantization = schema.QuantizationParametersT()
+            quantization.scale, quantization.zeroPoint = [1.0 / bound], [0]
+            minus_one = _add_tensor(model_t, subgraph,
+                                    np.array(-bound, np.int8 if bound == 127 else np.int16),
+                                    kind, "minus_one", quantization)
+            sources.append(minus_one)
+            op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.MUL)
+            op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+            op.builtinOptions = schema.MulOptionsT()
+        op.inputs = np.array(sources, np.int32)
+        op.outputs = np.array([target], np.int32)
+        taken.add(id(after[0]))
+        changed = True
+    subgraph.operators = [op for op in subgraph.operators if id(op) not in taken]
+    return changed
+
+
+def _activation(subgraph, like, tensor_type: int) -> int:
+    """A new data-less tensor of ``like``'s shape."""
+    tensor = _schema().TensorT()
+    tensor.shape = np.array(like.shape, np.int32)
+    tensor.shapeSignature = like.shapeSignature
+    tensor.type = tensor_type
+    tensor.name = ""
+    tensor.buffer = 0
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _op(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
+    op = _schema().OperatorT()
+    op.opcodeIndex = _opcode_index(model_t, builtin_code)
+    op.inputs = np.array(inputs, np.int32)
+    op.outputs = np.array(outputs, np.int32)
+    return op
 
 
 def _integer_bool_casts(model_t, subgraph) -> None:
