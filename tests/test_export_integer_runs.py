@@ -62,6 +62,8 @@ def test_a_language_model_run_exports_an_int8_step(tmp_path, monkeypatch):
     written = export_run(run, out, formats=("tflite",), quantize=("int8",), examples=5,
                          calibration_examples=60)
     assert _static_inputs(written["tflite_int8"])[0] == (1,)  # one token, batch 1
+    with open(written["tflite_int8"], "rb") as f:
+        assert float_ops(f.read()) == []  # its norms' SQUAREs made integer MULs
     result = verify(out)
     row = _row(result, "int8")
     assert row["token_agreement"] >= 0.95, row

@@ -220,7 +220,7 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
 # Ops that move values without computing: the input of their values, by op.
 _MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
 # Arithmetic that TFLite computes on int8 and int16 with any input scales.
-_ARITHMETIC = ("ADD", "SUB", "MUL", "NEG")
+_ARITHMETIC = ("ADD", "SUB", "MUL", "NEG", "SQUARE")
 
 
 def integer_only(flatbuffer: bytes) -> bytes:
@@ -232,10 +232,11 @@ def integer_only(flatbuffer: bytes) -> bytes:
       outputs in that tensor's type and scale; a ``QUANTIZE`` after it
       requantizes (integer to integer), a float op after it reads a new
       ``DEQUANTIZE``.
-    - ``ADD``, ``SUB``, ``MUL`` or ``NEG`` (Keras' ``LayerNormalization``
-      negates) of dequantized tensors, read by one ``QUANTIZE``: the
-      integer kernel, from the integer tensors to that ``QUANTIZE``'s
-      output (``NEG`` as a ``MUL`` by an integer -1).
+    - ``ADD``, ``SUB``, ``MUL``, ``NEG`` (Keras' ``LayerNormalization``
+      negates) or ``SQUARE`` of dequantized tensors, read by one
+      ``QUANTIZE``: the integer kernel, from the integer tensors to that
+      ``QUANTIZE``'s output (``NEG`` as a ``MUL`` by an integer -1,
+      ``SQUARE`` as ``x * x``).
     - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
       ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
     """
@@ -335,6 +336,11 @@ def _integer_arithmetic(model_t, subgraph) -> bool:
                                     np.array(-bound, np.int8 if bound == 127 else np.int16),
                                     kind, "minus_one", quantization)
             sources.append(minus_one)
+            op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.MUL)
+            op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+            op.builtinOptions = schema.MulOptionsT()
+        elif code == schema.BuiltinOperator.SQUARE:  # no integer kernel: x * x
+            sources.append(sources[0])
             op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.MUL)
             op.builtinOptionsType = schema.BuiltinOptions.MulOptions
             op.builtinOptions = schema.MulOptionsT()
