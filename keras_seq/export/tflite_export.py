@@ -94,7 +94,11 @@ def convert_to_tflite(
             is not guaranteed: LiteRT's default XNNPACK delegate speeds up
             the loop form but not the fused op, so on a CPU the loop can be
             the faster one; the fused op is for runtimes and delegates with
-            an LSTM kernel (measurements in benchmarks/RESULTS.md).
+            an LSTM kernel (measurements in benchmarks/RESULTS.md). With
+            ``quantize="int8"``, each fused op is TFLite's integer LSTM
+            kernel (int16 cell state and peepholes), still over any length;
+            another loop left beside it is a `ValueError` (convert unfused);
+            ``"int16x8"`` is refused (TensorFlow has no 16x8 fused LSTM).
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
         representative_data: for ``"int8"`` and ``"int16x8"`` only, the
