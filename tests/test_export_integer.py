@@ -130,6 +130,13 @@ def _constants(flatbuffer) -> list[tuple]:
     return found
 
 
+def _named_tensors(flatbuffer) -> int:
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = schema.Model.GetRootAs(flatbuffer, 0).Subgraphs(0)
+    return sum(graph.Tensors(i).Name() is not None for i in range(graph.TensorsLength()))
+
+
 def _int8_tolerance(reference):
     """One int8 scale step per layer adds up; 10% of the output's range, plus 0.05."""
     return 0.1 * float(np.abs(reference).max()) + 0.05
@@ -177,6 +184,8 @@ def test_every_layer_kind_converts_to_int8_with_its_loops_unrolled(branches_mode
     # The unrolled steps read one tensor per weight, not a copy each.
     constants = _constants(flatbuffer)
     assert len(constants) == len(set(constants)), len(constants) - len(set(constants))
+    # Only the inputs and outputs keep a name (not even an empty one).
+    assert _named_tensors(flatbuffer) == 1 + len(BRANCHES)
     _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
 
 

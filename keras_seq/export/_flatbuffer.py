@@ -114,7 +114,7 @@ def compacted(flatbuffer: bytes) -> bytes:
         edges = {int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
         for index, tensor in enumerate(subgraph.tensors):
             if index not in edges:
-                tensor.name = ""
+                tensor.name = None  # no name at all: an empty one still takes 8+ bytes
     _drop_unused_tensors_and_buffers(model_t)
     return _pack(model_t)
 
@@ -358,7 +358,7 @@ def _activation(subgraph, like, tensor_type: int) -> int:
     tensor.shape = np.array(like.shape, np.int32)
     tensor.shapeSignature = like.shapeSignature
     tensor.type = tensor_type
-    tensor.name = ""
+    tensor.name = None
     tensor.buffer = 0
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1
