@@ -59,9 +59,11 @@ def is_integer(quantize) -> bool:
     return quantize in INTEGER_QUANTIZATIONS
 
 
-def check_integer_arguments(where: str, quantize, representative_data, integer_io) -> bool:
-    """Whether ``quantize`` (already checked) is an integer mode; an error
-    for ``representative_data`` or ``integer_io`` given without one."""
+def check_integer_arguments(where: str, quantize, representative_data,
+                            integer_io) -> tuple[bool, bool]:
+    """Whether ``quantize`` (already checked) is an integer mode, and
+    ``integer_io`` as a bool; an error for ``representative_data`` or
+    ``integer_io`` given without an integer mode."""
     integer = is_integer(quantize)
     integer_io = check_bool(where, "integer_io", integer_io)
     if integer_io and not integer:
@@ -71,7 +73,7 @@ def check_integer_arguments(where: str, quantize, representative_data, integer_i
         raise ArgumentValueError(where, f"`representative_data` calibrates integer models "
                                  f'(quantize="int8" or "int16x8"); received quantize='
                                  f"{quantize!r}.")
-    return integer
+    return integer, integer_io
 
 
 def check_fused_quantize(where: str, quantize) -> None:

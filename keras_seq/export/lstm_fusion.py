@@ -148,7 +148,8 @@ def convert_fused_lstm(
     require_tensorflow("keras_seq.export.convert_fused_lstm", EXPORT_THERE)
     where = "convert_fused_lstm"
     check_quantize(where, quantize)
-    integer = check_integer_arguments(where, quantize, representative_data, integer_io)
+    integer, integer_io = check_integer_arguments(where, quantize, representative_data,
+                                                  integer_io)
     if batch_size is not None:
         check_positive_int(where, "batch_size", batch_size)
     call, specs, names = _traceable(where, model, input_signature, batch_size)

@@ -127,7 +127,8 @@ def convert_to_tflite(
     check_quantize(where, quantize)
     fuse_lstm = check_bool(where, "fuse_lstm", fuse_lstm)
     batch_size = check_positive_int(where, "batch_size", batch_size, allow_none=True)
-    integer = check_integer_arguments(where, quantize, representative_data, integer_io)
+    integer, integer_io = check_integer_arguments(where, quantize, representative_data,
+                                                  integer_io)
     if fuse_lstm:
         return convert_fused_lstm(
             model, input_signature=input_signature, quantize=quantize, batch_size=batch_size,
