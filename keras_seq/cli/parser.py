@@ -368,7 +368,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     export.add_argument(
         "--quantize",
         nargs="+",
-        choices=("dynamic", "float16", "int8"),
+        choices=("dynamic", "float16", "int8", "int16x8"),
         default=[],
         help="also write quantized TFLite files: OUT/tflite_dynamic/ (int8 weights), "
         "OUT/tflite_float16/, and the integer-only OUT/tflite_int8/ (every op an integer "

@@ -9,8 +9,6 @@ from __future__ import annotations
 from keras_seq._validation import check_choice, invalid_type, invalid_value
 
 QUANTIZATIONS = ("dynamic", "float16", "int8", "int16x8")
-# A run's files take token ids, which TensorFlow's 16x8 quantizer cannot calibrate.
-RUN_QUANTIZATIONS = ("dynamic", "float16", "int8")
 
 
 def check_quantize(where: str, quantize, integer: bool = True) -> str | None:

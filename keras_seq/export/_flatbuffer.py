@@ -239,15 +239,188 @@ def integer_only(flatbuffer: bytes) -> bytes:
       ``SQUARE`` as ``x * x``).
     - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
       ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
+    - A ``SELECT_V2`` (a padding mask's: keep the state, or take the
+      new one) of dequantized tensors or float constants, read by one
+      ``QUANTIZE`` (TensorFlow's 16x8 quantizer has no int16 kernel for it
+      and leaves it in float): selects in the ``QUANTIZE``'s scale, each
+      input requantized to it (a constant: quantized).
+    - A constant of zeros (an unrolled loop's first state) that the 16x8
+      quantizer gave the scale 0, on which LiteRT aborts: its op's output
+      scale (any scale represents zeros exactly).
     """
     model_t = _load(flatbuffer)
     for subgraph in model_t.subgraphs:
-        while _integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph):
+        _zeros_scaled(model_t, subgraph)
+        while (_integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph)
+               | _integer_selects(model_t, subgraph)):
             subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
         _integer_bool_casts(model_t, subgraph)
         subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
     _drop_unused_tensors_and_buffers(model_t)
     return _pack(model_t)
+
+
+def prepared_for_16x8(flatbuffer: bytes, ranges: dict[str, tuple[float, float]]) -> bytes:
+    """A float flatbuffer as TensorFlow's 16x8 quantizer needs it.
+
+    - Each op's constants its own, each on a buffer of its own: the
+      converter shares one tensor (or buffer) between equal constants, such
+      as an unrolled loop's bias, read by every step's matmul; the
+      quantizer then quantizes it for one reader (an int64 bias in that
+      step's input scale) and the others compute with wrong values.
+      (`compacted` shares what stays equal afterwards.)
+    - Each integer input named in ``ranges`` (by its signature name) given
+      that range: the quantizer wants one on every input, token ids too.
+    """
+    schema = _schema()
+    model_t = _load(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        taken = set()  # constant tensors an op reads already
+        for op in subgraph.operators:
+            inputs = [int(i) for i in op.inputs]
+            for position, index in enumerate(inputs):
+                if index < 0:
+                    continue
+                tensor = subgraph.tensors[index]
+                data = model_t.buffers[tensor.buffer].data
+                if tensor.buffer == 0 or data is None or len(data) == 0:
+                    continue
+                if index in taken:
+                    copy_t = copy.deepcopy(tensor)
+                    subgraph.tensors.append(copy_t)
+                    inputs[position] = len(subgraph.tensors) - 1
+                taken.add(index)
+            op.inputs = np.array(inputs, np.int32)
+        owners = set()
+        for tensor in subgraph.tensors:
+            data = model_t.buffers[tensor.buffer].data
+            if tensor.buffer == 0 or data is None or len(data) == 0:
+                continue
+            if tensor.buffer in owners:
+                tensor.buffer = _add_buffer(model_t, np.asarray(data, np.uint8).copy())
+            owners.add(tensor.buffer)
+    for signature in model_t.signatureDefs or []:
+        subgraph = model_t.subgraphs[signature.subgraphIndex]
+        for entry in signature.inputs:
+            tensor = subgraph.tensors[entry.tensorIndex]
+            if _text(entry.name) in ranges and tensor.type in (schema.TensorType.INT32,
+                                                               schema.TensorType.INT64):
+                low, high = ranges[_text(entry.name)]
+                tensor.quantization = schema.QuantizationParametersT()
+                tensor.quantization.min, tensor.quantization.max = [low], [high]
+    return _pack(model_t)
+
+
+def int16_sums(flatbuffer: bytes, calibrated: bytes) -> bytes:
+    """Each int16 ``SUM`` over the last axis (Bahdanau's score) of a 16x8
+    flatbuffer in its calibrated range, as a ``FULLY_CONNECTED`` with
+    weights of ones.
+
+    TensorFlow's 16x8 quantizer gives a ``SUM``'s output its input's
+    scale, and LiteRT's int16 ``SUM`` adds the raw values without
+    rescaling: a translator's attention scores came out clipped, 4.8 off on
+    a range of 5.5. The output gets the range ``calibrated`` (the float
+    flatbuffer with the calibration's ranges, tensors matched by name)
+    recorded, as do the ops that only pass it on (``REDUCE_MAX``,
+    ``REDUCE_MIN``, moves); a matmul with ones rescales as it adds.
+    """
+    ranges = {}
+    calibrated_t = _load(calibrated)
+    for subgraph in calibrated_t.subgraphs:
+        for tensor in subgraph.tensors:
+            q = tensor.quantization
+            if tensor.name and q is not None and q.min is not None and len(q.min) == 1:
+                ranges[_text(tensor.name)] = max(abs(float(q.min[0])), abs(float(q.max[0])))
+    model_t = _load(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        _int16_sums(model_t, subgraph, ranges)
+    return _pack(model_t)
+
+
+def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
+    schema = _schema()
+    int16 = schema.TensorType.INT16
+    readers = _readers(subgraph)
+    operators = []
+    for op in subgraph.operators:
+        operators.append(op)
+        if _builtin_code(model_t, op) != schema.BuiltinOperator.SUM:
+            continue
+        source, target = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.outputs[0]]
+        axis_tensor = subgraph.tensors[op.inputs[1]]
+        axis_data = model_t.buffers[axis_tensor.buffer].data
+        if source.type != int16 or target.type != int16 or axis_data is None:
+            continue
+        rank = len(source.shape)
+        axes = np.frombuffer(np.asarray(axis_data, np.uint8).tobytes(), np.int32)
+        bound = ranges.get(_text(target.name or ""))
+        if sorted({int(a) % rank for a in axes}) != [rank - 1] or not bound:
+            continue
+        _rescaled(model_t, subgraph, int(op.outputs[0]), bound / 32767, readers)
+        ones_scale = schema.QuantizationParametersT()
+        ones_scale.scale, ones_scale.zeroPoint = [1.0 / 127], [0]
+        ones = _add_tensor(model_t, subgraph, np.full((1, int(source.shape[-1])), 127, np.int8),
+                           schema.TensorType.INT8, None, ones_scale)
+        keep_dims = bool(op.builtinOptions is not None and op.builtinOptions.keepDims)
+        summed = int(op.outputs[0])
+        if not keep_dims:  # the matmul keeps a last axis of 1; a RESHAPE drops it
+            tensor = schema.TensorT()
+            tensor.shape = np.array([*source.shape[:-1], 1], np.int32)
+            tensor.type, tensor.buffer = int16, 0
+            tensor.quantization = copy.deepcopy(target.quantization)
+            subgraph.tensors.append(tensor)
+            summed = len(subgraph.tensors) - 1
+            shape = _add_tensor(model_t, subgraph, np.array(target.shape, np.int32),
+                                schema.TensorType.INT32, None)
+            reshape = _op(model_t, schema.BuiltinOperator.RESHAPE, [summed, shape],
+                          [int(op.outputs[0])])
+            operators.append(reshape)
+        op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.FULLY_CONNECTED)
+        op.inputs = np.array([int(op.inputs[0]), ones, -1], np.int32)
+        op.outputs = np.array([summed], np.int32)
+        op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
+        op.builtinOptions = schema.FullyConnectedOptionsT()
+        op.builtinOptions.keepNumDims = True
+    subgraph.operators = operators
+
+
+def _zeros_scaled(model_t, subgraph) -> None:
+    integers = (_schema().TensorType.INT8, _schema().TensorType.INT16)
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if output is None or output.quantization is None or output.quantization.scale is None:
+            continue
+        for i in (int(i) for i in op.inputs if i >= 0):
+            tensor = subgraph.tensors[i]
+            quantization = tensor.quantization
+            data = model_t.buffers[tensor.buffer].data
+            if (tensor.type in integers and data is not None and quantization is not None
+                    and quantization.scale is not None and len(quantization.scale) == 1
+                    and quantization.scale[0] == 0 and not np.any(np.asarray(data))):
+                quantization.scale = [float(output.quantization.scale[0])]
+                quantization.zeroPoint = [0]
+
+
+# Ops whose int16 output keeps their input's scale (the first input).
+_PASSING_ON = ("REDUCE_MAX", "REDUCE_MIN", *_MOVES)
+
+
+def _rescaled(model_t, subgraph, index: int, scale: float, readers) -> None:
+    """Tensor ``index`` in ``scale``, and so the outputs of the ops that
+    pass it on in the scale it had."""
+    tensor = subgraph.tensors[index]
+    before = float(tensor.quantization.scale[0])
+    tensor.quantization.scale, tensor.quantization.zeroPoint = [scale], [0]
+    passing = {getattr(_schema().BuiltinOperator, name) for name in _PASSING_ON}
+    for reader in readers.get(index, []):
+        if _builtin_code(model_t, reader) not in passing:
+            continue
+        for output in (int(o) for o in reader.outputs):
+            quantization = subgraph.tensors[output].quantization
+            if (quantization is not None and quantization.scale is not None
+                    and len(quantization.scale) == 1
+                    and float(quantization.scale[0]) == before):
+                _rescaled(model_t, subgraph, output, scale, readers)
 
 
 def _readers(subgraph) -> dict[int, list]:
@@ -349,6 +522,82 @@ def _integer_arithmetic(model_t, subgraph) -> bool:
         taken.add(id(after[0]))
         changed = True
     subgraph.operators = [op for op in subgraph.operators if id(op) not in taken]
+    return changed
+
+
+def _integer_selects(model_t, subgraph) -> bool:
+    schema = _schema()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
+    quantize = schema.BuiltinOperator.QUANTIZE
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    before, taken, changed = {}, set(), False  # ops to insert before an op; to drop
+    for op in subgraph.operators:
+        output = int(op.outputs[0])
+        if (_builtin_code(model_t, op) not in selects or output in edges
+                or subgraph.tensors[output].type != schema.TensorType.FLOAT32):
+            continue
+        sources = [_dequantized(model_t, subgraph, int(i), producer) for i in op.inputs[1:]]
+        known = [subgraph.tensors[i].type for i in sources if i is not None]
+        after = readers.get(output, [])
+        if len(after) == 1 and _builtin_code(model_t, after[0]) == quantize:
+            target = subgraph.tensors[after[0].outputs[0]]
+            quantization, kind = copy.deepcopy(target.quantization), target.type
+        elif (known and known[0] == schema.TensorType.INT16
+              and subgraph.tensors[output].quantization is not None
+              and subgraph.tensors[output].quantization.min is not None):
+            # int16's symmetric scale over the calibrated range
+            recorded = subgraph.tensors[output].quantization
+            quantization, kind = schema.QuantizationParametersT(), known[0]
+            bound = max(abs(float(recorded.min[0])), abs(float(recorded.max[0])), 1e-9)
+            quantization.scale, quantization.zeroPoint = [bound / 32767], [0]
+        else:
+            continue
+        if kind not in kinds or any(k != kind for k in known):
+            continue
+        dtype, low, high = kinds[kind]
+        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+        inputs, requantizes = [int(op.inputs[0])], []
+        for index, source in zip((int(i) for i in op.inputs[1:]), sources):
+            data = model_t.buffers[subgraph.tensors[index].buffer].data
+            if source is not None:
+                if float(subgraph.tensors[source].quantization.scale[0]) != scale:
+                    again = _activation(subgraph, subgraph.tensors[source], kind)
+                    subgraph.tensors[again].quantization = copy.deepcopy(quantization)
+                    requantizes.append(_op(model_t, quantize, [source], [again]))
+                    source = again
+                inputs.append(source)
+            elif data is not None and len(data) and index not in producer:
+                value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
+                value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
+                inputs.append(_add_tensor(model_t, subgraph,
+                                          value.reshape(subgraph.tensors[index].shape), kind,
+                                          None, copy.deepcopy(quantization)))
+            else:
+                break
+        else:
+            op.inputs = np.array(inputs, np.int32)
+            before.setdefault(id(op), []).extend(requantizes)
+            changed = True
+            if len(after) == 1 and _builtin_code(model_t, after[0]) == quantize:
+                op.outputs = np.array([int(after[0].outputs[0])], np.int32)  # its QUANTIZE's
+                taken.add(id(after[0]))
+                continue
+            tensor = subgraph.tensors[output]
+            tensor.type, tensor.quantization = kind, quantization
+            for reader in after:  # a QUANTIZE now requantizes; a float op reads a DEQUANTIZE
+                if _builtin_code(model_t, reader) == quantize:
+                    continue
+                again = _activation(subgraph, tensor, schema.TensorType.FLOAT32)
+                before.setdefault(id(reader), []).append(
+                    _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [output], [again]))
+                reader.inputs = np.array([again if int(i) == output else int(i)
+                                          for i in reader.inputs], np.int32)
+    subgraph.operators = [new for op in subgraph.operators if id(op) not in taken
+                          for new in [*before.get(id(op), []), op]]
     return changed
 
 

@@ -42,7 +42,7 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
                 flatbuffer = _quantized(f.read(), examples, integer_io)
         else:
             flatbuffer = _converted(os.path.join(folder, "model"), mode, representative_dataset,
-                                    integer_io)
+                                    names, examples, integer_io)
     except Exception as error:  # the converter's errors: one line for the caller
         said = first_line(error)
         if mode == "int16x8" and "Max and min for dynamic tensors" in said:
@@ -70,20 +70,40 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
                   for name, value in zip(names, examples[0])})
 
 
-def _converted(saved_model: str, mode: str, representative_dataset, integer_io: bool) -> bytes:
-    """TensorFlow's converter with integer quantization, on a SavedModel."""
+def _converted(saved_model: str, mode: str, representative_dataset, names, examples,
+               integer_io: bool) -> bytes:
+    """TensorFlow's converter with integer quantization, on a SavedModel.
+
+    16x8: the float flatbuffer, its integer inputs (token ids) given the
+    examples' range (the 16x8 quantizer wants a range on every input and
+    calibrates none on ids), then the quantizer the converter runs for 16x8,
+    told to leave in float what it has no 16x8 kernel for: ops on ids (a
+    `LESS`, a `SELECT_V2` of Keras' `Embedding`) keep their int32 kernels,
+    and `integer_only` or the warning takes care of the rest.
+    """
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+    if mode == "int16x8":
+        from tensorflow.lite.python.optimize import calibrator
+
+        from keras_seq.export._flatbuffer import int16_sums, prepared_for_16x8
+
+        flatbuffer = calibrator.add_intermediate_tensors(prepared_for_16x8(
+            converter.convert(), {name: (min(float(e[i].min()) for e in examples),
+                                         max(float(e[i].max()) for e in examples))
+                                  for i, name in enumerate(names)}))
+        edge = tf.int16 if integer_io else tf.float32
+        quantized = calibrator.Calibrator(flatbuffer).calibrate_and_quantize(
+            representative_dataset, edge, edge, True, tf.int16, tf.int64)
+        # The ranges the quantizer replaces by its inputs' on a SUM.
+        calibrated = calibrator.Calibrator(flatbuffer).calibrate(representative_dataset)
+        return int16_sums(quantized, calibrated)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative_dataset
-    converter.target_spec.supported_ops = [
-        tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else
-        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-    ]
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if integer_io:  # integer inputs and outputs: no QUANTIZE/DEQUANTIZE at the edges
-        converter.inference_input_type = converter.inference_output_type = (
-            tf.int8 if mode == "int8" else tf.int16)
+        converter.inference_input_type = converter.inference_output_type = tf.int8
     return converter.convert()
 
 

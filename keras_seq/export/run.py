@@ -16,9 +16,10 @@ from keras_seq._validation import (
     check_selection,
 )
 from keras_seq.export._artifacts import write_json
-from keras_seq.export._checks import RUN_QUANTIZATIONS
+from keras_seq.export._checks import QUANTIZATIONS
 from keras_seq.export._progress import Progress
 from keras_seq.export.calibration import Calibration
+from keras_seq.export.integer_tflite import is_integer
 from keras_seq.folders import MANIFEST_FILE, check_export_destination
 from keras_seq.recipes.recipe import CALIBRATION_EXAMPLES
 from keras_seq.run_config import recorded_config
@@ -156,14 +157,8 @@ def export_run(
         formats = tuple(check_selection(where, "formats", formats, FORMATS, allow_single=True))
     if not isinstance(quantize, str) and quantize is not None:
         quantize = tuple(quantize)
-    if quantize == "int16x8" or (isinstance(quantize, tuple) and "int16x8" in quantize):
-        raise ArgumentValueError(
-            where, "a run's files take token ids, which TensorFlow's 16x8 quantizer cannot "
-            "calibrate (it needs the ranges of every input): export int8 (",
-            Arg("quantize", "int8"), "); convert_to_tflite takes int16x8 for models of float "
-            "inputs.")
     quantize = tuple(
-        check_selection(where, "quantize", quantize, RUN_QUANTIZATIONS, allow_empty=True,
+        check_selection(where, "quantize", quantize, QUANTIZATIONS, allow_empty=True,
                         allow_single=True)
     )
     beam_width = check_positive_int(where, "beam_width", beam_width)
@@ -198,7 +193,7 @@ def _export_run(where, run_dir, out, formats, beam_width, quantize, examples, ov
         calibration = Calibration(
             lambda: recipe.training_examples(recorded_config(folder.config)),
             calibration_examples)
-        if "int8" in quantize:
+        if any(is_integer(mode) for mode in quantize):
             calibration.training()  # data that is gone: said before any conversion
         written, manifest = recipe.export(folder, staging, formats, beam_width, quantize,
                                           examples, progress, calibration)
