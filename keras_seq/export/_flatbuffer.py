@@ -244,6 +244,16 @@ def integer_only(flatbuffer: bytes) -> bytes:
       ``QUANTIZE`` (TensorFlow's 16x8 quantizer has no int16 kernel for it
       and leaves it in float): selects in the ``QUANTIZE``'s scale, each
       input requantized to it (a constant: quantized).
+    - A comparison of a dequantized tensor with a float constant (MinGRU's
+      ``x >= 0``, left in float by the 16x8 quantizer): compares the
+      integer tensor with the constant quantized in its scale.
+    - An integer ``SELECT`` or ``SELECT_V2`` whose data inputs' scales
+      differ from its output's (the 16x8 quantizer's, in MinGRU's
+      activation): each such input requantized to the output's scale (the
+      kernel copies raw values).
+    - An int16 ``SQUARED_DIFFERENCE`` (a norm's variance), which LiteRT
+      has no int16 kernel for: a ``SUB`` into the square root of the
+      output's range, then a ``MUL`` of that by itself.
     - A constant of zeros (an unrolled loop's first state) that the 16x8
       quantizer gave the scale 0, on which LiteRT aborts: its op's output
       scale (any scale represents zeros exactly).
@@ -251,8 +261,11 @@ def integer_only(flatbuffer: bytes) -> bytes:
     model_t = _load(flatbuffer)
     for subgraph in model_t.subgraphs:
         _zeros_scaled(model_t, subgraph)
+        _int16_squared_differences(model_t, subgraph)
+        _selects_in_one_scale(model_t, subgraph)
         while (_integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph)
-               | _integer_selects(model_t, subgraph)):
+               | _integer_selects(model_t, subgraph)
+               | _integer_comparisons(model_t, subgraph)):
             subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
         _integer_bool_casts(model_t, subgraph)
         subgraph.operators = _without_unread_dequantizes(model_t, subgraph)
@@ -381,6 +394,55 @@ def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
         op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
         op.builtinOptions = schema.FullyConnectedOptionsT()
         op.builtinOptions.keepNumDims = True
+    subgraph.operators = operators
+
+
+def _selects_in_one_scale(model_t, subgraph) -> None:
+    schema = _schema()
+    selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
+    integers = (schema.TensorType.INT8, schema.TensorType.INT16)
+    operators = []
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if (_builtin_code(model_t, op) in selects and output.type in integers
+                and output.quantization is not None and output.quantization.scale is not None):
+            inputs = [int(i) for i in op.inputs]
+            for position in (1, 2):
+                source = subgraph.tensors[inputs[position]]
+                if (source.quantization.scale[0] != output.quantization.scale[0]
+                        or source.quantization.zeroPoint[0] != output.quantization.zeroPoint[0]):
+                    again = _activation(subgraph, source, output.type)
+                    subgraph.tensors[again].quantization = copy.deepcopy(output.quantization)
+                    operators.append(_op(model_t, schema.BuiltinOperator.QUANTIZE,
+                                         [inputs[position]], [again]))
+                    inputs[position] = again
+            op.inputs = np.array(inputs, np.int32)
+        operators.append(op)
+    subgraph.operators = operators
+
+
+def _int16_squared_differences(model_t, subgraph) -> None:
+    schema = _schema()
+    operators = []
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if (_builtin_code(model_t, op) != schema.BuiltinOperator.SQUARED_DIFFERENCE
+                or output.type != schema.TensorType.INT16):
+            operators.append(op)
+            continue
+        difference = _activation(subgraph, output, schema.TensorType.INT16)
+        quantization = schema.QuantizationParametersT()
+        bound = float(output.quantization.scale[0]) * 32767
+        quantization.scale, quantization.zeroPoint = [np.sqrt(bound) / 32767], [0]
+        subgraph.tensors[difference].quantization = quantization
+        operators.append(_op(model_t, schema.BuiltinOperator.SUB, list(op.inputs), [difference]))
+        operators[-1].builtinOptionsType = schema.BuiltinOptions.SubOptions
+        operators[-1].builtinOptions = schema.SubOptionsT()
+        op.opcodeIndex = _opcode_index(model_t, schema.BuiltinOperator.MUL)
+        op.inputs = np.array([difference, difference], np.int32)
+        op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+        op.builtinOptions = schema.MulOptionsT()
+        operators.append(op)
     subgraph.operators = operators
 
 
@@ -601,10 +663,48 @@ def _integer_selects(model_t, subgraph) -> bool:
     return changed
 
 
+_COMPARISONS = ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL")
+
+
+def _integer_comparisons(model_t, subgraph) -> bool:
+    schema = _schema()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    codes = {getattr(schema.BuiltinOperator, name) for name in _COMPARISONS}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    changed = False
+    for op in subgraph.operators:
+        if _builtin_code(model_t, op) not in codes or len(op.inputs) != 2:
+            continue
+        inputs = [int(i) for i in op.inputs]
+        sources = [_dequantized(model_t, subgraph, i, producer) for i in inputs]
+        if sorted(s is None for s in sources) != [False, True]:
+            continue
+        known = next(s for s in sources if s is not None)
+        other = inputs[sources.index(None)]
+        data = model_t.buffers[subgraph.tensors[other].buffer].data
+        kind = subgraph.tensors[known].type
+        if (kind not in kinds or data is None or not len(data) or other in producer
+                or subgraph.tensors[other].type != schema.TensorType.FLOAT32):
+            continue
+        dtype, low, high = kinds[kind]
+        quantization = subgraph.tensors[known].quantization
+        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+        value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
+        value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
+        constant = _add_tensor(model_t, subgraph,
+                               value.reshape(() if subgraph.tensors[other].shape is None
+                                             else subgraph.tensors[other].shape),
+                               kind, None, copy.deepcopy(quantization))
+        op.inputs = np.array([known if s is not None else constant for s in sources], np.int32)
+        changed = True
+    return changed
+
+
 def _activation(subgraph, like, tensor_type: int) -> int:
     """A new data-less tensor of ``like``'s shape."""
     tensor = _schema().TensorT()
-    tensor.shape = np.array(like.shape, np.int32)
+    tensor.shape = None if like.shape is None else np.array(like.shape, np.int32)
     tensor.shapeSignature = like.shapeSignature
     tensor.type = tensor_type
     tensor.name = None

@@ -54,8 +54,14 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(said)
         return
-    # A SPLIT the quantizer leaves in float now and then, a mask's CAST.
-    flatbuffer = integer_only(flatbuffer)
+    # What the quantizer leaves in float and can be integer (a SPLIT, a mask's CAST).
+    try:
+        flatbuffer = integer_only(flatbuffer)
+    except Exception as error:  # a bug of ours, said as such rather than as a crash
+        with open(os.path.join(folder, failure_file), "w") as f:
+            f.write(f"mending the quantizer's output failed ({type(error).__name__}: "
+                    f"{first_line(error)}); the model was not converted")
+        return
     with open(os.path.join(folder, flatbuffer_file), "wb") as f:
         f.write(flatbuffer)
     open(os.path.join(folder, converted_file), "w").close()
@@ -63,11 +69,17 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     for resolver in (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, OpResolverType.AUTO):
-        runner = Interpreter(model_content=flatbuffer,
-                             experimental_op_resolver_type=resolver).get_signature_runner()
-        details = runner.get_input_details()
-        runner(**{name: value.astype(details[name]["dtype"])
-                  for name, value in zip(names, examples[0])})
+        try:
+            runner = Interpreter(model_content=flatbuffer,
+                                 experimental_op_resolver_type=resolver).get_signature_runner()
+            details = runner.get_input_details()
+            runner(**{name: value.astype(details[name]["dtype"])
+                      for name, value in zip(names, examples[0])})
+        except (RuntimeError, ValueError) as error:  # a kernel refusing the model: its words
+            with open(os.path.join(folder, failure_file), "w") as f:
+                f.write(f"LiteRT cannot run the integer model the converter wrote: "
+                        f"{first_line(error)}")
+            return
 
 
 def _converted(saved_model: str, mode: str, representative_dataset, names, examples,
