@@ -1,12 +1,12 @@
-"""Integer-only TFLite (``quantize="int8"``) against float: quality, size, latency.
+"""Integer-only TFLite (``"int8"``, ``"int16x8"``) against float: quality, size, latency.
 
 Three models, as the integer export's goals name them:
 
 - ``--translator RUN_DIR``: a ``keras-seq train`` run (the main job). Exported
-  with ``export_run(quantize=("dynamic", "int8"))`` and checked by
+  with ``export_run(quantize=("dynamic", "int8", "int16x8"))`` and checked by
   ``verify``: exact match against the targets and against Keras, file
   sizes; then greedy decoding of one held-out source, batch 1, through the
-  host loop (encoder + decoder steps), float and int8 interleaved.
+  host loop (encoder + decoder steps), float, int8 and int16x8 interleaved.
 - ``--lm RUN_DIR``: a ``keras-seq train --task lm`` run, the same way:
   next-token agreement with Keras, same text, one step's latency.
 - ``--tagger RUN_DIR``: a ``keras-seq train --task tag`` run, the same way
@@ -29,7 +29,7 @@ Three models, as the integer export's goals name them:
   with Keras, file size, one stream's latency.
 
 Latencies: LiteRT, one thread, with its default delegates, batch 1;
-interleaved repetitions, medians, and the int8/float ratio.
+interleaved repetitions, medians, and the integer/float ratios.
 
     python benchmarks/integer_tflite.py --translator runs/dates --lm runs/lm-rnn --json out.json
 """
@@ -60,11 +60,12 @@ def _interleaved_ms(calls: dict, repeats: int = 30) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def _verified(run_dir: str, out: str, examples: int) -> list[dict]:
+def _verified(run_dir: str, out: str, examples: int,
+              quantize=("dynamic", "int8", "int16x8")) -> list[dict]:
     from keras_seq.export import export_run, verify
 
     t0 = time.perf_counter()
-    export_run(run_dir, out, formats=("tflite",), quantize=("dynamic", "int8"),
+    export_run(run_dir, out, formats=("tflite",), quantize=quantize,
                examples=examples, overwrite=True)
     seconds = time.perf_counter() - t0
     rows = verify(out)["artifacts"]
@@ -106,8 +107,10 @@ def translator(run_dir: str, scratch: str, examples: int) -> dict:
                     break
         return run
 
-    ms = _interleaved_ms({"float": greedy("tflite"), "int8": greedy("tflite_int8")})
-    return {"rows": rows, "greedy_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"]}
+    ms = _interleaved_ms({"float": greedy("tflite"), "int8": greedy("tflite_int8"),
+                          "int16x8": greedy("tflite_int16x8")})
+    return {"rows": rows, "greedy_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"],
+            "int16x8_over_float": ms["int16x8"] / ms["float"]}
 
 
 def language_model(run_dir: str, scratch: str, examples: int) -> dict:
@@ -126,9 +129,10 @@ def language_model(run_dir: str, scratch: str, examples: int) -> dict:
         extra = {"t": np.int32(0)} if "t" in runner.get_input_details() else {}
         return lambda: runner(token=np.array([5], np.int32), **extra, **state)
 
-    ms = _interleaved_ms({"float": step("lm_step.tflite"), "int8": step("lm_step_int8.tflite")},
-                         repeats=200)
-    return {"rows": rows, "step_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"]}
+    ms = _interleaved_ms({"float": step("lm_step.tflite"), "int8": step("lm_step_int8.tflite"),
+                          "int16x8": step("lm_step_int16x8.tflite")}, repeats=200)
+    return {"rows": rows, "step_ms_batch1": ms, "int8_over_float": ms["int8"] / ms["float"],
+            "int16x8_over_float": ms["int16x8"] / ms["float"]}
 
 
 def tagger(run_dir: str, scratch: str, examples: int, window: int) -> dict:

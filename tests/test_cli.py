@@ -209,8 +209,8 @@ def test_bad_export_and_verify_arguments_exit_with_a_message(tmp_path, capsys):
         main(["export", "run", "out", "--examples", "0"])
     assert "--examples must be positive" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["export", "run", "out", "--quantize", "int16x8"])
-    assert "invalid choice: 'int16x8'" in capsys.readouterr().err
+        main(["export", "run", "out", "--quantize", "int4"])
+    assert "invalid choice: 'int4'" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["verify", str(tmp_path)]) == 1
     assert re.fullmatch(r"keras-seq verify: .*manifest.json does not exist.*\n",

@@ -371,8 +371,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         choices=("dynamic", "float16", "int8", "int16x8"),
         default=[],
         help="also write quantized TFLite files: OUT/tflite_dynamic/ (int8 weights), "
-        "OUT/tflite_float16/, and the integer-only OUT/tflite_int8/ (every op an integer "
-        "kernel, batch 1, calibrated on the run's training data) (a "
+        "OUT/tflite_float16/, and the integer-only OUT/tflite_int8/ and OUT/tflite_int16x8/ "
+        "(every op an integer kernel, int8 or int16 activations, batch 1, calibrated on the "
+        "run's training data) (a "
         "language model: OUT/lm_step_<mode>.tflite) (default: none)",
     )
     export.add_argument(
@@ -380,7 +381,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         type=int,
         default=recipes.recipe.CALIBRATION_EXAMPLES,
         metavar="N",
-        help="examples of the run's training split that calibrate each int8 file "
+        help="examples of the run's training split that calibrate each integer file "
         "(a step: the inputs it is fed over them) (default: %(default)s)",
     )
     export.add_argument(
@@ -408,8 +409,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="Run each artifact in OUT (written by `keras-seq export`) in a fresh "
         "process that cannot import keras_seq, and compare its outputs on the held-out "
         "examples with Keras'. Exits 1 if a float artifact decodes any example differently "
-        "from Keras, a quantized one agrees on fewer than 99.5% or an int8 one on fewer "
-        "than 95%.",
+        "from Keras, a quantized one agrees on fewer than 99.5%, an int8 one on fewer "
+        "than 95% or an int16x8 one on fewer than 99%.",
     )
     verify.add_argument("out", metavar="OUT")
     verify.add_argument("--json", metavar="FILE", help="also write the table as JSON")

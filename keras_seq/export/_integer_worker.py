@@ -6,11 +6,12 @@ SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
 examples of ``FOLDER/examples.npz`` (with a fourth argument
 ``integer_io``: integer inputs and outputs); mends what the quantizer
-leaves (`keras_seq.export._flatbuffer`: a move or a mask's cast in float,
-a fused LSTM's hidden-state scales); writes ``FOLDER/model.tflite``, then loads it in
+leaves or gets wrong (`keras_seq.export._flatbuffer`: a move or a mask's
+cast in float, a fused LSTM's hidden-state scales; in 16x8, shared
+constants, a SUM's range, selects of two scales); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
-delegates. A conversion error is written, in one line, to
-``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
+delegates. A conversion error, or a model LiteRT refuses to run, is
+written in one line to ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
 had finished. Nothing here is imported by the package.
 """
 
@@ -44,13 +45,7 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
             flatbuffer = _converted(os.path.join(folder, "model"), mode, representative_dataset,
                                     names, examples, integer_io)
     except Exception as error:  # the converter's errors: one line for the caller
-        said = first_line(error)
-        if mode == "int16x8" and "Max and min for dynamic tensors" in said:
-            said = ("TensorFlow's 16x8 quantizer cannot calibrate an integer input (token ids: "
-                    f"{said.rpartition(' ')[2]}); int16x8 takes models of float inputs, "
-                    "quantize=\"int8\" takes these")
-        else:
-            said = f"the converter refused this model: {said}"
+        said = f"the converter refused this model: {first_line(error)}"
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(said)
         return

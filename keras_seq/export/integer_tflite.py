@@ -9,8 +9,8 @@ TensorFlow's post-training integer quantization guide.
 
 TensorFlow's quantizer crashes the process (a segmentation fault) on a
 graph with a loop, which every recurrent layer over a sequence traces to,
-Keras' own included; and LiteRT can abort while preparing some 16x8 models.
-So:
+Keras' own included; and LiteRT can abort while preparing a 16x8 model
+its quantizer got wrong. So:
 
 - the graph is traced without loops: every loop of a static length runs
   unrolled (`keras_seq.export._lowering.BuiltinLoops` with
@@ -21,6 +21,9 @@ So:
   With ``fuse_lstm=True`` each LSTM is TFLite's fused op, which has no
   loop either: `quantize_flatbuffer` takes the float fused file to the
   op's integer kernel, over any length.
+- 16x8 runs TensorFlow's 16x8 quantizer on the float file, and mends what
+  it gets wrong (`keras_seq.export._flatbuffer.prepared_for_16x8` before,
+  ``int16_sums`` and ``integer_only`` after): token ids take 16x8 too.
 - the quantizer runs in a child process (`keras_seq.export._integer_worker`),
   which also loads and runs the integer model once in LiteRT. A crash there
   is one `ValueError` line here, never the caller's process going down.

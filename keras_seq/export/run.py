@@ -113,12 +113,10 @@ def export_run(
             (Transformer), the formats it has.
         beam_width: decoding of the SavedModel: 1 (greedy) or a beam width.
         quantize: any of ``"dynamic"`` (int8 weights), ``"float16"``, and
-            the integer-only ``"int8"`` (a translation, classifier or
-            language-model run: every op an integer kernel, batch 1, sources
+            the integer-only ``"int8"`` and ``"int16x8"`` (int16
+            activations) (every op an integer kernel, batch 1, sources
             padded to the run's ``source_length``;
-            `keras_seq.export.integer_tflite`). Not ``"int16x8"``: the
-            files take token ids, which TensorFlow's 16x8 quantizer cannot
-            calibrate.
+            `keras_seq.export.integer_tflite`).
         examples: held-out examples in the reference outputs (at most).
         overwrite: replace an existing, non-empty ``out``.
         verbose: print one line on stderr as each artifact starts and one
