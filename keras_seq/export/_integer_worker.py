@@ -6,7 +6,8 @@ SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
 examples of ``FOLDER/examples.npz`` (with a fourth argument
 ``integer_io``: integer inputs and outputs); mends what the quantizer
-leaves or gets wrong (`keras_seq.export._flatbuffer`: a move or a mask's
+leaves or gets wrong (`keras_seq.export._integer_mends`,
+`keras_seq.export._flatbuffer`: a move or a mask's
 cast in float, a fused LSTM's hidden-state scales; in 16x8, shared
 constants, a SUM's range, selects of two scales); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
@@ -24,7 +25,7 @@ import sys
 def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
 
-    from keras_seq.export._flatbuffer import integer_only
+    from keras_seq.export._integer_mends import integer_only
     from keras_seq.export.integer_tflite import first_line, worker_paths
 
     flatbuffer_file, failure_file, converted_file, float_file = worker_paths()
@@ -94,7 +95,7 @@ def _converted(saved_model: str, mode: str, representative_dataset, names, examp
     if mode == "int16x8":
         from tensorflow.lite.python.optimize import calibrator
 
-        from keras_seq.export._flatbuffer import int16_sums, prepared_for_16x8
+        from keras_seq.export._integer_mends import int16_sums, prepared_for_16x8
 
         flatbuffer = calibrator.add_intermediate_tensors(prepared_for_16x8(
             converter.convert(), {name: (min(float(e[i].min()) for e in examples),

@@ -22,7 +22,7 @@ its quantizer got wrong. So:
   loop either: `quantize_flatbuffer` takes the float fused file to the
   op's integer kernel, over any length.
 - 16x8 runs TensorFlow's 16x8 quantizer on the float file, and mends what
-  it gets wrong (`keras_seq.export._flatbuffer.prepared_for_16x8` before,
+  it gets wrong (`keras_seq.export._integer_mends.prepared_for_16x8` before,
   ``int16_sums`` and ``integer_only`` after): token ids take 16x8 too.
 - the quantizer runs in a child process (`keras_seq.export._integer_worker`),
   which also loads and runs the integer model once in LiteRT. A crash there

@@ -1,0 +1,566 @@
+"""What TensorFlow's integer quantizers leave in float or get wrong, mended
+in the flatbuffer they write (the child process of
+`keras_seq.export.integer_tflite` runs these).
+
+`integer_only` makes integer what the quantizer leaves in float and need not
+be, and, for 16x8, puts right what its quantizer gets wrong in the file;
+`prepared_for_16x8` readies a float file for TensorFlow's 16x8 quantizer;
+`int16_sums` gives a 16x8 ``SUM`` its calibrated range. All work on the
+object API of ``ai_edge_litert.schema_py_generated``
+(`keras_seq.export._flatbuffer`'s helpers) and write a new flatbuffer.
+
+References: the kernels, ``tensorflow/lite/kernels/`` (``sub.cc``,
+``reduce.cc``, ``select.cc``, ``comparisons.cc``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from keras_seq.export._flatbuffer import (
+    add_buffer,
+    add_tensor,
+    as_text,
+    code_of,
+    drop_unused,
+    load_model,
+    opcode_index,
+    pack_model,
+    schema_module,
+    without_unread_dequantizes,
+)
+
+_MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
+# Arithmetic that TFLite computes on int8 and int16 with any input scales.
+_ARITHMETIC = ("ADD", "SUB", "MUL", "NEG", "SQUARE")
+
+
+def integer_only(flatbuffer: bytes) -> bytes:
+    """What TensorFlow's quantizer leaves in float and can be integer, made
+    integer.
+
+    - An op that only moves values (a gate block's ``SPLIT``, at times) and
+      reads a ``DEQUANTIZE``: it reads the integer tensor itself, its
+      outputs in that tensor's type and scale; a ``QUANTIZE`` after it
+      requantizes (integer to integer), a float op after it reads a new
+      ``DEQUANTIZE``.
+    - ``ADD``, ``SUB``, ``MUL``, ``NEG`` (Keras' ``LayerNormalization``
+      negates) or ``SQUARE`` of dequantized tensors, read by one
+      ``QUANTIZE``: the integer kernel, from the integer tensors to that
+      ``QUANTIZE``'s output (``NEG`` as a ``MUL`` by an integer -1,
+      ``SQUARE`` as ``x * x``).
+    - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
+      ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
+    - A ``SELECT_V2`` (a padding mask's: keep the state, or take the
+      new one) of dequantized tensors or float constants, read by one
+      ``QUANTIZE`` (TensorFlow's 16x8 quantizer has no int16 kernel for it
+      and leaves it in float): selects in the ``QUANTIZE``'s scale, each
+      input requantized to it (a constant: quantized).
+    - A comparison of a dequantized tensor with a float constant (MinGRU's
+      ``x >= 0``, left in float by the 16x8 quantizer): compares the
+      integer tensor with the constant quantized in its scale.
+    - An integer ``SELECT`` or ``SELECT_V2`` whose data inputs' scales
+      differ from its output's (the 16x8 quantizer's, in MinGRU's
+      activation): each such input requantized to the output's scale (the
+      kernel copies raw values).
+    - An int16 ``SQUARED_DIFFERENCE`` (a norm's variance), which LiteRT
+      has no int16 kernel for: a ``SUB`` into the square root of the
+      output's range, then a ``MUL`` of that by itself.
+    - A constant of zeros (an unrolled loop's first state) that the 16x8
+      quantizer gave the scale 0, on which LiteRT aborts: its op's output
+      scale (any scale represents zeros exactly).
+    """
+    model_t = load_model(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        _zeros_scaled(model_t, subgraph)
+        _int16_squared_differences(model_t, subgraph)
+        _selects_in_one_scale(model_t, subgraph)
+        while (_integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph)
+               | _integer_selects(model_t, subgraph)
+               | _integer_comparisons(model_t, subgraph)):
+            subgraph.operators = without_unread_dequantizes(model_t, subgraph)
+        _integer_bool_casts(model_t, subgraph)
+        subgraph.operators = without_unread_dequantizes(model_t, subgraph)
+    drop_unused(model_t)
+    return pack_model(model_t)
+
+
+def prepared_for_16x8(flatbuffer: bytes, ranges: dict[str, tuple[float, float]]) -> bytes:
+    """A float flatbuffer as TensorFlow's 16x8 quantizer needs it.
+
+    - Each op's constants its own, each on a buffer of its own: the
+      converter shares one tensor (or buffer) between equal constants, such
+      as an unrolled loop's bias, read by every step's matmul; the
+      quantizer then quantizes it for one reader (an int64 bias in that
+      step's input scale) and the others compute with wrong values.
+      (`compacted` shares what stays equal afterwards.)
+    - Each integer input named in ``ranges`` (by its signature name) given
+      that range: the quantizer wants one on every input, token ids too.
+    """
+    schema = schema_module()
+    model_t = load_model(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        taken = set()  # constant tensors an op reads already
+        for op in subgraph.operators:
+            inputs = [int(i) for i in op.inputs]
+            for position, index in enumerate(inputs):
+                if index < 0:
+                    continue
+                tensor = subgraph.tensors[index]
+                data = model_t.buffers[tensor.buffer].data
+                if tensor.buffer == 0 or data is None or len(data) == 0:
+                    continue
+                if index in taken:
+                    copy_t = copy.deepcopy(tensor)
+                    subgraph.tensors.append(copy_t)
+                    inputs[position] = len(subgraph.tensors) - 1
+                taken.add(index)
+            op.inputs = np.array(inputs, np.int32)
+        owners = set()
+        for tensor in subgraph.tensors:
+            data = model_t.buffers[tensor.buffer].data
+            if tensor.buffer == 0 or data is None or len(data) == 0:
+                continue
+            if tensor.buffer in owners:
+                tensor.buffer = add_buffer(model_t, np.asarray(data, np.uint8).copy())
+            owners.add(tensor.buffer)
+    for signature in model_t.signatureDefs or []:
+        subgraph = model_t.subgraphs[signature.subgraphIndex]
+        for entry in signature.inputs:
+            tensor = subgraph.tensors[entry.tensorIndex]
+            if as_text(entry.name) in ranges and tensor.type in (schema.TensorType.INT32,
+                                                               schema.TensorType.INT64):
+                low, high = ranges[as_text(entry.name)]
+                tensor.quantization = schema.QuantizationParametersT()
+                tensor.quantization.min, tensor.quantization.max = [low], [high]
+    return pack_model(model_t)
+
+
+def int16_sums(flatbuffer: bytes, calibrated: bytes) -> bytes:
+    """Each int16 ``SUM`` over the last axis (Bahdanau's score) of a 16x8
+    flatbuffer in its calibrated range, as a ``FULLY_CONNECTED`` with
+    weights of ones.
+
+    TensorFlow's 16x8 quantizer gives a ``SUM``'s output its input's
+    scale, and LiteRT's int16 ``SUM`` adds the raw values without
+    rescaling: a translator's attention scores came out clipped, 4.8 off on
+    a range of 5.5. The output gets the range ``calibrated`` (the float
+    flatbuffer with the calibration's ranges, tensors matched by name)
+    recorded, as do the ops that only pass it on (``REDUCE_MAX``,
+    ``REDUCE_MIN``, moves); a matmul with ones rescales as it adds.
+    """
+    ranges = {}
+    calibrated_t = load_model(calibrated)
+    for subgraph in calibrated_t.subgraphs:
+        for tensor in subgraph.tensors:
+            q = tensor.quantization
+            if tensor.name and q is not None and q.min is not None and len(q.min) == 1:
+                ranges[as_text(tensor.name)] = max(abs(float(q.min[0])), abs(float(q.max[0])))
+    model_t = load_model(flatbuffer)
+    for subgraph in model_t.subgraphs:
+        _int16_sums(model_t, subgraph, ranges)
+    return pack_model(model_t)
+
+
+def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
+    schema = schema_module()
+    int16 = schema.TensorType.INT16
+    readers = _readers(subgraph)
+    operators = []
+    for op in subgraph.operators:
+        operators.append(op)
+        if code_of(model_t, op) != schema.BuiltinOperator.SUM:
+            continue
+        source, target = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.outputs[0]]
+        axis_tensor = subgraph.tensors[op.inputs[1]]
+        axis_data = model_t.buffers[axis_tensor.buffer].data
+        if source.type != int16 or target.type != int16 or axis_data is None:
+            continue
+        rank = len(source.shape)
+        axes = np.frombuffer(np.asarray(axis_data, np.uint8).tobytes(), np.int32)
+        bound = ranges.get(as_text(target.name or ""))
+        if sorted({int(a) % rank for a in axes}) != [rank - 1] or not bound:
+            continue
+        _rescaled(model_t, subgraph, int(op.outputs[0]), bound / 32767, readers)
+        ones_scale = schema.QuantizationParametersT()
+        ones_scale.scale, ones_scale.zeroPoint = [1.0 / 127], [0]
+        ones = add_tensor(model_t, subgraph, np.full((1, int(source.shape[-1])), 127, np.int8),
+                           schema.TensorType.INT8, None, ones_scale)
+        keep_dims = bool(op.builtinOptions is not None and op.builtinOptions.keepDims)
+        summed = int(op.outputs[0])
+        if not keep_dims:  # the matmul keeps a last axis of 1; a RESHAPE drops it
+            tensor = schema.TensorT()
+            tensor.shape = np.array([*source.shape[:-1], 1], np.int32)
+            tensor.type, tensor.buffer = int16, 0
+            tensor.quantization = copy.deepcopy(target.quantization)
+            subgraph.tensors.append(tensor)
+            summed = len(subgraph.tensors) - 1
+            shape = add_tensor(model_t, subgraph, np.array(target.shape, np.int32),
+                                schema.TensorType.INT32, None)
+            reshape = _op(model_t, schema.BuiltinOperator.RESHAPE, [summed, shape],
+                          [int(op.outputs[0])])
+            operators.append(reshape)
+        op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.FULLY_CONNECTED)
+        op.inputs = np.array([int(op.inputs[0]), ones, -1], np.int32)
+        op.outputs = np.array([summed], np.int32)
+        op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
+        op.builtinOptions = schema.FullyConnectedOptionsT()
+        op.builtinOptions.keepNumDims = True
+    subgraph.operators = operators
+
+
+def _selects_in_one_scale(model_t, subgraph) -> None:
+    schema = schema_module()
+    selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
+    integers = (schema.TensorType.INT8, schema.TensorType.INT16)
+    operators = []
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if (code_of(model_t, op) in selects and output.type in integers
+                and output.quantization is not None and output.quantization.scale is not None):
+            inputs = [int(i) for i in op.inputs]
+            for position in (1, 2):
+                source = subgraph.tensors[inputs[position]]
+                if (source.quantization.scale[0] != output.quantization.scale[0]
+                        or source.quantization.zeroPoint[0] != output.quantization.zeroPoint[0]):
+                    again = _activation(subgraph, source, output.type)
+                    subgraph.tensors[again].quantization = copy.deepcopy(output.quantization)
+                    operators.append(_op(model_t, schema.BuiltinOperator.QUANTIZE,
+                                         [inputs[position]], [again]))
+                    inputs[position] = again
+            op.inputs = np.array(inputs, np.int32)
+        operators.append(op)
+    subgraph.operators = operators
+
+
+def _int16_squared_differences(model_t, subgraph) -> None:
+    schema = schema_module()
+    operators = []
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if (code_of(model_t, op) != schema.BuiltinOperator.SQUARED_DIFFERENCE
+                or output.type != schema.TensorType.INT16):
+            operators.append(op)
+            continue
+        difference = _activation(subgraph, output, schema.TensorType.INT16)
+        quantization = schema.QuantizationParametersT()
+        bound = float(output.quantization.scale[0]) * 32767
+        quantization.scale, quantization.zeroPoint = [np.sqrt(bound) / 32767], [0]
+        subgraph.tensors[difference].quantization = quantization
+        operators.append(_op(model_t, schema.BuiltinOperator.SUB, list(op.inputs), [difference]))
+        operators[-1].builtinOptionsType = schema.BuiltinOptions.SubOptions
+        operators[-1].builtinOptions = schema.SubOptionsT()
+        op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.MUL)
+        op.inputs = np.array([difference, difference], np.int32)
+        op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+        op.builtinOptions = schema.MulOptionsT()
+        operators.append(op)
+    subgraph.operators = operators
+
+
+def _zeros_scaled(model_t, subgraph) -> None:
+    integers = (schema_module().TensorType.INT8, schema_module().TensorType.INT16)
+    for op in subgraph.operators:
+        output = subgraph.tensors[op.outputs[0]] if len(op.outputs) else None
+        if output is None or output.quantization is None or output.quantization.scale is None:
+            continue
+        for i in (int(i) for i in op.inputs if i >= 0):
+            tensor = subgraph.tensors[i]
+            quantization = tensor.quantization
+            data = model_t.buffers[tensor.buffer].data
+            if (tensor.type in integers and data is not None and quantization is not None
+                    and quantization.scale is not None and len(quantization.scale) == 1
+                    and quantization.scale[0] == 0 and not np.any(np.asarray(data))):
+                quantization.scale = [float(output.quantization.scale[0])]
+                quantization.zeroPoint = [0]
+
+
+# Ops whose int16 output keeps their input's scale (the first input).
+_PASSING_ON = ("REDUCE_MAX", "REDUCE_MIN", *_MOVES)
+
+
+def _rescaled(model_t, subgraph, index: int, scale: float, readers) -> None:
+    """Tensor ``index`` in ``scale``, and so the outputs of the ops that
+    pass it on in the scale it had."""
+    tensor = subgraph.tensors[index]
+    before = float(tensor.quantization.scale[0])
+    tensor.quantization.scale, tensor.quantization.zeroPoint = [scale], [0]
+    passing = {getattr(schema_module().BuiltinOperator, name) for name in _PASSING_ON}
+    for reader in readers.get(index, []):
+        if code_of(model_t, reader) not in passing:
+            continue
+        for output in (int(o) for o in reader.outputs):
+            quantization = subgraph.tensors[output].quantization
+            if (quantization is not None and quantization.scale is not None
+                    and len(quantization.scale) == 1
+                    and float(quantization.scale[0]) == before):
+                _rescaled(model_t, subgraph, output, scale, readers)
+
+
+def _readers(subgraph) -> dict[int, list]:
+    readers: dict[int, list] = {}
+    for op in subgraph.operators:
+        for i in op.inputs:
+            readers.setdefault(int(i), []).append(op)
+    return readers
+
+
+def _read_by_quantizes_only(model_t, subgraph, op, readers) -> bool:
+    quantize = schema_module().BuiltinOperator.QUANTIZE
+    return (not {int(o) for o in op.outputs} & {int(i) for i in subgraph.outputs}
+            and all(code_of(model_t, reader) == quantize
+                    for o in op.outputs for reader in readers.get(int(o), [])))
+
+
+def _dequantized(model_t, subgraph, index: int, producer) -> int | None:
+    """The integer tensor whose DEQUANTIZE is float tensor ``index`` (else None)."""
+    source_op = producer.get(index)
+    if (subgraph.tensors[index].type != schema_module().TensorType.FLOAT32 or source_op is None
+            or code_of(model_t, source_op) != schema_module().BuiltinOperator.DEQUANTIZE):
+        return None
+    return int(source_op.inputs[0])
+
+
+def _integer_moves(model_t, subgraph) -> bool:
+    schema = schema_module()
+    codes = {getattr(schema.BuiltinOperator, name): index for name, index in _MOVES.items()}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    changed, operators = False, []
+    for op in subgraph.operators:
+        operators.append(op)
+        code = code_of(model_t, op)
+        if code not in codes:
+            continue
+        source = _dequantized(model_t, subgraph, int(op.inputs[codes[code]]), producer)
+        if source is None or {int(o) for o in op.outputs} & edges:
+            continue
+        op.inputs = np.array(op.inputs, np.int32)
+        op.inputs[codes[code]] = source
+        for o in (int(o) for o in op.outputs):
+            output = subgraph.tensors[o]
+            output.type = subgraph.tensors[source].type
+            output.quantization = copy.deepcopy(subgraph.tensors[source].quantization)
+            floating = [r for r in readers.get(o, [])
+                        if code_of(model_t, r) != schema.BuiltinOperator.QUANTIZE]
+            if floating:  # they read it in float, through a DEQUANTIZE of their own
+                again = _activation(subgraph, output, schema.TensorType.FLOAT32)
+                operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [o], [again]))
+                for reader in floating:
+                    reader.inputs = np.array([again if int(i) == o else int(i)
+                                              for i in reader.inputs], np.int32)
+        changed = True
+    subgraph.operators = operators
+    return changed
+
+
+def _integer_arithmetic(model_t, subgraph) -> bool:
+    schema = schema_module()
+    codes = {getattr(schema.BuiltinOperator, name) for name in _ARITHMETIC}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    taken, changed = set(), False
+    for op in subgraph.operators:
+        code = code_of(model_t, op)
+        if code not in codes or len(op.outputs) != 1:
+            continue
+        sources = [_dequantized(model_t, subgraph, int(i), producer) for i in op.inputs]
+        after = readers.get(int(op.outputs[0]), [])
+        if (None in sources or int(op.outputs[0]) in edges or len(after) != 1
+                or code_of(model_t, after[0]) != schema.BuiltinOperator.QUANTIZE):
+            continue
+        target = int(after[0].outputs[0])
+        kind = subgraph.tensors[target].type
+        if any(subgraph.tensors[i].type != kind for i in sources):
+            continue
+        if code == schema.BuiltinOperator.NEG:
+            bound = {schema.TensorType.INT8: 127, schema.TensorType.INT16: 32767}[kind]
+            quantization = schema.QuantizationParametersT()
+            quantization.scale, quantization.zeroPoint = [1.0 / bound], [0]
+            minus_one = add_tensor(model_t, subgraph,
+                                    np.array(-bound, np.int8 if bound == 127 else np.int16),
+                                    kind, "minus_one", quantization)
+            sources.append(minus_one)
+            op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.MUL)
+            op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+            op.builtinOptions = schema.MulOptionsT()
+        elif code == schema.BuiltinOperator.SQUARE:  # no integer kernel: x * x
+            sources.append(sources[0])
+            op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.MUL)
+            op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+            op.builtinOptions = schema.MulOptionsT()
+        op.inputs = np.array(sources, np.int32)
+        op.outputs = np.array([target], np.int32)
+        taken.add(id(after[0]))
+        changed = True
+    subgraph.operators = [op for op in subgraph.operators if id(op) not in taken]
+    return changed
+
+
+def _integer_selects(model_t, subgraph) -> bool:
+    schema = schema_module()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
+    quantize = schema.BuiltinOperator.QUANTIZE
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    before, taken, changed = {}, set(), False  # ops to insert before an op; to drop
+    for op in subgraph.operators:
+        output = int(op.outputs[0])
+        if (code_of(model_t, op) not in selects or output in edges
+                or subgraph.tensors[output].type != schema.TensorType.FLOAT32):
+            continue
+        sources = [_dequantized(model_t, subgraph, int(i), producer) for i in op.inputs[1:]]
+        known = [subgraph.tensors[i].type for i in sources if i is not None]
+        after = readers.get(output, [])
+        if len(after) == 1 and code_of(model_t, after[0]) == quantize:
+            target = subgraph.tensors[after[0].outputs[0]]
+            quantization, kind = copy.deepcopy(target.quantization), target.type
+        elif (known and known[0] == schema.TensorType.INT16
+              and subgraph.tensors[output].quantization is not None
+              and subgraph.tensors[output].quantization.min is not None):
+            # int16's symmetric scale over the calibrated range
+            recorded = subgraph.tensors[output].quantization
+            quantization, kind = schema.QuantizationParametersT(), known[0]
+            bound = max(abs(float(recorded.min[0])), abs(float(recorded.max[0])), 1e-9)
+            quantization.scale, quantization.zeroPoint = [bound / 32767], [0]
+        else:
+            continue
+        if kind not in kinds or any(k != kind for k in known):
+            continue
+        dtype, low, high = kinds[kind]
+        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+        inputs, requantizes = [int(op.inputs[0])], []
+        for index, source in zip((int(i) for i in op.inputs[1:]), sources):
+            data = model_t.buffers[subgraph.tensors[index].buffer].data
+            if source is not None:
+                if float(subgraph.tensors[source].quantization.scale[0]) != scale:
+                    again = _activation(subgraph, subgraph.tensors[source], kind)
+                    subgraph.tensors[again].quantization = copy.deepcopy(quantization)
+                    requantizes.append(_op(model_t, quantize, [source], [again]))
+                    source = again
+                inputs.append(source)
+            elif data is not None and len(data) and index not in producer:
+                value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
+                value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
+                inputs.append(add_tensor(model_t, subgraph,
+                                          value.reshape(subgraph.tensors[index].shape), kind,
+                                          None, copy.deepcopy(quantization)))
+            else:
+                break
+        else:
+            op.inputs = np.array(inputs, np.int32)
+            before.setdefault(id(op), []).extend(requantizes)
+            changed = True
+            if len(after) == 1 and code_of(model_t, after[0]) == quantize:
+                op.outputs = np.array([int(after[0].outputs[0])], np.int32)  # its QUANTIZE's
+                taken.add(id(after[0]))
+                continue
+            tensor = subgraph.tensors[output]
+            tensor.type, tensor.quantization = kind, quantization
+            for reader in after:  # a QUANTIZE now requantizes; a float op reads a DEQUANTIZE
+                if code_of(model_t, reader) == quantize:
+                    continue
+                again = _activation(subgraph, tensor, schema.TensorType.FLOAT32)
+                before.setdefault(id(reader), []).append(
+                    _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [output], [again]))
+                reader.inputs = np.array([again if int(i) == output else int(i)
+                                          for i in reader.inputs], np.int32)
+    subgraph.operators = [new for op in subgraph.operators if id(op) not in taken
+                          for new in [*before.get(id(op), []), op]]
+    return changed
+
+
+_COMPARISONS = ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL")
+
+
+def _integer_comparisons(model_t, subgraph) -> bool:
+    schema = schema_module()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    codes = {getattr(schema.BuiltinOperator, name) for name in _COMPARISONS}
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    changed = False
+    for op in subgraph.operators:
+        if code_of(model_t, op) not in codes or len(op.inputs) != 2:
+            continue
+        inputs = [int(i) for i in op.inputs]
+        sources = [_dequantized(model_t, subgraph, i, producer) for i in inputs]
+        if sorted(s is None for s in sources) != [False, True]:
+            continue
+        known = next(s for s in sources if s is not None)
+        other = inputs[sources.index(None)]
+        data = model_t.buffers[subgraph.tensors[other].buffer].data
+        kind = subgraph.tensors[known].type
+        if (kind not in kinds or data is None or not len(data) or other in producer
+                or subgraph.tensors[other].type != schema.TensorType.FLOAT32):
+            continue
+        dtype, low, high = kinds[kind]
+        quantization = subgraph.tensors[known].quantization
+        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+        value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
+        value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
+        constant = add_tensor(model_t, subgraph,
+                               value.reshape(() if subgraph.tensors[other].shape is None
+                                             else subgraph.tensors[other].shape),
+                               kind, None, copy.deepcopy(quantization))
+        op.inputs = np.array([known if s is not None else constant for s in sources], np.int32)
+        changed = True
+    return changed
+
+
+def _activation(subgraph, like, tensor_type: int) -> int:
+    """A new data-less tensor of ``like``'s shape."""
+    tensor = schema_module().TensorT()
+    tensor.shape = None if like.shape is None else np.array(like.shape, np.int32)
+    tensor.shapeSignature = like.shapeSignature
+    tensor.type = tensor_type
+    tensor.name = None
+    tensor.buffer = 0
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _op(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
+    op = schema_module().OperatorT()
+    op.opcodeIndex = opcode_index(model_t, builtin_code)
+    op.inputs = np.array(inputs, np.int32)
+    op.outputs = np.array(outputs, np.int32)
+    return op
+
+
+def _integer_bool_casts(model_t, subgraph) -> None:
+    schema = schema_module()
+    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
+             schema.TensorType.INT16: (np.int16, -32768, 32767)}
+    readers = _readers(subgraph)
+    operators = []
+    for op in subgraph.operators:
+        if (code_of(model_t, op) != schema.BuiltinOperator.CAST
+                or subgraph.tensors[op.inputs[0]].type != schema.TensorType.BOOL
+                or subgraph.tensors[op.outputs[0]].type != schema.TensorType.FLOAT32
+                or not _read_by_quantizes_only(model_t, subgraph, op, readers)
+                or any(subgraph.tensors[q.outputs[0]].type not in kinds
+                       for q in readers.get(int(op.outputs[0]), []))):
+            operators.append(op)
+            continue
+        for quantize in readers.get(int(op.outputs[0]), []):
+            output = subgraph.tensors[quantize.outputs[0]]
+            dtype, low, high = kinds[output.type]
+            scale, zero = float(output.quantization.scale[0]), int(output.quantization.zeroPoint[0])
+            one, nought = (
+                add_tensor(model_t, subgraph,
+                            np.array(np.clip(round(v / scale) + zero, low, high), dtype),
+                            output.type, name, copy.deepcopy(output.quantization))
+                for v, name in ((1.0, "one"), (0.0, "zero")))
+            quantize.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.SELECT_V2)
+            quantize.inputs = np.array([op.inputs[0], one, nought], np.int32)
+            quantize.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
+            quantize.builtinOptions = schema.SelectV2OptionsT()
+    subgraph.operators = operators
