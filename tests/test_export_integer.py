@@ -414,19 +414,21 @@ def test_representative_data_of_the_wrong_type_is_a_type_error(small_model):
         convert_to_tflite(small_model, quantize="int8", representative_data=3)
 
 
-def test_integer_io_takes_and_gives_int8_with_their_scales(small_model):
+@pytest.mark.parametrize("quantize, dtype", [("int8", np.int8), ("int16x8", np.int16)])
+def test_integer_io_takes_and_gives_integers_with_their_scales(small_model, quantize, dtype):
     data = list(_sequences(40, 9))
-    flatbuffer = convert_to_tflite(small_model, quantize="int8", representative_data=data,
+    flatbuffer = convert_to_tflite(small_model, quantize=quantize, representative_data=data,
                                    integer_io=True)
     interpreter = Interpreter(model_content=flatbuffer, experimental_op_resolver_type=(
         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
     interpreter.allocate_tensors()
     (given,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
-    assert given["dtype"] == np.int8 and out["dtype"] == np.int8
+    assert given["dtype"] == dtype and out["dtype"] == dtype
     x = _sequences(1, 10)[0]
     scale, zero = given["quantization"]
-    interpreter.set_tensor(given["index"], np.clip(np.round(x / scale + zero), -128, 127)
-                           .astype(np.int8))
+    bounds = np.iinfo(dtype)
+    interpreter.set_tensor(given["index"], np.clip(np.round(x / scale + zero), bounds.min,
+                                                   bounds.max).astype(dtype))
     interpreter.invoke()
     scale, zero = out["quantization"]
     got = (interpreter.get_tensor(out["index"]).astype(np.float32) - zero) * scale
