@@ -337,7 +337,7 @@ def test_export_run_rejects_unknown_format_and_non_run_folder(run_dir, tmp_path)
     with pytest.raises(FileNotFoundError, match="export_run: .*metrics.json does not exist"):
         export_run(tmp_path, tmp_path / "out")
     with pytest.raises(ValueError, match=r"export_run: invalid value for argument `quantize`: expected one of "
-                       r"'dynamic', 'float16', 'int8', received 'int4'"):
+                       r"'dynamic', 'float16', 'int8', 'int16x8', received 'int4'"):
         export_run(run_dir, tmp_path, quantize=("int4",))
     with pytest.raises(ValueError, match="export_run: invalid value for argument `examples`: expected a positive"):
         export_run(run_dir, tmp_path, examples=0)
