@@ -218,7 +218,6 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
     return pack_model(model_t)
 
 
-# Ops that move values without computing: the input of their values, by op.
 def code_of(model_t, op) -> int:
     code = model_t.operatorCodes[op.opcodeIndex]
     return max(code.builtinCode, code.deprecatedBuiltinCode)

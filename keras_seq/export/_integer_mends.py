@@ -32,7 +32,11 @@ from keras_seq.export._flatbuffer import (
     without_unread_dequantizes,
 )
 
+# Ops that move values without computing: the input of their values, by op.
 _MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
+# The integer activation types, as NumPy types.
+_INTEGER_TYPES = {schema_module().TensorType.INT8: np.int8,
+                  schema_module().TensorType.INT16: np.int16}
 # Arithmetic that TFLite computes on int8 and int16 with any input scales.
 _ARITHMETIC = ("ADD", "SUB", "MUL", "NEG", "SQUARE")
 
@@ -139,17 +143,18 @@ def prepared_for_16x8(flatbuffer: bytes, ranges: dict[str, tuple[float, float]])
 
 
 def int16_sums(flatbuffer: bytes, calibrated: bytes) -> bytes:
-    """Each int16 ``SUM`` over the last axis (Bahdanau's score) of a 16x8
-    flatbuffer in its calibrated range, as a ``FULLY_CONNECTED`` with
-    weights of ones.
+    """Each int16 ``SUM`` of a 16x8 flatbuffer (Bahdanau's score, a sum over
+    time) in its calibrated range, as a ``MEAN`` times the count.
 
     TensorFlow's 16x8 quantizer gives a ``SUM``'s output its input's
     scale, and LiteRT's int16 ``SUM`` adds the raw values without
     rescaling: a translator's attention scores came out clipped, 4.8 off on
-    a range of 5.5. The output gets the range ``calibrated`` (the float
-    flatbuffer with the calibration's ranges, tensors matched by name)
+    a range of 5.5, a sum over time 1.8 off on 5.4. The output gets the
+    range ``calibrated`` (the float flatbuffer with the calibration's
+    ranges, tensors matched by name)
     recorded, as do the ops that only pass it on (``REDUCE_MAX``,
-    ``REDUCE_MIN``, moves); a matmul with ones rescales as it adds.
+    ``REDUCE_MIN``, moves); the int16 ``MEAN`` rescales, into that scale
+    over the count, and a ``MUL`` by the count gives the sum.
     """
     ranges = {}
     calibrated_t = load_model(calibrated)
@@ -174,40 +179,30 @@ def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
         if code_of(model_t, op) != schema.BuiltinOperator.SUM:
             continue
         source, target = subgraph.tensors[op.inputs[0]], subgraph.tensors[op.outputs[0]]
-        axis_tensor = subgraph.tensors[op.inputs[1]]
-        axis_data = model_t.buffers[axis_tensor.buffer].data
-        if source.type != int16 or target.type != int16 or axis_data is None:
+        axis_data = model_t.buffers[subgraph.tensors[op.inputs[1]].buffer].data
+        name = as_text(target.name or "")  # a model output's: "<name>_int16"
+        bound = ranges.get(name) or ranges.get(name.removesuffix("_int16"))
+        if (source.type != int16 or target.type != int16 or axis_data is None or not bound
+                or source.shape is None or np.any(np.asarray(source.shape) < 1)):
             continue
         rank = len(source.shape)
-        axes = np.frombuffer(np.asarray(axis_data, np.uint8).tobytes(), np.int32)
-        bound = ranges.get(as_text(target.name or ""))
-        if sorted({int(a) % rank for a in axes}) != [rank - 1] or not bound:
-            continue
+        axes = {int(a) % rank for a in
+                np.frombuffer(np.asarray(axis_data, np.uint8).tobytes(), np.int32)}
+        count = int(np.prod([int(source.shape[a]) for a in axes]))
         _rescaled(model_t, subgraph, int(op.outputs[0]), bound / 32767, readers)
-        ones_scale = schema.QuantizationParametersT()
-        ones_scale.scale, ones_scale.zeroPoint = [1.0 / 127], [0]
-        ones = add_tensor(model_t, subgraph, np.full((1, int(source.shape[-1])), 127, np.int8),
-                           schema.TensorType.INT8, None, ones_scale)
-        keep_dims = bool(op.builtinOptions is not None and op.builtinOptions.keepDims)
-        summed = int(op.outputs[0])
-        if not keep_dims:  # the matmul keeps a last axis of 1; a RESHAPE drops it
-            tensor = schema.TensorT()
-            tensor.shape = np.array([*source.shape[:-1], 1], np.int32)
-            tensor.type, tensor.buffer = int16, 0
-            tensor.quantization = copy.deepcopy(target.quantization)
-            subgraph.tensors.append(tensor)
-            summed = len(subgraph.tensors) - 1
-            shape = add_tensor(model_t, subgraph, np.array(target.shape, np.int32),
-                                schema.TensorType.INT32, None)
-            reshape = _op(model_t, schema.BuiltinOperator.RESHAPE, [summed, shape],
-                          [int(op.outputs[0])])
-            operators.append(reshape)
-        op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.FULLY_CONNECTED)
-        op.inputs = np.array([int(op.inputs[0]), ones, -1], np.int32)
-        op.outputs = np.array([summed], np.int32)
-        op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
-        op.builtinOptions = schema.FullyConnectedOptionsT()
-        op.builtinOptions.keepNumDims = True
+        mean = _activation(subgraph, target, int16)
+        subgraph.tensors[mean].quantization = schema.QuantizationParametersT()
+        subgraph.tensors[mean].quantization.scale = [bound / 32767 / count]
+        subgraph.tensors[mean].quantization.zeroPoint = [0]
+        times = schema.QuantizationParametersT()
+        times.scale, times.zeroPoint = [count / 32767], [0]
+        factor = add_tensor(model_t, subgraph, np.array(32767, np.int16), int16, None, times)
+        operators.append(_op(model_t, schema.BuiltinOperator.MUL, [mean, factor],
+                             [int(op.outputs[0])]))
+        operators[-1].builtinOptionsType = schema.BuiltinOptions.MulOptions
+        operators[-1].builtinOptions = schema.MulOptionsT()
+        op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.MEAN)  # ReducerOptions
+        op.outputs = np.array([mean], np.int32)
     subgraph.operators = operators
 
 
@@ -403,8 +398,6 @@ def _integer_arithmetic(model_t, subgraph) -> bool:
 
 def _integer_selects(model_t, subgraph) -> bool:
     schema = schema_module()
-    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
-             schema.TensorType.INT16: (np.int16, -32768, 32767)}
     selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
     quantize = schema.BuiltinOperator.QUANTIZE
     producer = {int(o): op for op in subgraph.operators for o in op.outputs}
@@ -432,10 +425,9 @@ def _integer_selects(model_t, subgraph) -> bool:
             quantization.scale, quantization.zeroPoint = [bound / 32767], [0]
         else:
             continue
-        if kind not in kinds or any(k != kind for k in known):
+        if kind not in _INTEGER_TYPES or any(k != kind for k in known):
             continue
-        dtype, low, high = kinds[kind]
-        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+        scale = float(quantization.scale[0])
         inputs, requantizes = [int(op.inputs[0])], []
         for index, source in zip((int(i) for i in op.inputs[1:]), sources):
             data = model_t.buffers[subgraph.tensors[index].buffer].data
@@ -448,10 +440,9 @@ def _integer_selects(model_t, subgraph) -> bool:
                 inputs.append(source)
             elif data is not None and len(data) and index not in producer:
                 value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
-                value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
-                inputs.append(add_tensor(model_t, subgraph,
-                                          value.reshape(subgraph.tensors[index].shape), kind,
-                                          None, copy.deepcopy(quantization)))
+                inputs.append(_quantized_constant(
+                    model_t, subgraph, value.reshape(subgraph.tensors[index].shape), kind,
+                    quantization))
             else:
                 break
         else:
@@ -482,8 +473,6 @@ _COMPARISONS = ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_
 
 def _integer_comparisons(model_t, subgraph) -> bool:
     schema = schema_module()
-    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
-             schema.TensorType.INT16: (np.int16, -32768, 32767)}
     codes = {getattr(schema.BuiltinOperator, name) for name in _COMPARISONS}
     producer = {int(o): op for op in subgraph.operators for o in op.outputs}
     changed = False
@@ -498,21 +487,26 @@ def _integer_comparisons(model_t, subgraph) -> bool:
         other = inputs[sources.index(None)]
         data = model_t.buffers[subgraph.tensors[other].buffer].data
         kind = subgraph.tensors[known].type
-        if (kind not in kinds or data is None or not len(data) or other in producer
+        if (kind not in _INTEGER_TYPES or data is None or not len(data) or other in producer
                 or subgraph.tensors[other].type != schema.TensorType.FLOAT32):
             continue
-        dtype, low, high = kinds[kind]
-        quantization = subgraph.tensors[known].quantization
-        scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
         value = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32)
-        value = np.clip(np.round(value / scale) + zero, low, high).astype(dtype)
-        constant = add_tensor(model_t, subgraph,
-                               value.reshape(() if subgraph.tensors[other].shape is None
-                                             else subgraph.tensors[other].shape),
-                               kind, None, copy.deepcopy(quantization))
+        shape = subgraph.tensors[other].shape
+        constant = _quantized_constant(model_t, subgraph,
+                                       value.reshape(() if shape is None else shape), kind,
+                                       subgraph.tensors[known].quantization)
         op.inputs = np.array([known if s is not None else constant for s in sources], np.int32)
         changed = True
     return changed
+
+
+def _quantized_constant(model_t, subgraph, value: np.ndarray, kind: int, quantization) -> int:
+    """A new constant: float ``value`` quantized (one scale) as integer type ``kind``."""
+    dtype = _INTEGER_TYPES[kind]
+    bounds = np.iinfo(dtype)
+    scale, zero = float(quantization.scale[0]), int(quantization.zeroPoint[0])
+    quantized = np.clip(np.round(value / scale) + zero, bounds.min, bounds.max).astype(dtype)
+    return add_tensor(model_t, subgraph, quantized, kind, None, copy.deepcopy(quantization))
 
 
 def _activation(subgraph, like, tensor_type: int) -> int:
@@ -537,8 +531,6 @@ def _op(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
 
 def _integer_bool_casts(model_t, subgraph) -> None:
     schema = schema_module()
-    kinds = {schema.TensorType.INT8: (np.int8, -128, 127),
-             schema.TensorType.INT16: (np.int16, -32768, 32767)}
     readers = _readers(subgraph)
     operators = []
     for op in subgraph.operators:
@@ -546,19 +538,15 @@ def _integer_bool_casts(model_t, subgraph) -> None:
                 or subgraph.tensors[op.inputs[0]].type != schema.TensorType.BOOL
                 or subgraph.tensors[op.outputs[0]].type != schema.TensorType.FLOAT32
                 or not _read_by_quantizes_only(model_t, subgraph, op, readers)
-                or any(subgraph.tensors[q.outputs[0]].type not in kinds
+                or any(subgraph.tensors[q.outputs[0]].type not in _INTEGER_TYPES
                        for q in readers.get(int(op.outputs[0]), []))):
             operators.append(op)
             continue
         for quantize in readers.get(int(op.outputs[0]), []):
             output = subgraph.tensors[quantize.outputs[0]]
-            dtype, low, high = kinds[output.type]
-            scale, zero = float(output.quantization.scale[0]), int(output.quantization.zeroPoint[0])
-            one, nought = (
-                add_tensor(model_t, subgraph,
-                            np.array(np.clip(round(v / scale) + zero, low, high), dtype),
-                            output.type, name, copy.deepcopy(output.quantization))
-                for v, name in ((1.0, "one"), (0.0, "zero")))
+            one, nought = (_quantized_constant(model_t, subgraph, np.array(v, np.float32),
+                                               output.type, output.quantization)
+                           for v in (1.0, 0.0))
             quantize.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.SELECT_V2)
             quantize.inputs = np.array([op.inputs[0], one, nought], np.int32)
             quantize.builtinOptionsType = schema.BuiltinOptions.SelectV2Options

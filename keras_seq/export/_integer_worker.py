@@ -95,6 +95,7 @@ def _converted(saved_model: str, mode: str, representative_dataset, names, examp
     if mode == "int16x8":
         from tensorflow.lite.python.optimize import calibrator
 
+        from keras_seq.export._flatbuffer import builtin_op_count
         from keras_seq.export._integer_mends import int16_sums, prepared_for_16x8
 
         flatbuffer = calibrator.add_intermediate_tensors(prepared_for_16x8(
@@ -104,7 +105,10 @@ def _converted(saved_model: str, mode: str, representative_dataset, names, examp
         edge = tf.int16 if integer_io else tf.float32
         quantized = calibrator.Calibrator(flatbuffer).calibrate_and_quantize(
             representative_dataset, edge, edge, True, tf.int16, tf.int64)
-        # The ranges the quantizer replaces by its inputs' on a SUM.
+        if not builtin_op_count(quantized, "SUM"):
+            return quantized
+        # The ranges the quantizer replaces by its inputs' on a SUM: a second
+        # pass as long as the first (2.1 s against 2.0 s for a tagger, 200 examples).
         calibrated = calibrator.Calibrator(flatbuffer).calibrate(representative_dataset)
         return int16_sums(quantized, calibrated)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
