@@ -188,6 +188,10 @@ def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
         rank = len(source.shape)
         axes = {int(a) % rank for a in
                 np.frombuffer(np.asarray(axis_data, np.uint8).tobytes(), np.int32)}
+        signature = (source.shape if source.shapeSignature is None
+                     or len(source.shapeSignature) != rank else source.shapeSignature)
+        if any(int(signature[a]) < 1 for a in axes):  # a dynamic axis: no count to rescale by
+            continue
         count = int(np.prod([int(source.shape[a]) for a in axes]))
         _rescaled(model_t, subgraph, int(op.outputs[0]), bound / 32767, readers)
         mean = _activation(subgraph, target, int16)
