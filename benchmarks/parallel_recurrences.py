@@ -149,10 +149,10 @@ def candidate_layers(layers, with_step_forms: bool) -> dict:
     if keras.backend.backend() in ("tensorflow", "torch"):
         candidates["MinGRU doubling scan (GPU form)"] = lambda: layers.RNN(
             scan_variant(layers.MinGRUCell, doubling_scan)(U), return_sequences=True)
-    from keras_seq.layers.recurrent import backend
+    from keras_seq.layers.recurrent import fast_paths
 
     for name, cell in (("MinGRU", layers.MinGRUCell), ("MinLSTM", layers.MinLSTMCell)):
-        if not backend.trains_in_parallel(cell.loop_hints):  # JAX's CPU: the step loop
+        if fast_paths.training_form(cell(U), False) != fast_paths.PARALLEL:  # JAX's CPU
             candidates[f"{name} scan form"] = parallel_form(layers, cell)
     if with_step_forms:
         candidates.update({

@@ -10,7 +10,10 @@ keras.layers.GRU with the same shapes, on one Keras backend and device:
 - JAX: ``jax.jit`` of ``layer.stateless_call``, ``jax.value_and_grad`` for
   the training step;
 - torch: eager calls, ``loss.backward()`` for the training step and
-  ``torch.no_grad()`` for inference.
+  ``torch.no_grad()`` for inference; with ``--torch-step`` also the same
+  calls captured once as a CUDA graph and replayed (``graph``, GPU only), or
+  compiled by ``torch.compile`` (``compile``; the first call, timed apart
+  and printed, traces and compiles the whole unrolled loop).
 
 Next to them a *matmul floor* per shape family (P = 4u for the LSTM shapes, 3u
 for the GRU and CIFG shapes): a loop doing only the matmuls a step cannot do
@@ -26,12 +29,14 @@ times every candidate once, in a rotating order) so that load from other
 processes hits them alike. The table reports the median and the minimum time
 per batch and the relative interquartile range (how noisy the machine was);
 the ratios are of medians. The jit column is True where XLA compiles the
-step (TensorFlow's ``jit_compile=True``, every JAX row). A candidate that fails
+step (TensorFlow's ``jit_compile=True``, every JAX row); on torch it names
+the step (``eager``, ``graph``, ``compile``). A candidate that fails
 is reported as an error row and the others still run.
 
     python benchmarks/recurrent.py                        # TF, CPU: B64 T100 in128 u256 + B1
     python benchmarks/recurrent.py --backend jax --device gpu
     python benchmarks/recurrent.py --backend torch --repeats 5 --batches 64
+    python benchmarks/recurrent.py --backend torch --device gpu --torch-step eager,graph
     python benchmarks/recurrent.py --layers "LayerNormLSTM,keras LSTM" --batches 64
 """
 
@@ -258,7 +263,8 @@ class JaxBackend:
 
 class TorchBackend:
     name = "torch"
-    jit_options = (False,)
+    jit_options = ("eager",)
+    STEPS = ("eager", "graph", "compile")
 
     def __init__(self, device: str):
         import torch
@@ -270,6 +276,7 @@ class TorchBackend:
         os.environ["KERAS_TORCH_DEVICE"] = self.device  # where Keras puts the weights
         if device == "gpu":
             _hide_gpus_from_tensorflow()
+        self.first_calls = {}  # (step, fn name) -> seconds of the first call
 
     def describe(self) -> str:
         torch = self.torch
@@ -287,6 +294,60 @@ class TorchBackend:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
+    def stepped(self, fns, step, label):
+        """The eager functions ``fns`` run as ``step``: unchanged, replayed from
+        one CUDA graph each, or ``torch.compile``d. A graph is captured and a
+        function compiled at its first call (the warm-up), which is timed
+        apart; a failure there becomes the row's error."""
+        if step == "eager":
+            return fns
+        if step == "graph" and self.device != "cuda":
+            raise ValueError("--torch-step graph: CUDA graphs need --device gpu")
+
+        def lazy(mode, fn):
+            made = []
+
+            def call():
+                if not made:
+                    start = time.perf_counter()
+                    made.append(self._graphed(fn) if step == "graph" else self._compiled(fn))
+                    seconds = time.perf_counter() - start
+                    self.first_calls[(step, f"{label} {mode}")] = seconds
+                    print(f"{step}: {label} {mode} ready in {seconds:.1f} s", file=sys.stderr,
+                          flush=True)
+                return made[0]()
+
+            return call
+
+        return {mode: lazy(mode, fn) for mode, fn in fns.items()}
+
+    def _graphed(self, fn):
+        """``fn`` captured once as a CUDA graph (after warm-up calls on a side
+        stream, as torch's documentation asks); each call replays it and
+        returns the tensors of the captured call, overwritten in place."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = fn()
+
+        def replay():
+            graph.replay()
+            return captured
+
+        return replay
+
+    def _compiled(self, fn):
+        compiled = self.torch.compile(fn)
+        compiled()  # trace and compile here, timed apart from the repetitions
+        self.block(None)
+        return compiled
+
     def layer_steps(self, layer, x, jit):
         torch = self.torch
         weights = [v.value for v in layer.trainable_variables]
@@ -302,7 +363,8 @@ class TorchBackend:
             loss.backward()
             return [w.grad for w in weights]
 
-        return {"forward": forward, "train": train}
+        label = f"{type(layer).__module__.split('.')[0]} {type(layer).__name__}"
+        return self.stepped({"forward": forward, "train": train}, jit, label)
 
     def floor_steps(self, x, W, U, jit):
         torch = self.torch
@@ -333,7 +395,7 @@ class TorchBackend:
             dz = dz.reshape(T * B, P)
             return x.reshape(T * B, n_in).T @ dz, hs.reshape(T * B, u).T @ dz
 
-        return {"forward": forward, "train": train}
+        return self.stepped({"forward": forward, "train": train}, jit, f"floor P={P // u}u")
 
 
 BACKENDS = {b.name: b for b in (TensorFlowBackend, JaxBackend, TorchBackend)}
@@ -459,6 +521,9 @@ def main():
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--units", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--torch-step", default="eager",
+                        help="torch only: comma-separated subset of eager, graph (CUDA graph "
+                             "replay, GPU only), compile (torch.compile)")
     parser.add_argument("--layers", default=None,
                         help="comma-separated subset of " + ", ".join(LAYERS) + " (default: all)")
     args = parser.parse_args()
@@ -469,6 +534,13 @@ def main():
         if unknown:
             parser.error(f"--layers: unknown {unknown}; choose from {LAYERS}")
         LAYERS[:] = [name for name in LAYERS if name in chosen]
+    steps = [step.strip() for step in args.torch_step.split(",")]
+    if set(steps) - set(TorchBackend.STEPS):
+        parser.error(f"--torch-step: unknown {sorted(set(steps) - set(TorchBackend.STEPS))}; "
+                     f"choose from {list(TorchBackend.STEPS)}")
+    if steps != ["eager"] and args.backend != "torch":
+        parser.error("--torch-step: only with --backend torch")
+    TorchBackend.jit_options = tuple(steps)
 
     os.environ["KERAS_BACKEND"] = args.backend  # before anything imports Keras
     backend = BACKENDS[args.backend](args.device)
@@ -491,6 +563,8 @@ def main():
 
         after = f"step matmul form: {step_matmul_form()} ({STEP_MATMUL}); {after}"
     print(f"\n{after}")
+    for (step, what), seconds in getattr(backend, "first_calls", {}).items():
+        print(f"{step}: capture or compilation of {what}: {seconds:.1f} s")
 
 
 if __name__ == "__main__":
