@@ -161,7 +161,7 @@ def text_loss(model, ids, context: int, batch_size: int = _EVALUATE_BATCH) -> tu
     batch_size = check_positive_int("text_loss", "batch_size", batch_size)
     inputs, targets = data.text_windows(ids, context)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 2)
+    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 2, autograph=False)
     def summed_loss(x, y):
         log_p = tf.nn.log_softmax(tf.cast(model(x, training=False), tf.float32))
         loss = -tf.gather(log_p, y, batch_dims=2)  # (B, T)
@@ -204,7 +204,7 @@ def bidirectional_text_loss(model, ids, context: int, batch_size: int = _EVALUAT
         loss = -tf.gather(log_p, y, batch_dims=2)
         return tf.reduce_sum(tf.where(tf.not_equal(y, PAD_ID), loss, 0.0), axis=-1)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 3)
+    @tf.function(input_signature=[tf.TensorSpec([None, context], tf.int32)] * 3, autograph=False)
     def summed_losses(x, forward, backward):
         logits = model(x, training=False)
         return summed(logits["forward"], forward), summed(logits["backward"], backward)

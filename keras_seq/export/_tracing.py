@@ -150,7 +150,7 @@ def decoder_step_functions(where: str, model, target_length: int):
     # A symbolic trace of `start` gives the structures, shapes and dtypes of
     # the constants and the state, which become the step's inputs.
     constants_structure, state_structure = (
-        tf.function(lambda ids: steps.start(ids, target_length))
+        tf.function(lambda ids: steps.start(ids, target_length), autograph=False)
         .get_concrete_function(source_spec)
         .structured_outputs
     )
@@ -194,7 +194,7 @@ def language_model_step_function(where: str, model, context: int):
     task = language_model_steps(model).task  # refuses other models
     positional = task.positional_cache
     prompt_spec = tf.TensorSpec([None, None], tf.int32)
-    start = tf.function(lambda ids: task.build_cache(ids, context))
+    start = tf.function(lambda ids: task.build_cache(ids, context), autograph=False)
     state_structure = start.get_concrete_function(prompt_spec).structured_outputs
     flat_state = tf.nest.flatten(state_structure)
     signature = [

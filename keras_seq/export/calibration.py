@@ -83,4 +83,4 @@ def as_traced(function, signature):
     call many times)."""
     import tensorflow as tf
 
-    return tf.function(function, input_signature=signature)
+    return tf.function(function, input_signature=signature, autograph=False)

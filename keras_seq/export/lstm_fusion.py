@@ -193,8 +193,8 @@ def _convert_with_lstm_functions(model, call, specs, names, quantize):
     with _FrozenVariables() as frozen:
         lowering = _FusedLSTM(layers, frozen)
         with lowering.keras_layers(models_of(model)):
-            concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(
-                *specs)
+            concrete = tf.function(flat_outputs(lowering.traced(call)), autograph=False)
+            concrete = concrete.get_concrete_function(*specs)
     # The SavedModel route keeps the "lstm_<id>" functions for the converter to
     # fuse. Its trackable object holds any variable not read through Keras.
     return convert_with_signature(concrete, names, quantize), layers

@@ -97,11 +97,11 @@ def convert_to_onnx(
     call, specs = traceable(model, input_signature)
     path = os.fspath(path)
     if native_recurrent is False:
-        model_proto = _from_function(tf.function(call), specs, int(opset))
+        model_proto = _from_function(tf.function(call, autograph=False), specs, int(opset))
     else:
         native = NativeRecurrence(where, portable=native_recurrent == "portable")
         with native.routing(models_of(model)):
-            model_proto = _from_function(tf.function(native.traced(call)), specs, int(opset),
+            model_proto = _from_function(tf.function(native.traced(call), autograph=False), specs, int(opset),
                                          native.handlers())
     # tf2onnx only logs TensorFlow ops it cannot map and leaves them in the
     # graph, giving a file no runtime loads: fail here instead.

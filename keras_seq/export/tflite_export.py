@@ -146,7 +146,8 @@ def convert_to_tflite(
     # (`BuiltinLoops`); an integer model's loops run unrolled.
     lowering = BuiltinLoops(where, integer=integer)
     with lowering.keras_layers(models_of(model)):
-        concrete = tf.function(flat_outputs(lowering.traced(call))).get_concrete_function(*specs)
+        concrete = tf.function(flat_outputs(lowering.traced(call)), autograph=False)
+        concrete = concrete.get_concrete_function(*specs)
     if integer:
         return convert_integer(where, concrete, names, quantize, examples,
                                integer_io=integer_io)

@@ -212,7 +212,8 @@ def write_reference(
 
     sources = [s for s, _ in pairs]
     source_ids = tokenizer.encode(sources, source_length).numpy()
-    greedy = tf.function(lambda ids: decoding.greedy_decode(model, ids, target_length))
+    greedy = tf.function(lambda ids: decoding.greedy_decode(model, ids, target_length),
+                         autograph=False)
     keras_ids = greedy(source_ids).numpy()
     decoder_inputs = np.concatenate(
         [np.full((len(pairs), 1), START_ID, np.int32), keras_ids[:, :-1]], axis=1
@@ -237,7 +238,8 @@ def write_reference(
     }
     if beam_width > 1:
         beam_ids, _ = tf.function(
-            lambda ids: decoding.beam_search(model, ids, target_length, beam_width)
+            lambda ids: decoding.beam_search(model, ids, target_length, beam_width),
+            autograph=False,
         )(source_ids)
         arrays["keras_beam_ids"] = beam_ids.numpy().astype(np.int32)
         arrays["keras_beam_outputs"] = _strings(tokenizer.detokenize(beam_ids))

@@ -327,7 +327,8 @@ class SequenceTagger(Task):
         function = getattr(self, "_tag_probabilities", None)
         if function is None:
             @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32),
-                                          tf.TensorSpec([None, None, None], tf.int32)])
+                                          tf.TensorSpec([None, None, None], tf.int32)],
+                         autograph=False)
             def function(word_ids, char_ids):
                 logits = self({"word_ids": word_ids, "char_ids": char_ids}, training=False)
                 return tf.nn.softmax(tf.cast(logits, tf.float32))

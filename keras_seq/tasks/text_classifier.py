@@ -191,7 +191,7 @@ def class_probabilities(model, ids_batches):
     import numpy as np
     import tensorflow as tf
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def probabilities(ids):
         return tf.nn.softmax(tf.cast(model(ids, training=False), tf.float32))
 
