@@ -24,22 +24,28 @@ export KERAS_SEQ_STEP_MATMUL="${KERAS_SEQ_STEP_MATMUL:-plain}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
+# XLA's backend optimisations off, and its CPU fusions emitted the older
+# way: the tests compile many tiny programs, and compiling dominates their
+# time: a third less without the optimisations, and then, with the older
+# emitters, about half of the rest for JAX's layer tests (113 -> 58 s) and
+# a fifth for TensorFlow's XLA-compiled ones (17.1 -> 13.8 s; RESULTS.md,
+# "The suite, cut").
+XLA_TEST_FLAGS="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
 other_backends() {
-  # XLA's backend optimisations off: the JAX tests compile many tiny
-  # programs, and compiling dominates their time (a third less without them).
   # JAX's compilation cache, kept for this run only, compiles a program that
   # recurs (the same layer and shapes in another test) once: a fifth less.
   # The int8 quantization tests run in a process of their own: in the same
   # process as the rest, JAX 0.10 (with its compilation cache) crashed
   # writing a later test's program to the cache (segmentation fault in
   # compilation_cache.put_executable_and_time), twice in a row.
-  XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" KERAS_BACKEND=jax \
+  XLA_FLAGS="${XLA_FLAGS:-$XLA_TEST_FLAGS}" KERAS_BACKEND=jax \
     JAX_COMPILATION_CACHE_DIR="$work/jax-cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 \
     pytest -q --basetemp="$work/jax" --ignore="$QUANTIZE" "$@" "${OFF_TF[@]}" \
     >"$work/jax.log" 2>&1
   code=$?
-  XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" KERAS_BACKEND=jax \
+  XLA_FLAGS="${XLA_FLAGS:-$XLA_TEST_FLAGS}" KERAS_BACKEND=jax \
     pytest -q --basetemp="$work/jax-quantize" "$@" "$QUANTIZE" >>"$work/jax.log" 2>&1
   quantize_code=$?
   # pytest's "no tests collected" (5) when a selection leaves out that file.
@@ -53,10 +59,10 @@ other_backends() {
 
 other_backends "$@" &
 others=$!
-# The same XLA flag for TensorFlow, whose recurrent loops are XLA-compiled:
-# 8-14% less CPU time for its tests (the programs are tiny and compile
-# more than they run).
-XLA_FLAGS="${XLA_FLAGS:---xla_backend_optimization_level=0}" KERAS_BACKEND=tensorflow \
+# The same XLA flags for TensorFlow, whose recurrent loops are XLA-compiled:
+# 8-14% less CPU time for its tests with the first (the programs are tiny
+# and compile more than they run).
+XLA_FLAGS="${XLA_FLAGS:-$XLA_TEST_FLAGS}" KERAS_BACKEND=tensorflow \
   pytest -q -n 2 --dist loadfile --no-loadscope-reorder --basetemp="$work/tensorflow" "$@"
 status=$?
 echo "tensorflow: exit status $status"
