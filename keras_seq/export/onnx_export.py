@@ -101,8 +101,8 @@ def convert_to_onnx(
     else:
         native = NativeRecurrence(where, portable=native_recurrent == "portable")
         with native.routing(models_of(model)):
-            model_proto = _from_function(tf.function(native.traced(call), autograph=False), specs, int(opset),
-                                         native.handlers())
+            traced = tf.function(native.traced(call), autograph=False)
+            model_proto = _from_function(traced, specs, int(opset), native.handlers())
     # tf2onnx only logs TensorFlow ops it cannot map and leaves them in the
     # graph, giving a file no runtime loads: fail here instead.
     unsupported = sorted(_unknown_onnx_ops(model_proto.graph))

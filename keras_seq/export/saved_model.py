@@ -56,7 +56,8 @@ class _Translator(_ModelModule):
         self._beam_width = beam_width
         self._length_penalty = length_penalty
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+                 autograph=False)
     def translate(self, inputs):
         from keras_seq import decoding
 
@@ -176,7 +177,8 @@ def export_strings_saved_model(model, serve, directory: str | os.PathLike, name:
     module = _ModelModule(model, name=name)
     module.resources = list(resources)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")],
+                 autograph=False)
     def serving(inputs):
         # The signature's (None,) shape is not enforced on a loaded model: a
         # scalar or a (B, 1) batch would otherwise be read as a batch.
