@@ -276,7 +276,6 @@ class TorchBackend:
         os.environ["KERAS_TORCH_DEVICE"] = self.device  # where Keras puts the weights
         if device == "gpu":
             _hide_gpus_from_tensorflow()
-        self.first_calls = {}  # (step, fn name) -> seconds of the first call
 
     def describe(self) -> str:
         torch = self.torch
@@ -301,8 +300,6 @@ class TorchBackend:
         apart; a failure there becomes the row's error."""
         if step == "eager":
             return fns
-        if step == "graph" and self.device != "cuda":
-            raise ValueError("--torch-step graph: CUDA graphs need --device gpu")
 
         def lazy(mode, fn):
             made = []
@@ -312,7 +309,6 @@ class TorchBackend:
                     start = time.perf_counter()
                     made.append(self._graphed(fn) if step == "graph" else self._compiled(fn))
                     seconds = time.perf_counter() - start
-                    self.first_calls[(step, f"{label} {mode}")] = seconds
                     print(f"{step}: {label} {mode} ready in {seconds:.1f} s", file=sys.stderr,
                           flush=True)
                 return made[0]()
@@ -540,6 +536,8 @@ def main():
                      f"choose from {list(TorchBackend.STEPS)}")
     if steps != ["eager"] and args.backend != "torch":
         parser.error("--torch-step: only with --backend torch")
+    if "graph" in steps and args.device != "gpu":
+        parser.error("--torch-step graph: CUDA graphs need --device gpu")
     TorchBackend.jit_options = tuple(steps)
 
     os.environ["KERAS_BACKEND"] = args.backend  # before anything imports Keras
@@ -563,8 +561,6 @@ def main():
 
         after = f"step matmul form: {step_matmul_form()} ({STEP_MATMUL}); {after}"
     print(f"\n{after}")
-    for (step, what), seconds in getattr(backend, "first_calls", {}).items():
-        print(f"{step}: capture or compilation of {what}: {seconds:.1f} s")
 
 
 if __name__ == "__main__":
