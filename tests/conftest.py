@@ -70,12 +70,8 @@ def pytest_collection_finish(session):
     left out of every later garbage collection (`gc.freeze`): Keras collects
     all garbage each time a layer drops a variable, and Python itself every
     so many allocations, and each full pass over TensorFlow's objects took
-    about 0.3 s. Python's own collections then run every 50,000 allocations
-    rather than 700: 1.3 s of 2.5 s of collecting saved in 57 s of decoding
-    and seq2seq tests (2%). A test process only; what the tests compute is
-    the same."""
+    about 0.3 s. A test process only; what the tests compute is the same."""
     gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
 
 
 def pytest_unconfigure(config):
