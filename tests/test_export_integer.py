@@ -114,20 +114,29 @@ def _tensor_types(flatbuffer) -> set[str]:
 
 
 def _constants(flatbuffer) -> list[tuple]:
-    """Each constant tensor's (bytes, shape, scales)."""
+    """Each constant tensor's (subgraph, bytes, shape, scales)."""
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
     found = []
-    for subgraph in model.subgraphs:
+    for g, subgraph in enumerate(model.subgraphs):
         for tensor in subgraph.tensors:
             data = model.buffers[tensor.buffer].data
             if data is not None and len(data):
                 q = tensor.quantization
                 scales = () if q is None or q.scale is None else tuple(q.scale.tolist())
                 shape = tuple(np.asarray(tensor.shape).tolist())
-                found.append((bytes(np.asarray(data, np.uint8)), shape, scales))
+                found.append((g, bytes(np.asarray(data, np.uint8)), shape, scales))
     return found
+
+
+def _stored_constants(flatbuffer) -> list[bytes]:
+    """The bytes of each buffer that holds data."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    return [bytes(np.asarray(b.data, np.uint8)) for b in model.buffers
+            if b.data is not None and len(b.data)]
 
 
 def _named_tensors(flatbuffer) -> int:
@@ -171,19 +180,37 @@ def _sequences(n, seed):
     return np.random.default_rng(seed).normal(size=(n, 1, T, F)).astype("float32")
 
 
-def test_every_layer_kind_converts_to_int8_with_its_loops_unrolled(branches_model):
+def _float_tensors_in_loops(flatbuffer) -> int:
+    """Float tensors of the loops' condition and body subgraphs."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    return sum(model.Subgraphs(g).Tensors(i).Type() == schema.TensorType.FLOAT32
+               for g in range(1, model.SubgraphsLength())
+               for i in range(model.Subgraphs(g).TensorsLength()))
+
+
+def test_every_layer_kind_converts_to_int8_with_its_loops_kept(branches_model):
+    """int8 keeps each recurrent layer's loop (a WHILE over its static
+    length), calibrated step by step and carrying integers: nothing in a
+    loop is float, no op is left in float, and the outputs are Keras'
+    within int8's tolerance."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no op left in float
         flatbuffer = convert_to_tflite(branches_model, quantize="int8",
                                        representative_data=list(_sequences(60, 0)))
     ops = tflite_op_names(flatbuffer)
-    assert "WHILE" not in ops and "FULLY_CONNECTED" in ops, sorted(ops)
+    assert {"WHILE", "DYNAMIC_UPDATE_SLICE", "FULLY_CONNECTED"} <= ops, sorted(ops)
+    assert _float_tensors_in_loops(flatbuffer) == 0
     # Every op an integer kernel: the gate-block splits the quantizer leaves
     # in float at times (not the same from run to run) are made integer.
     assert float_ops(flatbuffer) == []
-    # The unrolled steps read one tensor per weight, not a copy each.
+    # Each weight is one tensor in its subgraph, and each constant's bytes
+    # are stored once in the file (the loops repeat the main graph's).
     constants = _constants(flatbuffer)
     assert len(constants) == len(set(constants)), len(constants) - len(set(constants))
+    stored = _stored_constants(flatbuffer)
+    assert len(stored) == len(set(stored)), len(stored) - len(set(stored))
     # Only the inputs and outputs keep a name (not even an empty one).
     assert _named_tensors(flatbuffer) == 1 + len(BRANCHES)
     _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
@@ -338,14 +365,26 @@ def test_a_crash_in_the_child_is_one_error_and_this_process_goes_on(monkeypatch)
     assert np.isfinite(np.asarray(model(_sequences(1, 7)[0]))).all()
 
 
-def test_a_loop_left_in_the_graph_is_refused_before_the_quantizer():
-    @tf.function(input_signature=[tf.TensorSpec((1, F), name="x")])
-    def running_sum(x):
-        return tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), (0, x))[1]
+@tf.function(input_signature=[tf.TensorSpec((1, F), name="x")])
+def _running_sum(x):
+    return tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), (0, x))[1]
 
+
+def test_a_loop_of_ones_own_converts_to_int8_and_is_refused_before_the_16x8_quantizer():
+    """int8 keeps any loop (here a function's own, x + x + x + x); 16x8
+    unrolls the package's loops and refuses one it cannot, in one line."""
+    examples = list(_sequences(20, 0)[:, 0, :1])
+    signature = [tf.TensorSpec((1, F), name="x")]
+    flatbuffer = convert_to_tflite(_running_sum, input_signature=signature, quantize="int8",
+                                   representative_data=examples)
+    assert "WHILE" in tflite_op_names(flatbuffer) and float_ops(flatbuffer) == []
+    assert _float_tensors_in_loops(flatbuffer) == 0
+    x = _sequences(1, 3)[0, 0, :1]
+    got = _runner(flatbuffer)(x=x)["output_0"]
+    assert np.abs(got - 4 * x).max() <= _int8_tolerance(4 * x)
     with pytest.raises(ValueError, match="graph without loops.*1 over a dynamic length"):
-        convert_to_tflite(running_sum, input_signature=[tf.TensorSpec((1, F), name="x")],
-                          quantize="int8", representative_data=list(_sequences(2, 0)[:, 0, :1]))
+        convert_to_tflite(_running_sum, input_signature=signature, quantize="int16x8",
+                          representative_data=examples)
 
 
 FUSED = {

@@ -90,16 +90,25 @@ def inputs_outputs_in_call_order(flatbuffer: bytes, input_names: list[str]) -> b
 
 
 def compacted(flatbuffer: bytes) -> bytes:
-    """The same model in fewer bytes: one tensor per distinct constant, no
-    names on the tensors between ops, every tensor without data on the
+    """The same model in fewer bytes: one tensor per distinct constant in
+    each subgraph, one buffer per distinct constant's bytes in the model,
+    no names on the tensors between ops, every tensor without data on the
     empty buffer 0.
 
     An unrolled loop reads its weights at every step, and the converter
     gives each read a tensor of its own with its own copy of the
     per-channel scales (int8): for a 64-unit encoder over 31 positions,
-    more bytes than the weights.
+    more bytes than the weights. A loop's subgraphs repeat the main
+    graph's small constants (shapes, indices, zeros).
     """
     model_t = load_model(flatbuffer)
+    owner = {}  # a constant's bytes -> its first buffer
+    for subgraph in model_t.subgraphs:
+        for tensor in subgraph.tensors:
+            data = model_t.buffers[tensor.buffer].data
+            if not tensor.isVariable and data is not None and len(data):
+                tensor.buffer = owner.setdefault(np.asarray(data, np.uint8).tobytes(),
+                                                 tensor.buffer)
     for subgraph in model_t.subgraphs:
         first = {}  # constant's key -> its first tensor
         same = {}  # tensor -> the tensor that replaces it

@@ -33,7 +33,8 @@ from keras_seq.export._flatbuffer import (
 )
 
 # Ops that move values without computing: the input of their values, by op.
-_MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0}
+_MOVES = {"SPLIT": 1, "SPLIT_V": 0, "STRIDED_SLICE": 0, "SLICE": 0, "RESHAPE": 0,
+          "REVERSE_V2": 0}
 # The integer activation types, as NumPy types.
 _INTEGER_TYPES = {schema_module().TensorType.INT8: np.int8,
                   schema_module().TensorType.INT16: np.int16}
@@ -55,6 +56,11 @@ def integer_only(flatbuffer: bytes) -> bytes:
       ``QUANTIZE``: the integer kernel, from the integer tensors to that
       ``QUANTIZE``'s output (``NEG`` as a ``MUL`` by an integer -1,
       ``SQUARE`` as ``x * x``).
+    - A ``CONCATENATION`` of dequantized tensors, read by one ``QUANTIZE``
+      (a Bidirectional's two directions, after int8 loops): the integer
+      kernel into that ``QUANTIZE``'s output, each input first requantized
+      to its scale where they differ (TFLite Micro's kernel wants one
+      scale); a model output still gets its float value, dequantized.
     - A mask's ``CAST`` from bool to float before ``QUANTIZE`` ops: a
       ``SELECT_V2`` of the quantized 1 and 0 in each ``QUANTIZE``'s scale.
     - A ``SELECT_V2`` (a padding mask's: keep the state, or take the
@@ -82,6 +88,7 @@ def integer_only(flatbuffer: bytes) -> bytes:
         _int16_squared_differences(model_t, subgraph)
         _selects_in_one_scale(model_t, subgraph)
         while (_integer_moves(model_t, subgraph) | _integer_arithmetic(model_t, subgraph)
+               | _integer_concatenations(model_t, subgraph)
                | _integer_selects(model_t, subgraph)
                | _integer_comparisons(model_t, subgraph)):
             subgraph.operators = without_unread_dequantizes(model_t, subgraph)
@@ -400,6 +407,49 @@ def _integer_arithmetic(model_t, subgraph) -> bool:
     return changed
 
 
+def _integer_concatenations(model_t, subgraph) -> bool:
+    schema = schema_module()
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    readers = _readers(subgraph)
+    edges = {int(i) for i in subgraph.outputs}
+    taken, changed, operators = set(), False, []
+    for op in subgraph.operators:
+        if code_of(model_t, op) != schema.BuiltinOperator.CONCATENATION:
+            operators.append(op)
+            continue
+        sources = [_dequantized(model_t, subgraph, int(i), producer) for i in op.inputs]
+        out = int(op.outputs[0])
+        after = readers.get(out, [])
+        if (None in sources or len(after) != 1
+                or code_of(model_t, after[0]) != schema.BuiltinOperator.QUANTIZE):
+            operators.append(op)
+            continue
+        target = int(after[0].outputs[0])
+        quantization = subgraph.tensors[target].quantization
+        if any(subgraph.tensors[i].type != subgraph.tensors[target].type for i in sources):
+            operators.append(op)
+            continue
+        inputs = []
+        for source in sources:
+            if not _same_quantization(subgraph.tensors[source].quantization, quantization):
+                requantized = _activation(subgraph, subgraph.tensors[source],
+                                          subgraph.tensors[target].type)
+                subgraph.tensors[requantized].quantization = copy.deepcopy(quantization)
+                operators.append(_op(model_t, schema.BuiltinOperator.QUANTIZE, [source],
+                                     [requantized]))
+                source = requantized
+            inputs.append(source)
+        op.inputs = np.array(inputs, np.int32)
+        op.outputs = np.array([target], np.int32)
+        operators.append(op)
+        if out in edges:  # the model's output too: in float, as before
+            operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [target], [out]))
+        taken.add(id(after[0]))
+        changed = True
+    subgraph.operators = [op for op in operators if id(op) not in taken]
+    return changed
+
+
 def _integer_selects(model_t, subgraph) -> bool:
     schema = schema_module()
     selects = {schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.SELECT}
@@ -556,3 +606,224 @@ def _integer_bool_casts(model_t, subgraph) -> None:
             quantize.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
             quantize.builtinOptions = schema.SelectV2OptionsT()
     subgraph.operators = operators
+
+
+# --- loops: what TensorFlow's quantizer leaves in float around a WHILE ---
+
+
+def integer_loop_carries(flatbuffer: bytes) -> bytes:
+    """A ``WHILE`` loop's carried values made integer.
+
+    TensorFlow's int8 quantizer keeps every value a ``WHILE`` carries in
+    float: the body quantizes each at its start and dequantizes it at its
+    end, and leaves a ``DYNAMIC_UPDATE_SLICE`` (the write of a step's output
+    into the sequence the loop carries) in float. Here:
+
+    - a ``DYNAMIC_UPDATE_SLICE`` whose update is dequantized writes the
+      integer update (the slice is copied, not computed) into an integer
+      sequence of the update's scale;
+    - each float value the loop carries takes the scale of what the body
+      makes of it (the integer tensor its last ``DEQUANTIZE`` reads, the
+      update's scale of a written sequence, or, for a value the body only
+      reads, the scale its first ``QUANTIZE`` gives it): the loop carries
+      the integer tensor, the body's ``QUANTIZE`` of it requantizes (or goes
+      where the scales agree), and the main graph quantizes it before the
+      loop (a constant, such as a zero state, in the file) and dequantizes
+      it after, for a float reader.
+
+    A value whose scale cannot be told this way stays float.
+    """
+    schema = schema_module()
+    model_t = load_model(flatbuffer)
+    main = model_t.subgraphs[0]
+    operators = []
+    for op in main.operators:
+        if code_of(model_t, op) != schema.BuiltinOperator.WHILE:
+            operators.append(op)
+            continue
+        cond = model_t.subgraphs[op.builtinOptions.condSubgraphIndex]
+        body = model_t.subgraphs[op.builtinOptions.bodySubgraphIndex]
+        _integer_updates(model_t, body)
+        before, after = [], []
+        for position in range(len(op.inputs)):
+            quantization = _carry_quantization(model_t, body, position)
+            if quantization is None:
+                continue
+            kind = _carry_type(model_t, body, position)
+            _integer_carry_in_body(model_t, body, position, kind, quantization)
+            _integer_carry_in_cond(model_t, cond, position, kind, quantization)
+            before += _quantized_before(model_t, main, op, position, kind, quantization)
+            after += _dequantized_after(model_t, main, op, position, kind, quantization)
+        body.operators = without_unread_dequantizes(model_t, body)
+        operators += [*before, op, *after]
+    main.operators = operators
+    _requantizes_folded(model_t, main)
+    main.operators = without_unread_dequantizes(model_t, main)
+    drop_unused(model_t)
+    return pack_model(model_t)
+
+
+def _same_quantization(a, b) -> bool:
+    return (a is not None and b is not None and a.scale is not None and b.scale is not None
+            and list(np.asarray(a.scale, np.float64)) == list(np.asarray(b.scale, np.float64))
+            and list(np.asarray(a.zeroPoint)) == list(np.asarray(b.zeroPoint)))
+
+
+def _integer_updates(model_t, body) -> None:
+    """Each ``DYNAMIC_UPDATE_SLICE`` of a dequantized update into a float
+    sequence the loop carries: integer, in the update's scale."""
+    schema = schema_module()
+    producer = {int(o): op for op in body.operators for o in op.outputs}
+    readers = _readers(body)
+    inputs = [int(i) for i in body.inputs]
+    operators = []
+    for op in body.operators:
+        operators.append(op)
+        if code_of(model_t, op) != schema.BuiltinOperator.DYNAMIC_UPDATE_SLICE:
+            continue
+        operand, update = int(op.inputs[0]), int(op.inputs[1])
+        source = _dequantized(model_t, body, update, producer)
+        if source is None or operand not in inputs:
+            continue
+        out = int(op.outputs[0])
+        op.inputs = np.array([operand, source, int(op.inputs[2])], np.int32)
+        float_out = _activation(body, body.tensors[out], schema.TensorType.FLOAT32)
+        body.tensors[out].type = body.tensors[source].type
+        body.tensors[out].quantization = copy.deepcopy(body.tensors[source].quantization)
+        # The operand becomes integer with the loop's carry; a float reader
+        # of the result (none but the body's output, as traced) reads a DEQUANTIZE.
+        floating = [r for r in readers.get(out, [])]
+        if floating:
+            operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [out], [float_out]))
+            for reader in floating:
+                reader.inputs = np.array([float_out if int(i) == out else int(i)
+                                          for i in reader.inputs], np.int32)
+    body.operators = operators
+
+
+def _carry_quantization(model_t, body, position: int):
+    """The quantization the loop carries value ``position`` in, or None."""
+    schema = schema_module()
+    into, out = int(body.inputs[position]), int(body.outputs[position])
+    if body.tensors[into].type != schema.TensorType.FLOAT32:
+        return None
+    if body.tensors[out].type in _INTEGER_TYPES:
+        return body.tensors[out].quantization
+    if out == into:  # carried unchanged: read through a QUANTIZE
+        for reader in _readers(body).get(into, []):
+            if code_of(model_t, reader) == schema.BuiltinOperator.QUANTIZE:
+                return body.tensors[int(reader.outputs[0])].quantization
+        return None
+    producer = {int(o): op for op in body.operators for o in op.outputs}
+    source = _dequantized(model_t, body, out, producer)
+    return None if source is None else body.tensors[source].quantization
+
+
+def _carry_type(model_t, body, position: int) -> int:
+    schema = schema_module()
+    into, out = int(body.inputs[position]), int(body.outputs[position])
+    if body.tensors[out].type in _INTEGER_TYPES:
+        return body.tensors[out].type
+    if out == into:
+        for reader in _readers(body).get(into, []):
+            if code_of(model_t, reader) == schema.BuiltinOperator.QUANTIZE:
+                return body.tensors[int(reader.outputs[0])].type
+    producer = {int(o): op for op in body.operators for o in op.outputs}
+    return body.tensors[_dequantized(model_t, body, out, producer)].type
+
+
+def _integer_carry_in_body(model_t, body, position: int, kind: int, quantization) -> None:
+    schema = schema_module()
+    into, out = int(body.inputs[position]), int(body.outputs[position])
+    producer = {int(o): op for op in body.operators for o in op.outputs}
+    if out != into and body.tensors[out].type == schema.TensorType.FLOAT32:
+        outputs = np.array(body.outputs, np.int32)
+        outputs[position] = _dequantized(model_t, body, out, producer)
+        body.outputs = outputs
+    float_into = _activation(body, body.tensors[into], schema.TensorType.FLOAT32)
+    body.tensors[into].type = kind
+    body.tensors[into].quantization = copy.deepcopy(quantization)
+    kept, floating = [], False
+    replaced = {}
+    for op in body.operators:
+        reads = into in {int(i) for i in op.inputs}
+        code = code_of(model_t, op)
+        if reads and code == schema.BuiltinOperator.QUANTIZE and _same_quantization(
+                body.tensors[int(op.outputs[0])].quantization, quantization):
+            replaced[int(op.outputs[0])] = into  # the QUANTIZE goes
+            continue
+        if reads and code not in (schema.BuiltinOperator.QUANTIZE,
+                                  schema.BuiltinOperator.DYNAMIC_UPDATE_SLICE):
+            op.inputs = np.array([float_into if int(i) == into else int(i) for i in op.inputs],
+                                 np.int32)
+            floating = True
+        kept.append(op)
+    for op in kept:
+        op.inputs = np.array([replaced.get(int(i), int(i)) for i in op.inputs], np.int32)
+    body.outputs = np.array([replaced.get(int(i), int(i)) for i in body.outputs], np.int32)
+    if floating:
+        kept.insert(0, _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [into], [float_into]))
+    body.operators = kept
+
+
+def _integer_carry_in_cond(model_t, cond, position: int, kind: int, quantization) -> None:
+    schema = schema_module()
+    into = int(cond.inputs[position])
+    if any(into in {int(i) for i in op.inputs} for op in cond.operators):
+        float_into = _activation(cond, cond.tensors[into], schema.TensorType.FLOAT32)
+        for op in cond.operators:
+            op.inputs = np.array([float_into if int(i) == into else int(i) for i in op.inputs],
+                                 np.int32)
+        cond.operators.insert(0, _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [into],
+                                     [float_into]))
+    cond.tensors[into].type = kind
+    cond.tensors[into].quantization = copy.deepcopy(quantization)
+
+
+def _quantized_before(model_t, main, op, position: int, kind: int, quantization) -> list:
+    schema = schema_module()
+    value = int(op.inputs[position])
+    op.inputs = np.array(op.inputs, np.int32)
+    data = model_t.buffers[main.tensors[value].buffer].data
+    if data is not None and len(data):  # a constant (a zero state): quantized in the file
+        constant = np.frombuffer(bytes(data), np.float32).reshape(main.tensors[value].shape)
+        op.inputs[position] = _quantized_constant(model_t, main, constant, kind, quantization)
+        return []
+    integer = _activation(main, main.tensors[value], kind)
+    main.tensors[integer].quantization = copy.deepcopy(quantization)
+    op.inputs[position] = integer
+    return [_op(model_t, schema.BuiltinOperator.QUANTIZE, [value], [integer])]
+
+
+def _dequantized_after(model_t, main, op, position: int, kind: int, quantization) -> list:
+    schema = schema_module()
+    value = int(op.outputs[position])
+    integer = _activation(main, main.tensors[value], kind)
+    main.tensors[integer].quantization = copy.deepcopy(quantization)
+    op.outputs = np.array(op.outputs, np.int32)
+    op.outputs[position] = integer
+    return [_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [integer], [value])]
+
+
+def _requantizes_folded(model_t, subgraph) -> None:
+    """A ``QUANTIZE`` of a ``DEQUANTIZE``: reads the integer tensor (and goes
+    where the two scales agree)."""
+    schema = schema_module()
+    producer = {int(o): op for op in subgraph.operators for o in op.outputs}
+    replaced, kept = {}, []
+    for op in subgraph.operators:
+        if code_of(model_t, op) == schema.BuiltinOperator.QUANTIZE:
+            source = _dequantized(model_t, subgraph, int(op.inputs[0]), producer)
+            out = int(op.outputs[0])
+            if source is not None:
+                if (_same_quantization(subgraph.tensors[source].quantization,
+                                       subgraph.tensors[out].quantization)
+                        and subgraph.tensors[source].type == subgraph.tensors[out].type
+                        and out not in {int(o) for o in subgraph.outputs}):
+                    replaced[out] = source
+                    continue
+                op.inputs = np.array([source], np.int32)
+        kept.append(op)
+    for op in kept:
+        op.inputs = np.array([replaced.get(int(i), int(i)) for i in op.inputs], np.int32)
+    subgraph.operators = kept

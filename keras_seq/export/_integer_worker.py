@@ -2,7 +2,7 @@
 
 ``python -m keras_seq.export._integer_worker FOLDER MODE COUNT``: converts the
 SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
-``FOLDER/float.tflite``, the fused LSTM route) to an integer-only
+``FOLDER/float.tflite``, the fused LSTM route and int8 loops) to an integer-only
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``
 examples of ``FOLDER/examples.npz`` (with a fourth argument
 ``integer_io``: integer inputs and outputs); mends what the quantizer
@@ -128,11 +128,20 @@ def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
     from tensorflow.lite.python import convert
     from tensorflow.lite.python.optimize import calibrator
 
+    from keras_seq.export import _loop_calibration
     from keras_seq.export._flatbuffer import integer_lstm_states_agree
+    from keras_seq.export._integer_mends import integer_loop_carries, integer_only
 
+    edge = tf.int8 if integer_io else tf.float32
+    if _loop_calibration.has_loops(flatbuffer):
+        # TensorFlow's calibrator crashes on a WHILE: the ranges are recorded
+        # here, and the values the loop carries made integer after.
+        calibrated = _loop_calibration.calibrated(flatbuffer, examples)
+        quantized = convert.mlir_quantize(calibrated, input_data_type=edge,
+                                          output_data_type=edge)
+        return integer_loop_carries(integer_only(quantized))
     with_intermediates = calibrator.add_intermediate_tensors(flatbuffer)
     calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
-    edge = tf.int8 if integer_io else tf.float32
     return integer_lstm_states_agree(
         convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge))
 

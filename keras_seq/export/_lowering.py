@@ -53,14 +53,19 @@ class Lowering:
     """One conversion's lowering; a subclass defines `lower`.
 
     ``integer``: the trace is quantized to integers (TFLite's int8 or
-    16x8), whose quantizer needs a graph without loops and ranges without
-    extremes: every loop of a static length runs unrolled
-    (`keras_seq.layers.recurrent.rnn.scan` asks), and an attention mask
-    fills its masked logits within the logits' own range
+    16x8), whose quantizer needs ranges without extremes and, but for the
+    loops of `loop`, a graph without loops: every other loop of a static
+    length runs unrolled (`keras_seq.layers.recurrent.rnn.scan` asks), and
+    an attention mask fills its masked logits within the logits' own range
     (`keras_seq.layers.attention._masking.masked_softmax` asks).
     """
 
     integer = False
+
+    def loop(self, body, sequences, carry, templates, collect):
+        """``rnn.scan``'s ``(outputs, carry)`` over a static length in the
+        converter's loop form, or None (the loop's own form)."""
+        return None
 
     def lower(self, layer, sequences, initial_state, mask, training):
         """``inner_loop``'s ``(last_output, outputs, states)`` for ``layer``
@@ -124,14 +129,30 @@ class BuiltinLoops(Lowering):
     each step, Keras' numbers), which converts to builtin ops with a dynamic
     batch and length; the package's layers run their own loops.
 
+    With ``integer_loops`` (int8), a loop of a static length keeps its loop
+    in the form `keras_seq.export._loop_calibration` calibrates and
+    `keras_seq.export._integer_mends.integer_loop_carries` makes integer:
+    one step per iteration, each step's output written into the sequence
+    the loop carries with a ``DYNAMIC_UPDATE_SLICE`` (a copy, exact in
+    int8), where the package's own loop writes with a scatter, whose
+    integer form fills the unwritten rows with raw zeros, not the zero
+    point.
+
     Args:
         where: the converter's name, for messages.
         integer: the conversion quantizes to integers (see `Lowering`).
+        integer_loops: loops stay loops (see above); else they run unrolled.
     """
 
-    def __init__(self, where: str, integer: bool = False):
+    def __init__(self, where: str, integer: bool = False, integer_loops: bool = False):
         self.where = where
         self.integer = integer
+        self.integer_loops = integer and integer_loops
+
+    def loop(self, body, sequences, carry, templates, collect):
+        if not self.integer_loops:
+            return None
+        return _written_loop(body, sequences, carry, templates, collect)
 
     def keras_layers(self, models):
         for layer in layers_of(models):
@@ -144,6 +165,32 @@ class BuiltinLoops(Lowering):
 
     def keras_loop(self, layer, own_loop, sequences, initial_state, mask, training):
         return cell_call_loop(layer, sequences, initial_state, mask, training)
+
+
+def _written_loop(body, sequences, carry, templates, collect):
+    """``body`` over the static length of the time-major ``sequences``, one
+    step per iteration, each output written into a batch-major buffer."""
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    steps = int(sequences[0].shape[0])
+    buffers = []
+    if collect:
+        buffers = [tf.zeros([t.shape[0], steps, *t.shape[1:]], t.dtype) for t in templates]
+
+    def loop_body(t, buffers, *carry):
+        outputs_t, carry = body([tf.gather(x, t) for x in sequences], list(carry))
+        if collect:
+            buffers = [
+                b if 0 in b.shape else gen_xla_ops.xla_dynamic_update_slice(
+                    b, tf.expand_dims(o, 1),
+                    tf.stack([0, t, *([0] * (len(b.shape) - 2))]))
+                for b, o in zip(buffers, outputs_t)
+            ]
+        return (t + 1, buffers, *carry)
+
+    result = tf.while_loop(lambda t, *_: t < steps, loop_body,
+                           (tf.constant(0), buffers, *carry), maximum_iterations=steps)
+    return (list(result[1]) if collect else None), list(result[2:])
 
 
 # Keras' recurrent layers whose steps are convolutions over images.

@@ -51,6 +51,9 @@ def convert_concrete_function(concrete, quantize: str | None, trackable=None) ->
     with _without_trackable_note():
         converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], trackable)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    # An int8 export's loops write each step with XLA's DynamicUpdateSlice
+    # (`keras_seq.export._lowering.BuiltinLoops`): TFLite's builtin op.
+    converter._experimental_enable_dynamic_update_slice = True
     if quantize is not None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":

@@ -7,15 +7,21 @@ The activations' scales come from calibration: the converter runs the float
 model over a few examples of real inputs (``representative_data``), as in
 TensorFlow's post-training integer quantization guide.
 
-TensorFlow's quantizer crashes the process (a segmentation fault) on a
+TensorFlow's calibrator crashes the process (a segmentation fault) on a
 graph with a loop, which every recurrent layer over a sequence traces to,
 Keras' own included; and LiteRT can abort while preparing a 16x8 model
 its quantizer got wrong. So:
 
-- the graph is traced without loops: every loop of a static length runs
+- int8 keeps the loops (`keras_seq.export._lowering.BuiltinLoops` with
+  ``integer_loops``: one step per iteration, written with a
+  ``DYNAMIC_UPDATE_SLICE``): the float file is calibrated step by step
+  (`keras_seq.export._loop_calibration`), quantized by TensorFlow's MLIR
+  quantizer, and the values the loops carry made integer
+  (`keras_seq.export._integer_mends.integer_loop_carries`).
+- 16x8's graph is traced without loops: every loop of a static length runs
   unrolled (`keras_seq.export._lowering.BuiltinLoops` with
-  ``integer``), the time length taken from the signature or, for the
-  default one, from the calibration examples. A step model from
+  ``integer``). Either way the time length is taken from the signature or,
+  for the default one, from the calibration examples. A step model from
   `keras_seq.export.streaming_model`, fed one step at a time, has no loop
   at all; a dynamic length left in the graph is refused with one line.
   With ``fuse_lstm=True`` each LSTM is TFLite's fused op, which has no
@@ -174,12 +180,21 @@ def static_specs(where: str, specs, examples) -> list[tf.TensorSpec]:
     return fixed
 
 
+def has_loops(concrete) -> bool:
+    """Whether the traced graph has a loop."""
+    return bool(_loops_of(concrete))
+
+
+def _loops_of(concrete) -> list[str]:
+    graph = concrete.graph.as_graph_def()
+    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+    return [node.name for node in nodes if node.op in _LOOP_OPS]
+
+
 def refuse_loops(where: str, concrete, quantize: str) -> None:
     """A clear error for a traced graph that still has a loop (a dynamic
     length): TensorFlow's quantizer crashes on one."""
-    graph = concrete.graph.as_graph_def()
-    nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
-    loops = [node.name for node in nodes if node.op in _LOOP_OPS]
+    loops = _loops_of(concrete)
     if loops:
         raise ArgumentValueError(
             where, f'quantize="{quantize}" needs a graph without loops, and this one has '
@@ -212,13 +227,17 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
 
 def quantize_flatbuffer(where: str, flatbuffer: bytes, input_names: list[str], quantize: str,
                         examples: list[list[np.ndarray]], integer_io: bool = False) -> bytes:
-    """The integer-only flatbuffer of a float one (builtin ops, no loop: the
-    fused LSTM route), calibrated and quantized in a child process.
+    """The integer-only int8 flatbuffer of a float one (builtin ops: the
+    fused LSTM route, and int8 loops), calibrated and quantized in a child
+    process.
 
     TensorFlow's MLIR quantizer takes TFLite's fused LSTM op (peepholes and
     CIFG included) to its integer kernel: int8 weights and activations,
     int16 peepholes and cell state, with the gate scales the calibration
-    records on the op's intermediate tensors.
+    records on the op's intermediate tensors. A ``WHILE`` loop (of a static
+    length) is calibrated by `keras_seq.export._loop_calibration`, where
+    TensorFlow's calibrator crashes, and its carried values made integer
+    (`keras_seq.export._integer_mends.integer_loop_carries`).
     """
     check_fused_quantize(where, quantize)
     with tempfile.TemporaryDirectory(prefix="keras_seq_int_") as folder:

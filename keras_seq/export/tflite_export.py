@@ -35,7 +35,9 @@ from keras_seq.export.integer_tflite import (
     calibration_examples,
     check_integer_arguments,
     convert_integer,
+    has_loops,
     is_integer,
+    quantize_flatbuffer,
     static_specs,
 )
 from keras_seq.export.lstm_fusion import convert_fused_lstm
@@ -143,11 +145,15 @@ def convert_to_tflite(
         examples = calibration_examples(where, representative_data, specs)
         specs = static_specs(where, specs, examples)
     # Keras' own recurrent layers run the package's loop in this trace
-    # (`BuiltinLoops`); an integer model's loops run unrolled.
-    lowering = BuiltinLoops(where, integer=integer)
+    # (`BuiltinLoops`); an int8 model's loops stay loops, quantized from the
+    # float file; a 16x8 model's run unrolled.
+    lowering = BuiltinLoops(where, integer=integer, integer_loops=quantize == "int8")
     with lowering.keras_layers(models_of(model)):
         concrete = tf.function(flat_outputs(lowering.traced(call)), autograph=False)
         concrete = concrete.get_concrete_function(*specs)
+    if quantize == "int8" and has_loops(concrete):
+        return quantize_flatbuffer(where, convert_with_signature(concrete, names, None), names,
+                                   quantize, examples, integer_io=integer_io)
     if integer:
         return convert_integer(where, concrete, names, quantize, examples,
                                integer_io=integer_io)

@@ -749,9 +749,14 @@ def scan(body, sequences, carry, templates, collect: bool = True, training=None,
     batch-major ``(B, T, ...)`` tensors (None without ``collect``).
     """
     steps = sequences[0].shape[0]
-    # An export's lowering may ask every loop of a static length to run
-    # unrolled (integer TFLite: the quantizer cannot quantize a loop).
+    # An export's lowering may give a loop of a static length its own form
+    # (integer TFLite's loops), or ask it to run unrolled (an integer
+    # quantizer that cannot quantize a loop).
     lowering = backend.export_lowering()
+    if lowering is not None and not unroll and steps is not None and steps != 1:
+        lowered = lowering.loop(body, sequences, carry, templates, collect)
+        if lowered is not None:
+            return lowered
     unroll = unroll or (steps is not None and getattr(lowering, "integer", False))
     if not unroll and steps != 1:
         return backend.scan(body, sequences, carry, templates, collect, training,
