@@ -370,6 +370,31 @@ def _running_sum(x):
     return tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + x), (0, x))[1]
 
 
+def test_a_loop_body_is_calibrated_over_every_iteration():
+    """The calibration reads a loop body's tensors at each iteration: the
+    running sum's ADD in the body takes 2x, 3x and 4x over three
+    iterations, so its range is theirs over the examples (TensorFlow's
+    calibrator crashes on this loop)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from keras_seq.export._loop_calibration import calibrated
+
+    signature = [tf.TensorSpec((1, F), name="x")]
+    flatbuffer = convert_to_tflite(_running_sum, input_signature=signature)
+    examples = [[x] for x in _sequences(5, 2)[:, 0, :1]]
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(calibrated(flatbuffer, examples), 0))
+    add = schema.BuiltinOperator.ADD
+    ranges = [
+        (float(g.tensors[op.outputs[0]].quantization.min[0]),
+         float(g.tensors[op.outputs[0]].quantization.max[0]))
+        for g in model.subgraphs[1:] for op in g.operators
+        if model.operatorCodes[op.opcodeIndex].builtinCode == add
+        and g.tensors[op.outputs[0]].type == schema.TensorType.FLOAT32
+    ]
+    sums = np.stack([k * x[0] for x in examples for k in (2, 3, 4)])
+    np.testing.assert_allclose(ranges, [(sums.min(), sums.max())], rtol=1e-6)
+
+
 def test_a_loop_of_ones_own_converts_to_int8_and_is_refused_before_the_16x8_quantizer():
     """int8 keeps any loop (here a function's own, x + x + x + x); 16x8
     unrolls the package's loops and refuses one it cannot, in one line."""

@@ -90,21 +90,25 @@ def inputs_outputs_in_call_order(flatbuffer: bytes, input_names: list[str]) -> b
 
 
 def compacted(flatbuffer: bytes) -> bytes:
-    """The same model in fewer bytes: one tensor per distinct constant in
-    each subgraph, one buffer per distinct constant's bytes in the model,
-    no names on the tensors between ops, every tensor without data on the
-    empty buffer 0.
+    """The same integer model in fewer bytes: one tensor per distinct
+    constant in each subgraph, one buffer per distinct constant's bytes in
+    the model, no names on the tensors between ops, no calibrated ranges,
+    every tensor without data on the empty buffer 0.
 
     An unrolled loop reads its weights at every step, and the converter
     gives each read a tensor of its own with its own copy of the
     per-channel scales (int8): for a 64-unit encoder over 31 positions,
     more bytes than the weights. A loop's subgraphs repeat the main
-    graph's small constants (shapes, indices, zeros).
+    graph's small constants (shapes, indices, zeros). The calibrated
+    ranges (``min``, ``max``) go too: a runtime reads a tensor's scale and
+    zero point.
     """
     model_t = load_model(flatbuffer)
     owner = {}  # a constant's bytes -> its first buffer
     for subgraph in model_t.subgraphs:
         for tensor in subgraph.tensors:
+            if tensor.quantization is not None:
+                tensor.quantization.min = tensor.quantization.max = None
             data = model_t.buffers[tensor.buffer].data
             if not tensor.isVariable and data is not None and len(data):
                 tensor.buffer = owner.setdefault(np.asarray(data, np.uint8).tobytes(),
@@ -396,6 +400,15 @@ def _fill_zeros(model_t, subgraph, state_index: int):
     op.outputs = np.array([state_index], np.int32)
     op.builtinOptionsType = schema.BuiltinOptions.FillOptions
     op.builtinOptions = schema.FillOptionsT()
+    return op
+
+
+def new_operator(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
+    """A builtin op reading tensors ``inputs`` into ``outputs``."""
+    op = schema_module().OperatorT()
+    op.opcodeIndex = opcode_index(model_t, builtin_code)
+    op.inputs = np.array(inputs, np.int32)
+    op.outputs = np.array(outputs, np.int32)
     return op
 
 

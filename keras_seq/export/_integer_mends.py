@@ -26,6 +26,7 @@ from keras_seq.export._flatbuffer import (
     code_of,
     drop_unused,
     load_model,
+    new_operator,
     opcode_index,
     pack_model,
     schema_module,
@@ -208,7 +209,7 @@ def _int16_sums(model_t, subgraph, ranges: dict[str, float]) -> None:
         times = schema.QuantizationParametersT()
         times.scale, times.zeroPoint = [count / 32767], [0]
         factor = add_tensor(model_t, subgraph, np.array(32767, np.int16), int16, None, times)
-        operators.append(_op(model_t, schema.BuiltinOperator.MUL, [mean, factor],
+        operators.append(new_operator(model_t, schema.BuiltinOperator.MUL, [mean, factor],
                              [int(op.outputs[0])]))
         operators[-1].builtinOptionsType = schema.BuiltinOptions.MulOptions
         operators[-1].builtinOptions = schema.MulOptionsT()
@@ -233,7 +234,7 @@ def _selects_in_one_scale(model_t, subgraph) -> None:
                         or source.quantization.zeroPoint[0] != output.quantization.zeroPoint[0]):
                     again = _activation(subgraph, source, output.type)
                     subgraph.tensors[again].quantization = copy.deepcopy(output.quantization)
-                    operators.append(_op(model_t, schema.BuiltinOperator.QUANTIZE,
+                    operators.append(new_operator(model_t, schema.BuiltinOperator.QUANTIZE,
                                          [inputs[position]], [again]))
                     inputs[position] = again
             op.inputs = np.array(inputs, np.int32)
@@ -255,7 +256,7 @@ def _int16_squared_differences(model_t, subgraph) -> None:
         bound = float(output.quantization.scale[0]) * 32767
         quantization.scale, quantization.zeroPoint = [np.sqrt(bound) / 32767], [0]
         subgraph.tensors[difference].quantization = quantization
-        operators.append(_op(model_t, schema.BuiltinOperator.SUB, list(op.inputs), [difference]))
+        operators.append(new_operator(model_t, schema.BuiltinOperator.SUB, list(op.inputs), [difference]))
         operators[-1].builtinOptionsType = schema.BuiltinOptions.SubOptions
         operators[-1].builtinOptions = schema.SubOptionsT()
         op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.MUL)
@@ -354,7 +355,7 @@ def _integer_moves(model_t, subgraph) -> bool:
                         if code_of(model_t, r) != schema.BuiltinOperator.QUANTIZE]
             if floating:  # they read it in float, through a DEQUANTIZE of their own
                 again = _activation(subgraph, output, schema.TensorType.FLOAT32)
-                operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [o], [again]))
+                operators.append(new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [o], [again]))
                 for reader in floating:
                     reader.inputs = np.array([again if int(i) == o else int(i)
                                               for i in reader.inputs], np.int32)
@@ -435,7 +436,7 @@ def _integer_concatenations(model_t, subgraph) -> bool:
                 requantized = _activation(subgraph, subgraph.tensors[source],
                                           subgraph.tensors[target].type)
                 subgraph.tensors[requantized].quantization = copy.deepcopy(quantization)
-                operators.append(_op(model_t, schema.BuiltinOperator.QUANTIZE, [source],
+                operators.append(new_operator(model_t, schema.BuiltinOperator.QUANTIZE, [source],
                                      [requantized]))
                 source = requantized
             inputs.append(source)
@@ -443,7 +444,7 @@ def _integer_concatenations(model_t, subgraph) -> bool:
         op.outputs = np.array([target], np.int32)
         operators.append(op)
         if out in edges:  # the model's output too: in float, as before
-            operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [target], [out]))
+            operators.append(new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [target], [out]))
         taken.add(id(after[0]))
         changed = True
     subgraph.operators = [op for op in operators if id(op) not in taken]
@@ -489,7 +490,7 @@ def _integer_selects(model_t, subgraph) -> bool:
                 if float(subgraph.tensors[source].quantization.scale[0]) != scale:
                     again = _activation(subgraph, subgraph.tensors[source], kind)
                     subgraph.tensors[again].quantization = copy.deepcopy(quantization)
-                    requantizes.append(_op(model_t, quantize, [source], [again]))
+                    requantizes.append(new_operator(model_t, quantize, [source], [again]))
                     source = again
                 inputs.append(source)
             elif data is not None and len(data) and index not in producer:
@@ -514,7 +515,7 @@ def _integer_selects(model_t, subgraph) -> bool:
                     continue
                 again = _activation(subgraph, tensor, schema.TensorType.FLOAT32)
                 before.setdefault(id(reader), []).append(
-                    _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [output], [again]))
+                    new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [output], [again]))
                 reader.inputs = np.array([again if int(i) == output else int(i)
                                           for i in reader.inputs], np.int32)
     subgraph.operators = [new for op in subgraph.operators if id(op) not in taken
@@ -573,14 +574,6 @@ def _activation(subgraph, like, tensor_type: int) -> int:
     tensor.buffer = 0
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1
-
-
-def _op(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
-    op = schema_module().OperatorT()
-    op.opcodeIndex = opcode_index(model_t, builtin_code)
-    op.inputs = np.array(inputs, np.int32)
-    op.outputs = np.array(outputs, np.int32)
-    return op
 
 
 def _integer_bool_casts(model_t, subgraph) -> None:
@@ -694,7 +687,7 @@ def _integer_updates(model_t, body) -> None:
         # of the result (none but the body's output, as traced) reads a DEQUANTIZE.
         floating = [r for r in readers.get(out, [])]
         if floating:
-            operators.append(_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [out], [float_out]))
+            operators.append(new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [out], [float_out]))
             for reader in floating:
                 reader.inputs = np.array([float_out if int(i) == out else int(i)
                                           for i in reader.inputs], np.int32)
@@ -762,7 +755,7 @@ def _integer_carry_in_body(model_t, body, position: int, kind: int, quantization
         op.inputs = np.array([replaced.get(int(i), int(i)) for i in op.inputs], np.int32)
     body.outputs = np.array([replaced.get(int(i), int(i)) for i in body.outputs], np.int32)
     if floating:
-        kept.insert(0, _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [into], [float_into]))
+        kept.insert(0, new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [into], [float_into]))
     body.operators = kept
 
 
@@ -774,7 +767,7 @@ def _integer_carry_in_cond(model_t, cond, position: int, kind: int, quantization
         for op in cond.operators:
             op.inputs = np.array([float_into if int(i) == into else int(i) for i in op.inputs],
                                  np.int32)
-        cond.operators.insert(0, _op(model_t, schema.BuiltinOperator.DEQUANTIZE, [into],
+        cond.operators.insert(0, new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [into],
                                      [float_into]))
     cond.tensors[into].type = kind
     cond.tensors[into].quantization = copy.deepcopy(quantization)
@@ -792,7 +785,7 @@ def _quantized_before(model_t, main, op, position: int, kind: int, quantization)
     integer = _activation(main, main.tensors[value], kind)
     main.tensors[integer].quantization = copy.deepcopy(quantization)
     op.inputs[position] = integer
-    return [_op(model_t, schema.BuiltinOperator.QUANTIZE, [value], [integer])]
+    return [new_operator(model_t, schema.BuiltinOperator.QUANTIZE, [value], [integer])]
 
 
 def _dequantized_after(model_t, main, op, position: int, kind: int, quantization) -> list:
@@ -802,7 +795,7 @@ def _dequantized_after(model_t, main, op, position: int, kind: int, quantization
     main.tensors[integer].quantization = copy.deepcopy(quantization)
     op.outputs = np.array(op.outputs, np.int32)
     op.outputs[position] = integer
-    return [_op(model_t, schema.BuiltinOperator.DEQUANTIZE, [integer], [value])]
+    return [new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [integer], [value])]
 
 
 def _requantizes_folded(model_t, subgraph) -> None:

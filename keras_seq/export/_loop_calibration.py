@@ -22,7 +22,13 @@ import warnings
 
 import numpy as np
 
-from keras_seq.export._flatbuffer import code_of, load_model, opcode_index, pack_model, schema_module
+from keras_seq.export._flatbuffer import (
+    code_of,
+    load_model,
+    new_operator,
+    pack_model,
+    schema_module,
+)
 
 
 def has_loops(flatbuffer: bytes) -> bool:
@@ -111,8 +117,8 @@ def _stopping_after(flatbuffer: bytes, n: int, k: int) -> bytes:
     below = _tensor(model_t, cond, schema.TensorType.BOOL)
     both = _tensor(model_t, cond, schema.TensorType.BOOL)
     cond.operators += [
-        _operator(model_t, schema.BuiltinOperator.LESS, [int(cond.inputs[0]), limit], [below]),
-        _operator(model_t, schema.BuiltinOperator.LOGICAL_AND, [int(cond.outputs[0]), below],
+        new_operator(model_t, schema.BuiltinOperator.LESS, [int(cond.inputs[0]), limit], [below]),
+        new_operator(model_t, schema.BuiltinOperator.LOGICAL_AND, [int(cond.outputs[0]), below],
                   [both]),
     ]
     cond.outputs = np.array([both], np.int32)
@@ -132,14 +138,6 @@ def _tensor(model_t, subgraph, kind: int, value: np.ndarray | None = None) -> in
         tensor.buffer = len(model_t.buffers) - 1
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1
-
-
-def _operator(model_t, builtin_code: int, inputs: list[int], outputs: list[int]):
-    op = schema_module().OperatorT()
-    op.opcodeIndex = opcode_index(model_t, builtin_code)
-    op.inputs = np.array(inputs, np.int32)
-    op.outputs = np.array(outputs, np.int32)
-    return op
 
 
 def _interpreter(interpreter_class, flatbuffer: bytes):
