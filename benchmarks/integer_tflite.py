@@ -24,8 +24,8 @@ Three models, as the integer export's goals name them:
   GRU of ``examples/streaming.py`` made a second `PeepholeLSTM`, so that
   ``fuse_lstm=True`` fuses every layer), trained here on N streams, run
   over whole streams: the fused op in float and int8 (TFLite's integer
-  LSTM kernel, any length), against the loop (float, WHILE) and int8
-  unrolled over the streams' static length. Per-step accuracy, agreement
+  LSTM kernel, any length), against the loop (float, WHILE) and int8's
+  loop over the streams' static length. Per-step accuracy, agreement
   with Keras, file size, one stream's latency.
 
 Latencies: LiteRT, one thread, with its default delegates, batch 1;
@@ -267,8 +267,8 @@ def fused_classifier(train: int, epochs: int, test: int) -> dict:
              "float fused": convert_to_tflite(model, fuse_lstm=True),
              "int8 fused": convert_to_tflite(model, quantize="int8", fuse_lstm=True,
                                              representative_data=calibration),
-             "int8 unrolled": convert_to_tflite(model, quantize="int8",
-                                                representative_data=calibration)}
+             "int8 loop": convert_to_tflite(model, quantize="int8",
+                                            representative_data=calibration)}
     result = {"keras_accuracy": float(np.mean(keras_labels == y_test)),
               "convert_s": time.perf_counter() - t0, "files_kb": {}, "accuracy": {},
               "agreement": {}}
