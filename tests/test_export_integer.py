@@ -213,7 +213,31 @@ def test_every_layer_kind_converts_to_int8_with_its_loops_kept(branches_model):
     assert len(stored) == len(set(stored)), len(stored) - len(set(stored))
     # Only the inputs and outputs keep a name (not even an empty one).
     assert _named_tensors(flatbuffer) == 1 + len(BRANCHES)
+    # The loops' subgraphs carry no names, and loops whose conditions are
+    # the same (the same carried values: the Bidirectional's two
+    # directions, and layers whose states are alike) share one subgraph:
+    # 15 loops, 9 conditions.
+    loops, conditions, names = _loop_subgraphs(flatbuffer)
+    assert (loops, conditions, names) == (15, 9, 0)
     _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
+
+
+def _loop_subgraphs(flatbuffer) -> tuple[int, int, int]:
+    """(loops, distinct condition subgraphs, names in any other subgraph
+    than the main one); the file has no subgraph but the main one, the
+    loops' bodies and their conditions."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    loops = [op.builtinOptions for g in model.subgraphs for op in g.operators
+             if max(model.operatorCodes[op.opcodeIndex].builtinCode,
+                    model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode)
+             == schema.BuiltinOperator.WHILE]
+    conditions = {o.condSubgraphIndex for o in loops}
+    assert len(model.subgraphs) == 1 + len(conditions) + len(loops)
+    names = sum((g.name is not None) + sum(t.name is not None for t in g.tensors)
+                for g in model.subgraphs[1:])
+    return len(loops), len(conditions), names
 
 
 def test_every_layer_kind_converts_to_int16x8_with_its_loops_unrolled(branches_model):

@@ -92,8 +92,10 @@ def inputs_outputs_in_call_order(flatbuffer: bytes, input_names: list[str]) -> b
 def compacted(flatbuffer: bytes) -> bytes:
     """The same integer model in fewer bytes: one tensor per distinct
     constant in each subgraph, one buffer per distinct constant's bytes in
-    the model, no names on the tensors between ops, no calibrated ranges,
-    every tensor without data on the empty buffer 0.
+    the model, names only on the main graph's inputs and outputs (none on
+    a loop's subgraphs), no calibrated ranges, one condition subgraph for
+    loops whose conditions are the same, every tensor without data on the
+    empty buffer 0.
 
     An unrolled loop reads its weights at every step, and the converter
     gives each read a tensor of its own with its own copy of the
@@ -125,12 +127,76 @@ def compacted(flatbuffer: bytes) -> bytes:
             same[index] = first.setdefault(_constant_key(tensor, data), index)
         for op in subgraph.operators:
             op.inputs = np.array([same.get(int(i), int(i)) for i in op.inputs], np.int32)
-        edges = {int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
+        # The main graph's inputs and outputs keep their names (the
+        # signature's); no other tensor needs one, nor a loop's subgraph.
+        edges = ({int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
+                 if subgraph is model_t.subgraphs[0] else set())
         for index, tensor in enumerate(subgraph.tensors):
             if index not in edges:
                 tensor.name = None  # no name at all: an empty one still takes 8+ bytes
+        if subgraph is not model_t.subgraphs[0]:
+            subgraph.name = None
     drop_unused(model_t)
+    _shared_loop_conditions(model_t)
     return pack_model(model_t)
+
+
+def _shared_loop_conditions(model_t) -> None:
+    """Loops whose conditions are the same (a Bidirectional's two
+    directions: ``counter < limit``) share one condition subgraph. A
+    condition's inputs that it does not read (the values the loop carries)
+    lose their scales first: nothing reads them there."""
+    schema = schema_module()
+    loops = [op for subgraph in model_t.subgraphs for op in subgraph.operators
+             if code_of(model_t, op) == schema.BuiltinOperator.WHILE]
+    calls = {schema.BuiltinOperator.IF, schema.BuiltinOperator.CALL_ONCE,
+             schema.BuiltinOperator.CALL}
+    if len(loops) < 2 or any(code_of(model_t, op) in calls
+                             for subgraph in model_t.subgraphs for op in subgraph.operators):
+        return
+    conditions = {op.builtinOptions.condSubgraphIndex for op in loops}
+    bodies = {op.builtinOptions.bodySubgraphIndex for op in loops}
+    if conditions & bodies:
+        return
+    first = {}  # a condition's key -> its first subgraph
+    for index in sorted(conditions):
+        condition = model_t.subgraphs[index]
+        read = {int(i) for op in condition.operators for i in op.inputs}
+        for i in condition.inputs:
+            if int(i) not in read:
+                condition.tensors[int(i)].quantization = None
+        first.setdefault(_subgraph_key(condition), index)
+    same = {index: first[_subgraph_key(model_t.subgraphs[index])] for index in conditions}
+    dropped = sorted(index for index in conditions if same[index] != index)
+    if not dropped:
+        return
+    kept = [i for i in range(len(model_t.subgraphs)) if i not in set(dropped)]
+    new_index = {old: new for new, old in enumerate(kept)}
+    for op in loops:
+        options = op.builtinOptions
+        options.condSubgraphIndex = new_index[same[options.condSubgraphIndex]]
+        options.bodySubgraphIndex = new_index[options.bodySubgraphIndex]
+    model_t.subgraphs = [model_t.subgraphs[i] for i in kept]
+
+
+def _subgraph_key(subgraph) -> tuple:
+    def quantization_key(q):
+        if q is None:
+            return None
+        return tuple(None if v is None else tuple(np.asarray(v).tolist())
+                     for v in (q.scale, q.zeroPoint, q.min, q.max)) + (q.quantizedDimension,)
+
+    def array(values):
+        return None if values is None else tuple(np.asarray(values).tolist())
+
+    tensors = tuple((t.type, array(t.shape), array(t.shapeSignature), t.buffer,
+                     quantization_key(t.quantization), t.isVariable)
+                    for t in subgraph.tensors)
+    operators = tuple((op.opcodeIndex, array(op.inputs), array(op.outputs),
+                       op.builtinOptionsType, repr(sorted(vars(op.builtinOptions).items()))
+                       if op.builtinOptions is not None else None)
+                      for op in subgraph.operators)
+    return tensors, operators, array(subgraph.inputs), array(subgraph.outputs)
 
 
 def _constant_key(tensor, data) -> tuple:
