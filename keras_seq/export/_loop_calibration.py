@@ -7,11 +7,10 @@ in LiteRT: every float tensor's minimum and maximum over the examples, as
 TensorFlow's calibrator does, written into the tensors where the quantizer
 reads them. The main graph's tensors are read after each run. A loop
 body's tensors hold only the last iteration's values after a run, so each
-iteration ``k`` of each loop is read from a copy of the model whose loop
-stops after ``k`` iterations (its condition also asks ``counter < k``; the
-counter is the first value the loop carries, as TensorFlow writes its
-loops), the other loops running whole: ``T`` copies of a model with one
-loop of ``T`` steps, each run on every example.
+loop runs again on its own: its condition and its body, each made the main
+graph of a model of its own (the same tensors), run one iteration at a
+time from the values the whole model gave the loop, each iteration's
+tensors read as it ends.
 
 Runs in the child process of `keras_seq.export.integer_tflite`.
 """
@@ -25,7 +24,6 @@ import numpy as np
 from keras_seq.export._flatbuffer import (
     code_of,
     load_model,
-    new_operator,
     pack_model,
     schema_module,
 )
@@ -52,13 +50,14 @@ def calibrated(flatbuffer: bytes, examples: list[list[np.ndarray]]) -> bytes:
                 raise ValueError("a loop inside a loop is not calibrated here")
     ranges: dict[tuple[int, int], list[float]] = {}
 
-    def record(interpreter, index: int) -> None:
+    def record(interpreter, read: int, index: int) -> None:
+        """Subgraph ``read`` of ``interpreter`` is the model's subgraph ``index``."""
         subgraph = model_t.subgraphs[index]
         for t, tensor in enumerate(subgraph.tensors):
             if tensor.type != schema.TensorType.FLOAT32 or _constant(model_t, tensor):
                 continue
             try:
-                value = interpreter.get_tensor(t, index)
+                value = interpreter.get_tensor(t, read)
             except ValueError:  # no data: a value nothing computed (an unread loop output)
                 continue
             if value.size == 0:
@@ -68,18 +67,24 @@ def calibrated(flatbuffer: bytes, examples: list[list[np.ndarray]]) -> bytes:
             seen[0], seen[1] = min(seen[0], low), max(seen[1], high)
 
     whole = _interpreter(Interpreter, flatbuffer)
-    iterations = [0] * len(loops)
+    alone = [(_interpreter(Interpreter, _alone(flatbuffer, cond)),
+              _interpreter(Interpreter, _alone(flatbuffer, body))) for _, cond, body in loops]
     for example in examples:
         _run(whole, example)
-        record(whole, 0)
-        for n, (op, _, _) in enumerate(loops):
-            iterations[n] = max(iterations[n], int(whole.get_tensor(int(op.outputs[0]))))
-    for n, (_, cond, body) in enumerate(loops):
-        for k in range(1, iterations[n] + 1):
-            stopped = _interpreter(Interpreter, _stopping_after(flatbuffer, n, k))
-            for example in examples:
-                _run(stopped, example)
-                record(stopped, body)
+        record(whole, 0, 0)
+        for (op, _, body), (condition, step) in zip(loops, alone):
+            # The loop again, one iteration per run of its body alone, from
+            # the values the whole model gave it.
+            carried = [whole.get_tensor(int(i)) for i in op.inputs]
+            outputs = [int(o) for o in model_t.subgraphs[body].outputs]
+            while True:
+                _run(condition, carried)
+                if not bool(condition.get_tensor(condition.get_output_details()[0]["index"])):
+                    break
+                _run(step, carried)
+                record(step, 0, body)
+                carried = [step.get_tensor(o) for o in outputs]
+    for _, cond, body in loops:
         # The condition reads what the body reads: the same ranges.
         for into_cond, into_body in zip(model_t.subgraphs[cond].inputs,
                                         model_t.subgraphs[body].inputs):
@@ -107,37 +112,13 @@ def _constant(model_t, tensor) -> bool:
     return data is not None and len(data) > 0
 
 
-def _stopping_after(flatbuffer: bytes, n: int, k: int) -> bytes:
-    """The model with its ``n``-th loop's condition also asking ``counter < k``."""
-    schema = schema_module()
+def _alone(flatbuffer: bytes, index: int) -> bytes:
+    """The model whose main graph is subgraph ``index`` (a loop's condition
+    or body: its inputs the values the loop carries), tensor for tensor."""
     model_t = load_model(flatbuffer)
-    _, cond_index, _ = _loops(model_t)[n]
-    cond = model_t.subgraphs[cond_index]
-    limit = _tensor(model_t, cond, schema.TensorType.INT32, np.array(k, np.int32))
-    below = _tensor(model_t, cond, schema.TensorType.BOOL)
-    both = _tensor(model_t, cond, schema.TensorType.BOOL)
-    cond.operators += [
-        new_operator(model_t, schema.BuiltinOperator.LESS, [int(cond.inputs[0]), limit], [below]),
-        new_operator(model_t, schema.BuiltinOperator.LOGICAL_AND, [int(cond.outputs[0]), below],
-                  [both]),
-    ]
-    cond.outputs = np.array([both], np.int32)
+    model_t.subgraphs = [model_t.subgraphs[index]]
+    model_t.signatureDefs = []
     return pack_model(model_t)
-
-
-def _tensor(model_t, subgraph, kind: int, value: np.ndarray | None = None) -> int:
-    schema = schema_module()
-    tensor = schema.TensorT()
-    tensor.shape = np.array([], np.int32)
-    tensor.type = kind
-    tensor.buffer = 0
-    if value is not None:
-        buffer = schema.BufferT()
-        buffer.data = np.frombuffer(value.tobytes(), np.uint8)
-        model_t.buffers.append(buffer)
-        tensor.buffer = len(model_t.buffers) - 1
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
 
 
 def _interpreter(interpreter_class, flatbuffer: bytes):
