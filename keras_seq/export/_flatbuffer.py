@@ -180,17 +180,11 @@ def _shared_loop_conditions(model_t) -> None:
 
 
 def _subgraph_key(subgraph) -> tuple:
-    def quantization_key(q):
-        if q is None:
-            return None
-        return tuple(None if v is None else tuple(np.asarray(v).tolist())
-                     for v in (q.scale, q.zeroPoint, q.min, q.max)) + (q.quantizedDimension,)
-
     def array(values):
         return None if values is None else tuple(np.asarray(values).tolist())
 
     tensors = tuple((t.type, array(t.shape), array(t.shapeSignature), t.buffer,
-                     quantization_key(t.quantization), t.isVariable)
+                     _quantization_key(t.quantization), t.isVariable)
                     for t in subgraph.tensors)
     operators = tuple((op.opcodeIndex, array(op.inputs), array(op.outputs),
                        op.builtinOptionsType, repr(sorted(vars(op.builtinOptions).items()))
@@ -200,16 +194,19 @@ def _subgraph_key(subgraph) -> tuple:
 
 
 def _constant_key(tensor, data) -> tuple:
-    quantization = tensor.quantization
-    scales = None
-    if quantization is not None:
-        scales = tuple(
-            None if values is None else tuple(np.asarray(values).tolist())
-            for values in (quantization.scale, quantization.zeroPoint,
-                           quantization.min, quantization.max)
-        ) + (quantization.quantizedDimension,)
     shape = None if tensor.shape is None else tuple(np.asarray(tensor.shape).tolist())
-    return tensor.type, shape, scales, np.asarray(data, np.uint8).tobytes()
+    return (tensor.type, shape, _quantization_key(tensor.quantization),
+            np.asarray(data, np.uint8).tobytes())
+
+
+def _quantization_key(quantization) -> tuple | None:
+    if quantization is None:
+        return None
+    return tuple(
+        None if values is None else tuple(np.asarray(values).tolist())
+        for values in (quantization.scale, quantization.zeroPoint,
+                       quantization.min, quantization.max)
+    ) + (quantization.quantizedDimension,)
 
 
 def as_text(value) -> str:

@@ -639,10 +639,10 @@ def integer_loop_carries(flatbuffer: bytes) -> bytes:
         _integer_updates(model_t, body)
         before, after = [], []
         for position in range(len(op.inputs)):
-            quantization = _carry_quantization(model_t, body, position)
-            if quantization is None:
+            carried = _carry(model_t, body, position)
+            if carried is None:
                 continue
-            kind = _carry_type(model_t, body, position)
+            kind, quantization = carried.type, carried.quantization
             _integer_carry_in_body(model_t, body, position, kind, quantization)
             _integer_carry_in_cond(model_t, cond, position, kind, quantization)
             before += _quantized_before(model_t, main, op, position, kind, quantization)
@@ -680,13 +680,13 @@ def _integer_updates(model_t, body) -> None:
             continue
         out = int(op.outputs[0])
         op.inputs = np.array([operand, source, int(op.inputs[2])], np.int32)
-        float_out = _activation(body, body.tensors[out], schema.TensorType.FLOAT32)
         body.tensors[out].type = body.tensors[source].type
         body.tensors[out].quantization = copy.deepcopy(body.tensors[source].quantization)
         # The operand becomes integer with the loop's carry; a float reader
         # of the result (none but the body's output, as traced) reads a DEQUANTIZE.
-        floating = [r for r in readers.get(out, [])]
+        floating = readers.get(out, [])
         if floating:
+            float_out = _activation(body, body.tensors[out], schema.TensorType.FLOAT32)
             operators.append(new_operator(model_t, schema.BuiltinOperator.DEQUANTIZE, [out], [float_out]))
             for reader in floating:
                 reader.inputs = np.array([float_out if int(i) == out else int(i)
@@ -694,35 +694,23 @@ def _integer_updates(model_t, body) -> None:
     body.operators = operators
 
 
-def _carry_quantization(model_t, body, position: int):
-    """The quantization the loop carries value ``position`` in, or None."""
+def _carry(model_t, body, position: int):
+    """The integer tensor whose type and quantization the loop carries
+    value ``position`` in, or None (it stays float)."""
     schema = schema_module()
     into, out = int(body.inputs[position]), int(body.outputs[position])
     if body.tensors[into].type != schema.TensorType.FLOAT32:
         return None
     if body.tensors[out].type in _INTEGER_TYPES:
-        return body.tensors[out].quantization
+        return body.tensors[out]
     if out == into:  # carried unchanged: read through a QUANTIZE
         for reader in _readers(body).get(into, []):
             if code_of(model_t, reader) == schema.BuiltinOperator.QUANTIZE:
-                return body.tensors[int(reader.outputs[0])].quantization
+                return body.tensors[int(reader.outputs[0])]
         return None
     producer = {int(o): op for op in body.operators for o in op.outputs}
     source = _dequantized(model_t, body, out, producer)
-    return None if source is None else body.tensors[source].quantization
-
-
-def _carry_type(model_t, body, position: int) -> int:
-    schema = schema_module()
-    into, out = int(body.inputs[position]), int(body.outputs[position])
-    if body.tensors[out].type in _INTEGER_TYPES:
-        return body.tensors[out].type
-    if out == into:
-        for reader in _readers(body).get(into, []):
-            if code_of(model_t, reader) == schema.BuiltinOperator.QUANTIZE:
-                return body.tensors[int(reader.outputs[0])].type
-    producer = {int(o): op for op in body.operators for o in op.outputs}
-    return body.tensors[_dequantized(model_t, body, out, producer)].type
+    return None if source is None else body.tensors[source]
 
 
 def _integer_carry_in_body(model_t, body, position: int, kind: int, quantization) -> None:

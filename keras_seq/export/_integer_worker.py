@@ -133,7 +133,7 @@ def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
     from keras_seq.export._integer_mends import integer_loop_carries, integer_only
 
     edge = tf.int8 if integer_io else tf.float32
-    if _loop_calibration.has_loops(flatbuffer):
+    if _loop_calibration.flatbuffer_has_loops(flatbuffer):
         # TensorFlow's calibrator crashes on a WHILE: the ranges are recorded
         # here, and the values the loop carries made integer after.
         calibrated = _loop_calibration.calibrated(flatbuffer, examples)

@@ -29,7 +29,7 @@ from keras_seq.export._flatbuffer import (
 )
 
 
-def has_loops(flatbuffer: bytes) -> bool:
+def flatbuffer_has_loops(flatbuffer: bytes) -> bool:
     """Whether the model's main graph has a ``WHILE``."""
     model_t = load_model(flatbuffer)
     return bool(_loops(model_t))
@@ -47,7 +47,9 @@ def calibrated(flatbuffer: bytes, examples: list[list[np.ndarray]]) -> bytes:
     for _, cond, body in loops:
         for subgraph in (model_t.subgraphs[cond], model_t.subgraphs[body]):
             if _loops(model_t, subgraph):
-                raise ValueError("a loop inside a loop is not calibrated here")
+                raise ValueError("a loop inside another loop's step (a recurrent layer run "
+                                 "inside another's step) is not calibrated; the int8 "
+                                 "loops take one level")
     ranges: dict[tuple[int, int], list[float]] = {}
 
     def record(interpreter, read: int, index: int) -> None:
