@@ -169,13 +169,22 @@ def test_two_workers_killed_and_restarted_end_with_the_one_process_weights(
         for index in range(2)
     ]
     command = _command(tmp_path, "mw")
+    # Each process's temporary folders in a folder of its own: a killed
+    # worker cannot delete its copy of the run; one that ends must.
+    temporary = [tmp_path / f"tmp-{attempt}-{i}" for attempt in (1, 2) for i in range(2)]
+    for folder in temporary:
+        folder.mkdir()
     # Kill the non-chief worker; the chief is then stuck in a collective and killed too.
-    processes = [_start(command, tmp_path / f"w{i}.log", env) for i, env in enumerate(envs)]
+    processes = [_start(command, tmp_path / f"w{i}.log", dict(env, TMPDIR=str(temporary[i])))
+                 for i, env in enumerate(envs)]
     state = _kill_when(processes[::-1], tmp_path / "mw", _in_epoch_3)
     assert state["epoch"] == 2, state
     outputs = _finish(
-        [_start(command, tmp_path / f"w{i}-2.log", env) for i, env in enumerate(envs)]
+        [_start(command, tmp_path / f"w{i}-2.log", dict(env, TMPDIR=str(temporary[2 + i])))
+         for i, env in enumerate(envs)]
     )
+    assert list(temporary[1].glob("keras-seq-worker-*")), "the killed worker's copy"
+    assert not list(temporary[3].glob("keras-seq-worker-*")), "a finished worker's copy is left"
     for output in outputs:
         assert "Strategy: multi_worker" in output and "2 replica(s)" in output
         assert "Resuming from epoch 3" in output

@@ -81,8 +81,9 @@ same configuration is resumed. A run folder that already holds a finished run
 ``FileExistsError`` unless ``fresh=True``, which deletes the backup and the
 TensorBoard logs and starts over. A finished run deletes its backup after
 writing ``metrics.json``. Under ``MultiWorkerMirroredStrategy`` only the chief
-writes the backup (the other workers write theirs to a temporary folder that
-they delete) and every worker restores from the chief's, so the run folder
+writes the run folder and the backup (the other workers write theirs to a
+temporary folder that they delete when they end, also on an error) and every
+worker restores from the chief's, so the run folder
 must be on storage that every worker sees. The tests check the equality on
 CPU, where TensorFlow's kernels are deterministic; on a GPU, call
 ``tf.config.experimental.enable_op_determinism()`` first for the same

@@ -9,7 +9,6 @@ is written by `keras_seq.training.evaluation.evaluate_and_save`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -118,14 +117,22 @@ def _train(config: TrainingConfig, t_start: float) -> TrainingResult:
     config = dataclasses.replace(config, name=run_name(config, fingerprint))
     shared_dir = os.path.join(config.out, config.name)
     # Only the chief writes the run folder; the other workers of a cluster
-    # (which may share the machine and the folder) write elsewhere.
-    with folder_lock(shared_dir, "train") if chief else contextlib.nullcontext():
-        return _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name,
-                                fingerprint, chief, shared_dir)
+    # (which may share the machine and the folder) write their copies of the
+    # run and of its backup to a folder of their own, deleted whatever happens.
+    if chief:
+        with folder_lock(shared_dir, "train"):
+            return _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name,
+                                    fingerprint, shared_dir, None)
+    with tempfile.TemporaryDirectory(prefix="keras-seq-worker-") as scratch:
+        result = _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name,
+                                  fingerprint, shared_dir, scratch)
+    return dataclasses.replace(result, run_dir=shared_dir)
 
 
 def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, fingerprint,
-                     chief, shared_dir):
+                     shared_dir, scratch):
+    """One run; ``scratch`` is a worker's own folder (None on the chief)."""
+    chief = scratch is None
     replicas = strategy.num_replicas_in_sync
     backup_dir = os.path.join(shared_dir, BACKUP_DIR)
     state = None if config.fresh else read_backup(backup_dir)
@@ -149,7 +156,7 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
     if config.fresh and chief:
         for folder in (backup_dir, os.path.join(shared_dir, "logs")):
             shutil.rmtree(folder, ignore_errors=True)
-    run_dir = shared_dir if chief else tempfile.mkdtemp(prefix="keras-seq-worker-")
+    run_dir = shared_dir if chief else scratch
     keras.utils.set_random_seed(config.seed)
 
     # Before the folder: a text too short in WordPiece tokens, or a
@@ -173,7 +180,7 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
                  + (f", step {step}" if step else "")
                  + (" (training had finished)" if epoch == config.epochs else ""))
     backup = RunBackup(
-        backup_dir if chief else tempfile.mkdtemp(prefix="keras-seq-backup-"),
+        backup_dir if chief else os.path.join(scratch, BACKUP_DIR),
         fingerprint, steps_per_epoch, config.backup_every_steps, step,
     )
     history_path = os.path.join(run_dir, HISTORY_FILE)

@@ -44,9 +44,15 @@ def _target_like(outputs):
 
 @functools.cache
 def _saved_dir() -> Path:
+    """The saved cases' folder, shared by the test files of this process and
+    deleted when it ends."""
+    import atexit
+    import shutil
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix=f"keras_seq_{BACKEND}_"))
+    folder = tempfile.mkdtemp(prefix=f"keras_seq_{BACKEND}_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(folder)
 
 
 @functools.cache
