@@ -134,6 +134,31 @@ def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_expo
 
 
 @pytest.mark.slow
+def test_the_verify_command_imports_neither_keras_nor_tensorflow_on_any_backend(lm_exports):
+    """The console script's ``verify`` on a LiteRT and ONNX export, under
+    KERAS_BACKEND=jax: its table, exit 0, and no Keras or TensorFlow in the
+    command's process (its child loads what each artifact needs)."""
+    _, exports, _ = lm_exports
+    _, out = exports["rnn"]
+    script = (
+        "import sys\n"
+        "from keras_seq_command import main  # the console script's entry point\n"
+        f"status = main(['verify', {str(out)!r}])\n"
+        "print('IMPORTED', sorted(m for m in ('keras', 'tensorflow', 'jax', 'torch')\n"
+        "                         if m in sys.modules))\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, KERAS_BACKEND="jax"), timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "IMPORTED []" in done.stdout
+    table = done.stdout.splitlines()
+    assert table[0].split()[0] == "artifact"
+    assert sorted(line.split()[0] for line in table[1:4]) == [
+        "lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rnn", "transformer", "xlstm"])
 def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_exports, kind):
     from ai_edge_litert.interpreter import Interpreter

@@ -21,8 +21,10 @@ Each command parses its arguments, calls a library function and prints:
   (`keras_seq.export.export_run`) and ``keras-seq verify OUT`` checks them
   against Keras without keras-seq (`keras_seq.export.verify`).
 
-Every command needs Keras on TensorFlow; on another backend the command stops
-with a one-line message before running it.
+Every command but ``verify`` needs Keras on TensorFlow; on another backend the
+command stops with a one-line message before running it. ``verify`` imports
+neither Keras nor TensorFlow (its child process loads what each artifact
+needs), on any backend.
 
 **Failures.** An error the library raises on purpose (a bad option, a missing
 or invalid file, a run of the wrong kind: an instance of
@@ -45,7 +47,7 @@ from collections.abc import Callable, Sequence
 
 from keras_seq._backend import require_tensorflow
 from keras_seq._validation import Explained
-from keras_seq.cli.commands import COMMANDS, UsageError
+from keras_seq.cli.commands import COMMANDS, WITHOUT_KERAS, UsageError
 from keras_seq.cli.parser import build_parser
 from keras_seq.cli.quiet import import_keras_quietly
 from keras_seq.cli.words import CommandWords
@@ -144,14 +146,16 @@ def main(argv: Sequence[str] | None = None,
             raise
         print(failure_line(args.command, error, words), file=sys.stderr)
         return 1
-    _quiet_tensorflow()
-    if finish_import is not None:
-        finish_import()
-    try:
-        require_tensorflow(f"keras-seq {args.command}", "run it with KERAS_BACKEND=tensorflow")
-    except RuntimeError as error:
-        print(error, file=sys.stderr)
-        return 1
+    if args.command not in WITHOUT_KERAS:
+        _quiet_tensorflow()
+        if finish_import is not None:
+            finish_import()
+        try:
+            require_tensorflow(f"keras-seq {args.command}",
+                               "run it with KERAS_BACKEND=tensorflow")
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
+            return 1
     try:
         return run(args)
     except UsageError as error:  # found once Keras is loaded (a user's --cell)

@@ -10,7 +10,7 @@ import warnings
 from keras_seq import recipes
 from keras_seq._validation import Explained
 
-__all__ = ["COMMANDS", "UsageError"]
+__all__ = ["COMMANDS", "UsageError", "WITHOUT_KERAS"]
 
 
 class UsageError(ValueError):
@@ -383,7 +383,7 @@ def _export(args) -> int:
 
 
 def _verify(args) -> int:
-    from keras_seq.export import verification_table, verify
+    from keras_seq.verification import verification_table, verify
 
     result = verify(args.out, json_path=args.json)
     print(verification_table(result))
@@ -404,3 +404,8 @@ COMMANDS = {
 for _recipe in recipes.RECIPES.values():
     if _recipe.command is not None:
         COMMANDS[_recipe.command] = _texts_command(_recipe)
+
+# The commands that run without Keras, and so without TensorFlow's import, on
+# any backend: `verify` reads the export's files and runs each artifact in a
+# child process that cannot import keras_seq.
+WITHOUT_KERAS = frozenset({"verify"})

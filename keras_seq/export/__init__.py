@@ -83,7 +83,7 @@ from keras_seq.export.tflite_export import (
     tflite_greedy_decode,
     tflite_op_names,
 )
-from keras_seq.export.verification import verification_table, verify
+from keras_seq.verification import verification_table, verify
 
 __all__ = [
     "classifier_probabilities",

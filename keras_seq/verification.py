@@ -1,4 +1,10 @@
-"""``keras-seq verify``: run every exported artifact without keras_seq, compare with Keras."""
+"""``keras-seq verify``: run every exported artifact without keras_seq, compare with Keras.
+
+Keras-free (it reads the export's files and runs `keras_seq.export`'s
+``_verify_worker.py`` as a script): ``keras-seq verify`` runs without
+importing TensorFlow or Keras. `keras_seq.export` re-exports `verify` and
+`verification_table`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import tempfile
 from keras_seq._validation import ArgumentValueError
 from keras_seq.folders import export_manifest_path
 
-_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verify_worker.py")
+_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "export", "_verify_worker.py")
 # A quantized artifact may flip a few near-ties of the argmax, no more; an
 # integer-only one computes every activation in 8 (16) bits, and may flip more.
 QUANTIZED_MIN_STRING_MATCH = 0.995
