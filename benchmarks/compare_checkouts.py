@@ -19,7 +19,9 @@ train`` with its defaults), ``translate`` of 200 dates, ``export`` and
 ``verify``, each checkout's own command in a fresh process (its directory
 first on ``PYTHONPATH``), the two checkouts alternating for ``--repeats``
 rounds; it prints each command's median seconds, the ratio this / base, and
-each run's held-out exact match.
+each run's held-out exact match. ``--train-args "..."`` appends options to
+``train`` (a tiny run: ``--train-args "--train-size 300 --units 16 --epochs
+1"``), to time what a command costs besides its training.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _command(checkout: pathlib.Path) -> list[str]:
     return [sys.executable, "-m", "keras_seq.cli"]
 
 
-def compare_commands(base: pathlib.Path, repeats: int) -> None:
+def compare_commands(base: pathlib.Path, repeats: int, train_args=()) -> None:
     """Times train, translate, export and verify of both checkouts, alternating."""
     import json
     import subprocess
@@ -130,7 +132,7 @@ def compare_commands(base: pathlib.Path, repeats: int) -> None:
                 out = pathlib.Path(scratch, f"{version}{r}")
                 run_dir, export_dir = out / "run", out / "export"
                 steps = {
-                    "train": ["train", "--out", str(out), "--name", "run"],
+                    "train": ["train", "--out", str(out), "--name", "run", *train_args],
                     "translate": ["translate", str(run_dir), "--input", str(inputs)],
                     "export": ["export", str(run_dir), str(export_dir)],
                     "verify": ["verify", str(export_dir)],
@@ -167,9 +169,12 @@ def main():
                         help="TensorFlow only: with and/or without jit_compile")
     parser.add_argument("--commands", action="store_true",
                         help="compare the command line (train, translate, export, verify)")
+    parser.add_argument("--train-args", default="",
+                        help="with --commands: options appended to train (quoted)")
     args = parser.parse_args()
     if args.commands:
-        compare_commands(pathlib.Path(args.base), args.repeats if args.repeats != 21 else 3)
+        compare_commands(pathlib.Path(args.base), args.repeats if args.repeats != 21 else 3,
+                         args.train_args.split())
         return
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, str(HERE))
