@@ -219,6 +219,20 @@ def test_wordpiece_beam_savedmodel_equals_in_process_beam_search(exported):
     assert len(set(served["outputs"])) > 1
 
 
+def test_the_translator_traces_its_serving_function_once(exported, tmp_path):
+    """Saving traced the module's method again after its signature's
+    concrete function was taken (two traces of the whole decoder)."""
+    from keras_seq.export.saved_model import _Translator
+
+    model, tokenizer = exported["rnn"]
+    translator = _Translator(model, tokenizer, tokenizer, SOURCE_LENGTH, TARGET_LENGTH,
+                             beam_width=1, length_penalty=0.0)
+    path = translator.write(translator.translate, tmp_path / "1")
+    assert translator.translate.experimental_get_tracing_count() == 1
+    # What it writes serves as the fixture's export, served in a fresh process.
+    assert _serve_directly(path, INPUTS)[1] == exported["served"]["char"]["outputs"]
+
+
 def test_export_saved_model_rejects_bad_arguments(exported):
     model, tokenizer = exported["rnn"]
     with pytest.raises(ValueError, match="export_saved_model: invalid value for argument `target_length`: expected a positive"):
