@@ -180,7 +180,7 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
                  + (f", step {step}" if step else "")
                  + (" (training had finished)" if epoch == config.epochs else ""))
     backup = RunBackup(
-        backup_dir if chief else os.path.join(scratch, BACKUP_DIR),
+        os.path.join(run_dir, BACKUP_DIR),  # the worker's own copy on a non-chief worker
         fingerprint, steps_per_epoch, config.backup_every_steps, step,
     )
     history_path = os.path.join(run_dir, HISTORY_FILE)
