@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
+from keras_seq._unused_imports import python_command
 from keras_seq._validation import ArgumentValueError
 from keras_seq.folders import export_manifest_path
 
@@ -207,9 +207,11 @@ def verify(
 def _run_worker(out_dir, manifest, timeout):
     with tempfile.TemporaryDirectory() as scratch:
         results_path = os.path.join(scratch, "results.jsonl")
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        # On TensorFlow: the worker's TensorFlow imports Keras, which on
+        # another backend would import that backend too.
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
         done = subprocess.run(
-            [sys.executable, _WORKER, os.path.abspath(out_dir), results_path],
+            [*python_command(path=_WORKER), os.path.abspath(out_dir), results_path],
             capture_output=True,
             text=True,
             timeout=timeout,

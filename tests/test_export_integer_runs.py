@@ -127,7 +127,7 @@ def test_the_command_line_takes_int8_int16x8_and_a_calibration_count():
     args = parser.parse_args(["export", "run", "out", "--quantize", "int8", "int16x8",
                               "--calibration-examples", "50"])
     assert args.quantize == ["int8", "int16x8"] and args.calibration_examples == 50
-    done = subprocess.run([sys.executable, "-m", "keras_seq.cli", "export", "run", "out",
+    done = subprocess.run([sys.executable, "-m", "keras_seq_command", "export", "run", "out",
                            "--calibration-examples", "0"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2

@@ -40,7 +40,8 @@ _PROGRESS = re.compile(r"export: \S.* (\.\.\.|in [\d.]+ s)")
 def lm_exports(tmp_path_factory):
     """kind -> (run folder, export folder) of a tiny run of each kind; the
     exports run as a user runs them, in a process of their own (one for all
-    kinds), whose stderr lines are kept per kind (``stderr``)."""
+    kinds), whose stderr lines are kept per kind (``stderr``), and which
+    says which packages of `UNUSED_AT_IMPORT` it loaded (``loaded``)."""
     root = tmp_path_factory.mktemp("lm_export")
     text_file = root / "text.txt"
     text_file.write_text(_TEXT, encoding="utf-8")
@@ -59,6 +60,9 @@ def lm_exports(tmp_path_factory):
         f"for kind, argv in json.loads({json.dumps(json.dumps(commands))}):\n"
         "    print('== ' + kind, file=sys.stderr, flush=True)\n"
         "    assert main(argv) == 0, kind\n"
+        "from keras_seq._unused_imports import UNUSED_AT_IMPORT\n"
+        "print('LOADED', json.dumps(sorted(set(UNUSED_AT_IMPORT) & set(sys.modules))))\n"
+        "import matplotlib.pyplot, sklearn  # afterwards, as usual\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # a user's
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -71,21 +75,33 @@ def lm_exports(tmp_path_factory):
             stderr[kind] = []
         elif kind is not None:
             stderr[kind].append(line)
-    return text_file, exports, stderr
+    (loaded,) = [json.loads(line[len("LOADED "):]) for line in done.stdout.splitlines()
+                 if line.startswith("LOADED ")]
+    return text_file, exports, stderr, loaded
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_export_prints_its_progress_and_nothing_of_the_converters(lm_exports, kind):
     """No converter's log line (156 of tf2onnx's "missing output shape" for a
     minGRU before): stderr holds the progress lines alone."""
-    *_, stderr = lm_exports
+    _, _, stderr, _ = lm_exports
     lines = stderr[kind]
     assert any(line.startswith("export: lm_step.tflite") for line in lines), lines
     assert [line for line in lines if not _PROGRESS.fullmatch(line)] == [], lines
 
 
+def test_the_commands_process_loads_none_of_the_packages_keras_imports_for_nothing(
+        lm_exports):
+    """Importing TensorFlow imports Keras, which would import scikit-learn,
+    matplotlib, JAX and IPython (all installed here) for features no command
+    uses: the exports' process loaded none of them, and imported two of them
+    after its commands as any process does."""
+    *_, loaded = lm_exports
+    assert loaded == []
+
+
 def test_an_lm_run_records_its_held_out_text(lm_exports):
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, _ = exports["rnn"]
     assert (run_dir / "test.txt").read_text(encoding="utf-8") == _TEXT[int(len(_TEXT) * 0.9):]
 
@@ -93,7 +109,7 @@ def test_an_lm_run_records_its_held_out_text(lm_exports):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rnn", "transformer", "xlstm"])
 def test_the_exported_step_generates_keras_greedy_text_exactly_in_litert(lm_exports, kind):
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, out = exports[kind]
     assert sorted(p.name for p in out.iterdir() if p.suffix in (".tflite", ".onnx")) == {
         "rnn": ["lm_step.tflite", "lm_step_dynamic.tflite", "lm_stream.onnx"],
@@ -138,7 +154,7 @@ def test_the_verify_command_imports_neither_keras_nor_tensorflow_on_any_backend(
     """The console script's ``verify`` on a LiteRT and ONNX export, under
     KERAS_BACKEND=jax: its table, exit 0, and no Keras or TensorFlow in the
     command's process (its child loads what each artifact needs)."""
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     _, out = exports["rnn"]
     script = (
         "import sys\n"
@@ -163,7 +179,7 @@ def test_the_verify_command_imports_neither_keras_nor_tensorflow_on_any_backend(
 def test_the_steps_logits_are_the_full_models_at_the_end_of_each_prefix(lm_exports, kind):
     from ai_edge_litert.interpreter import Interpreter
 
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, out = exports[kind]
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     runner = Interpreter(model_path=str(out / "lm_step.tflite")).get_signature_runner()
@@ -190,7 +206,7 @@ def test_the_stream_fed_in_chunks_gives_the_full_models_logits(lm_exports, kind)
     import onnx
     import onnxruntime
 
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, out = exports[kind]
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     session = onnxruntime.InferenceSession(str(out / "lm_stream.onnx"),
@@ -217,7 +233,7 @@ def test_the_stream_fed_in_chunks_gives_the_full_models_logits(lm_exports, kind)
 
 @pytest.mark.slow
 def test_a_transformer_run_has_no_streaming_onnx(lm_exports, capsys, tmp_path):
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, _ = exports["transformer"]
     capsys.readouterr()
     assert main(["export", str(run_dir), str(tmp_path / "t"), "--formats", "onnx"]) == 1
@@ -229,7 +245,7 @@ def test_a_transformer_run_has_no_streaming_onnx(lm_exports, capsys, tmp_path):
 def test_verify_fails_a_step_that_generates_other_text(lm_exports, tmp_path):
     import shutil
 
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     _, out = exports["transformer"]
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -246,7 +262,7 @@ def test_verify_fails_a_step_that_generates_other_text(lm_exports, tmp_path):
 
 @pytest.mark.slow
 def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, capsys, tmp_path):
-    _, exports, _ = lm_exports
+    _, exports, *_ = lm_exports
     run_dir, out = exports["rnn"]
     before = sorted(p.name for p in out.iterdir())
     capsys.readouterr()
@@ -273,7 +289,7 @@ def test_lm_export_refuses_other_formats_a_beam_and_a_used_folder(lm_exports, ca
 def test_a_run_without_test_txt_takes_its_prompts_from_the_data_file(lm_exports, tmp_path):
     import shutil
 
-    text_file, exports, _ = lm_exports
+    text_file, exports, *_ = lm_exports
     run_dir, _ = exports["rnn"]
     old = tmp_path / "old_run"
     shutil.copytree(run_dir, old)

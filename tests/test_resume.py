@@ -1,8 +1,9 @@
 """`keras-seq train` resumes after SIGKILL and ends with an uninterrupted run's weights.
 
-Every run is a `python -m keras_seq.cli train` process in its own process
-group, killed (the whole group) in `finally`; progress is read from the
-backup's ``state.json``, never from the clock.
+Every run is a `python -m keras_seq_command train` process (the console
+script's module) in its own process group, killed (the whole group) in
+`finally`; progress is read from the backup's ``state.json``, never from the
+clock.
 """
 
 import json
@@ -28,7 +29,7 @@ _TIMEOUT = 300
 
 
 def _command(out, name, *extra):
-    return [sys.executable, "-m", "keras_seq.cli", "train", "--out", str(out), "--name", name,
+    return [sys.executable, "-m", "keras_seq_command", "train", "--out", str(out), "--name", name,
             *_TINY, *extra]
 
 

@@ -185,7 +185,7 @@ def test_tuned_run_translates_as_its_own_greedy_decoding(tuned):
     config = _metrics(run_dir)["config"]
     sources = ["abc", "dd", "b", "cab"]
     command = subprocess.run(
-        [sys.executable, "-m", "keras_seq.cli", "translate", str(run_dir), *sources],
+        [sys.executable, "-m", "keras_seq_command", "translate", str(run_dir), *sources],
         capture_output=True, text=True, timeout=300, check=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )

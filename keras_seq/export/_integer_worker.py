@@ -1,6 +1,7 @@
 """The child process of `keras_seq.export.integer_tflite`: calibrate, quantize, load once.
 
-``python -m keras_seq.export._integer_worker FOLDER MODE COUNT``: converts the
+``python -m keras_seq.export._integer_worker FOLDER MODE COUNT`` (started
+through `keras_seq._unused_imports.python_command`): converts the
 SavedModel ``FOLDER/model`` (or quantizes the float flatbuffer
 ``FOLDER/float.tflite``, the fused LSTM route and int8 loops) to an integer-only
 flatbuffer (``MODE``: ``int8`` or ``int16x8``), calibrated on the ``COUNT``

@@ -1,7 +1,8 @@
 """Runs every artifact of a ``keras-seq export`` folder without keras_seq.
 
 Started by `keras_seq.export.verify` as ``python _verify_worker.py OUT RESULTS``
-in a fresh process, the way a server or a device would use the files: it may
+(through `keras_seq._unused_imports.python_command`, on TensorFlow) in a
+fresh process, the way a server or a device would use the files: it may
 import NumPy, TensorFlow (the SavedModel), onnxruntime and ai_edge_litert, and
 a meta-path finder makes ``import keras_seq`` fail. Tokenizing and
 detokenizing use the vocabulary files next to each host-side artifact.

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import warnings
 from collections.abc import Iterable
@@ -47,6 +46,7 @@ from collections.abc import Iterable
 import numpy as np
 import tensorflow as tf
 
+from keras_seq._unused_imports import python_command
 from keras_seq._validation import ArgumentTypeError, ArgumentValueError, check_bool
 from keras_seq.export._flatbuffer import compacted, inputs_outputs_in_call_order
 
@@ -271,7 +271,7 @@ def _quantized_in_child(where: str, folder: str, input_names: list[str], quantiz
 
 def _run_worker(where: str, folder: str, quantize: str, count: int,
                 integer_io: bool = False) -> bytes:
-    command = [sys.executable, "-m", "keras_seq.export._integer_worker", folder, quantize,
+    command = [*python_command(module="keras_seq.export._integer_worker"), folder, quantize,
                str(count), *(["integer_io"] if integer_io else [])]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     try:
