@@ -58,5 +58,8 @@ def tensorflow_notes_dropped():
             if keras.backend.backend() == "tensorflow":
                 import tensorflow as tf
 
-                tf.config.list_logical_devices()  # the CUDA probe
+                # The CUDA probe. The physical devices: listing the logical
+                # ones would start TensorFlow's runtime, after which a
+                # multi-worker strategy cannot configure its collectives.
+                tf.config.list_physical_devices()
 
