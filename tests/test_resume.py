@@ -189,6 +189,8 @@ def test_two_workers_killed_and_restarted_end_with_the_one_process_weights(
     for output in outputs:
         assert "Strategy: multi_worker" in output and "2 replica(s)" in output
         assert "Resuming from epoch 3" in output
+        # Each names the run folder the chief wrote, not a deleted copy.
+        assert f"Run written to {tmp_path / 'mw'}\n" in output, output[-500:]
     assert not (tmp_path / "mw" / training.BACKUP_DIR).exists()
     _assert_same_weights(_weights(tmp_path / "mw"), _weights(reference()[0]))
 

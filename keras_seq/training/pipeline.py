@@ -232,7 +232,8 @@ def _train_in_folder(recipe, config, t_start, loaded, strategy, strategy_name, f
     # The run folder is complete: the backup has done its job.
     shutil.rmtree(backup.backup_dir, ignore_errors=True)
     # The held-out result, as Keras' `evaluate` prints its scores with `verbose`.
-    _say(config, result_summary(metrics, run_dir))
+    # The chief's folder, also on another worker (whose own copy is deleted).
+    _say(config, result_summary(metrics, shared_dir))
     for message in recipe.result_warnings(metrics, config):
         warnings.warn(message, RunResultWarning, stacklevel=3)
     return TrainingResult(run_dir, metrics, recipe.kept(task), tokenizer)
