@@ -25,6 +25,7 @@ alone. Keras-free, like the command line's first modules.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 
@@ -52,13 +53,16 @@ def left_out() -> Iterator[None]:
 
 def python_command(*, module: str | None = None, path: str | None = None) -> list[str]:
     """``[python, "-c", CODE]``: a Python that runs ``module`` (as ``python -m``
-    would) or the script at ``path`` (as ``python PATH`` would, but without
-    its folder on ``sys.path``) with `UNUSED_AT_IMPORT` left out for good.
+    would) or the script at ``path`` (as ``python PATH`` would: its folder
+    first on ``sys.path``) with `UNUSED_AT_IMPORT` left out for good.
     Append the arguments; run it with ``KERAS_BACKEND=tensorflow``."""
     if (module is None) == (path is None):
         raise TypeError("python_command: give module= or path=, not both")
-    run = (f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-           if module is not None else f"runpy.run_path({path!r}, run_name='__main__')")
+    if module is not None:
+        run = f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    else:
+        folder = os.path.dirname(os.path.abspath(path))
+        run = f"sys.path[0] = {folder!r}\nrunpy.run_path({path!r}, run_name='__main__')"
     code = (f"import runpy, sys\nsys.modules.update(dict.fromkeys({UNUSED_AT_IMPORT!r}))\n"
             f"{run}\n")
     return [sys.executable, "-c", code]
