@@ -71,13 +71,17 @@ def test_on_jax_the_package_imports_and_tensorflow_only_functions_refuse():
     )
 
 
-def test_command_line_on_torch_stops_with_one_line_and_no_traceback():
-    result = _run("torch", "-m", "keras_seq.cli", "train", "--epochs", "1")
+@pytest.mark.parametrize("backend, entry", [("torch", "keras_seq.cli"),
+                                            ("jax", "keras_seq_command")])
+def test_command_line_on_another_backend_stops_with_one_line_and_no_traceback(backend, entry):
+    """Both entries (the console script's module also leaves out packages
+    while Keras imports, JAX among them on TensorFlow only)."""
+    result = _run(backend, "-m", entry, "train", "--epochs", "1")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "keras-seq train needs the TensorFlow backend (KERAS_BACKEND=tensorflow); Keras is running "
-        "on 'torch'. To use it, run it with KERAS_BACKEND=tensorflow."
+        f"on {backend!r}. To use it, run it with KERAS_BACKEND=tensorflow."
     )
 
 
