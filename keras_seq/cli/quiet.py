@@ -62,4 +62,3 @@ def tensorflow_notes_dropped():
                 # ones would start TensorFlow's runtime, after which a
                 # multi-worker strategy cannot configure its collectives.
                 tf.config.list_physical_devices()
-
