@@ -16,7 +16,8 @@ ways to leave them out:
   user's ``--import`` module what it needs; only those four features of
   Keras and TensorFlow stay off in that process;
 - `python_command`, for a child process with one job (the integer
-  quantizer's and ``verify``'s workers): for its whole life.
+  quantizer's and ``verify``'s workers, the test suite's helper processes
+  on TensorFlow): for its whole life.
 
 Neither is for a user's process: ``import keras_seq`` leaves ``sys.modules``
 alone. Keras-free, like the command line's first modules.
@@ -51,18 +52,23 @@ def left_out() -> Iterator[None]:
                 del sys.modules[name]
 
 
-def python_command(*, module: str | None = None, path: str | None = None) -> list[str]:
+def python_command(*, module: str | None = None, path: str | None = None,
+                   code: str | None = None) -> list[str]:
     """``[python, "-c", CODE]``: a Python that runs ``module`` (as ``python -m``
-    would) or the script at ``path`` (as ``python PATH`` would: its folder
-    first on ``sys.path``) with `UNUSED_AT_IMPORT` left out for good.
-    Append the arguments; run it with ``KERAS_BACKEND=tensorflow``."""
-    if (module is None) == (path is None):
-        raise TypeError("python_command: give module= or path=, not both")
+    would), the script at ``path`` (as ``python PATH`` would: its folder
+    first on ``sys.path``) or the source ``code`` (as ``python -c`` would),
+    with `UNUSED_AT_IMPORT` left out for good. Append the arguments; run it
+    with ``KERAS_BACKEND=tensorflow``."""
+    given = [value for value in (module, path, code) if value is not None]
+    if len(given) != 1:
+        raise TypeError("python_command: give one of module=, path= or code=")
     if module is not None:
         run = f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
-    else:
+    elif path is not None:
         folder = os.path.dirname(os.path.abspath(path))
         run = f"sys.path[0] = {folder!r}\nrunpy.run_path({path!r}, run_name='__main__')"
-    code = (f"import runpy, sys\nsys.modules.update(dict.fromkeys({UNUSED_AT_IMPORT!r}))\n"
-            f"{run}\n")
-    return [sys.executable, "-c", code]
+    else:
+        run = f"del runpy, sys\nexec(compile({code!r}, '<string>', 'exec'))"
+    bootstrap = (f"import runpy, sys\nsys.modules.update(dict.fromkeys({UNUSED_AT_IMPORT!r}))\n"
+                 f"{run}\n")
+    return [sys.executable, "-c", bootstrap]

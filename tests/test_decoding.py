@@ -3,7 +3,6 @@
 import itertools
 import math
 import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from keras_seq import decoding, models, samplers
+from keras_seq._unused_imports import python_command
 from keras_seq.text import END_ID, PAD_ID, START_ID
 
 V = 12  # vocabulary size of the test models
@@ -290,7 +290,7 @@ def test_importing_decoding_does_not_import_tensorflow_text():
     # The keras_seq under test, whatever sys.path the subprocess would have.
     root = os.path.dirname(os.path.dirname(os.path.abspath(keras_seq.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    done = subprocess.run(python_command(code=script), capture_output=True, text=True,
                           check=True, timeout=300, env=env)
     assert done.stdout.strip().splitlines()[-1] == "[]"
 

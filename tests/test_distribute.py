@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from keras_seq._unused_imports import python_command
 from keras_seq.distribute import STRATEGIES, choose_strategy, is_chief, make_strategy
 
 # Trains a tiny PeepholeLSTM regressor for 2 epochs of 2 global batches of 8.
@@ -56,7 +57,7 @@ _TRAIN = textwrap.dedent(
 
 def _run(mode, out, env=None, timeout=240):
     return subprocess.Popen(
-        [sys.executable, "-c", _TRAIN, mode, str(out)],
+        [*python_command(code=_TRAIN), mode, str(out)],
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -220,7 +221,7 @@ def test_global_batch_not_divisible_by_the_replicas_is_a_value_error(tmp_path):
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+        python_command(code=script), capture_output=True, text=True, timeout=240,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -21,11 +21,12 @@ steps the weights and each replica's carried states must match.
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+
+from keras_seq._unused_imports import python_command
 
 _SCRIPT = textwrap.dedent(
     """
@@ -164,7 +165,7 @@ CASES = (
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("mirrored") / "weights.npz"
     result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, ",".join(CASES), str(out)],
+        [*python_command(code=_SCRIPT), ",".join(CASES), str(out)],
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         capture_output=True,
         text=True,

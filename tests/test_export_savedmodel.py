@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_seq import decoding, models, text
+from keras_seq._unused_imports import python_command
 from keras_seq.export import export_run, export_saved_model, saved_model_op_names
 
 pytestmark = pytest.mark.slow
@@ -146,7 +146,7 @@ def exported(tmp_path_factory):
     script.write_text(_SERVE_SCRIPT)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
-        [sys.executable, str(script), str(request)],
+        [*python_command(path=str(script)), str(request)],
         capture_output=True,
         text=True,
         timeout=240,

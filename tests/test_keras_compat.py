@@ -16,12 +16,13 @@ numbers of passed tests catch a Keras upgrade that drops or renames tests.
 import json
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import keras
 import pytest
+
+from keras_seq._unused_imports import python_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = Path(__file__).resolve().parent / "keras_compat"
@@ -83,7 +84,7 @@ def test_keras_own_test_files_pass_against_keras_seq_layers(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO_ROOT), str(PLUGIN_DIR), env.get("PYTHONPATH")]))
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        *python_command(module="pytest"), "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
         "-p", "substitute_layers", "-o", "junit_family=xunit1",
         "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
         f"--junitxml={report}", "--pyargs", *KERAS_TEST_MODULES,

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import keras_seq.models  # noqa: F401  (registers the layers for loading)
 from keras_seq import data, decoding, models, text, training
+from keras_seq._unused_imports import python_command
 from keras_seq.cli import main
 from keras_seq.model_kinds import LANGUAGE_MODEL_KINDS
 
@@ -284,7 +285,6 @@ def test_val_loss_is_the_mean_held_out_cross_entropy_of_the_saved_model(lm_run):
 @pytest.mark.slow
 def test_a_fresh_process_loads_a_language_model_run_after_importing_the_models(lm_run):
     import subprocess
-    import sys
 
     _, _, run_dir = lm_run
     # The run's model.keras is compiled with keras_seq.metrics.Perplexity.
@@ -292,7 +292,7 @@ def test_a_fresh_process_loads_a_language_model_run_after_importing_the_models(l
               "m = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
               "np.save(sys.argv[2], keras.ops.convert_to_numpy(m(np.array([[4, 5, 6]]))))\n")
     out = run_dir.parent / "fresh_logits.npy"
-    subprocess.run([sys.executable, "-c", script, str(run_dir / "model.keras"), str(out)],
+    subprocess.run([*python_command(code=script), str(run_dir / "model.keras"), str(out)],
                    check=True, timeout=300, capture_output=True)
     model = keras.saving.load_model(run_dir / "model.keras", safe_mode=True)
     np.testing.assert_allclose(np.load(out), keras.ops.convert_to_numpy(

@@ -56,6 +56,16 @@ def test_a_module_runs_as_python_m_would(tmp_path, monkeypatch):
     assert report["refused"] == list(UNUSED_AT_IMPORT)  # json imports
 
 
+def test_code_runs_as_python_c_would(tmp_path):
+    (tmp_path / "beside.py").write_text("")  # the working folder is first on sys.path
+    code = "from __future__ import annotations\n" + _REPORT.format(
+        names=["beside", *UNUSED_AT_IMPORT])
+    report = _report(python_command(code=code), tmp_path)
+    assert report["argv"] == ["a b", "--c"]
+    assert report["name"] == "__main__"
+    assert report["refused"] == list(UNUSED_AT_IMPORT)
+
+
 def test_left_out_refuses_an_absent_one_in_the_block_only_and_keeps_a_loaded_one(
         tmp_path, monkeypatch):
     import keras_seq._unused_imports as unused
@@ -73,7 +83,7 @@ def test_left_out_refuses_an_absent_one_in_the_block_only_and_keeps_a_loaded_one
     del sys.modules["probe_never_imported"]
 
 
-def test_python_command_takes_a_module_or_a_path():
-    for kwargs in ({}, {"module": "m", "path": "p"}):
-        with pytest.raises(TypeError, match="python_command: give module= or path="):
+def test_python_command_takes_one_of_a_module_a_path_or_code():
+    for kwargs in ({}, {"module": "m", "path": "p"}, {"path": "p", "code": "pass"}):
+        with pytest.raises(TypeError, match="python_command: give one of module=, path= or code="):
             python_command(**kwargs)

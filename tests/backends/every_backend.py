@@ -18,6 +18,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_seq._unused_imports import python_command
+
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import backend_cases  # noqa: E402
@@ -99,7 +101,7 @@ def check_loads_under_tensorflow(names):
         trained(name)
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
-        [sys.executable, str(HERE / "load_under_tensorflow.py"), str(_saved_dir()), *names],
+        [*python_command(path=str(HERE / "load_under_tensorflow.py")), str(_saved_dir()), *names],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

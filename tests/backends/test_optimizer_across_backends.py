@@ -6,7 +6,6 @@ TensorFlow process) and its next step is Adam's update from that state."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import keras
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_seq._cross_backend_optimizers import TORCH_OPTIMIZER_NAMES
+from keras_seq._unused_imports import python_command
 
 BACKEND = keras.backend.backend()
 LEARNING_RATE, BETA_1, BETA_2, EPSILON = 0.05, 0.9, 0.999, 1e-7
@@ -62,7 +62,7 @@ def test_model_trained_here_continues_training_under_tensorflow(tmp_path):
 
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "continue_under_tensorflow.py"),
+        [*python_command(path=str(Path(__file__).parent / "continue_under_tensorflow.py")),
          str(tmp_path)], env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
