@@ -15,23 +15,33 @@ os.environ.setdefault("TF2ONNX_CATCH_ERRORS", "FALSE")
 # The shared case lists next to this file (recurrent_family.py) import as modules.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-BACKEND = keras.backend.backend()
+# The backend Keras takes: the environment variable comes before its config file.
+BACKEND = os.environ["KERAS_BACKEND"]
 
-if BACKEND == "torch":
-    import torch
 
-    _tensor_array = torch.Tensor.__array__
+def pytest_configure(config):
+    """Keras is imported here, in a process that runs tests: the controller
+    of tests/run.sh's two TensorFlow workers (``-n 2``) hands them tests and
+    runs none, and never imports it (TensorFlow's import, 7 CPU-seconds)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import keras
 
-    def _detached_array(self, *args, **kwargs):
-        # np.asarray(layer(x)) in a test, as on the other backends: a tensor
-        # that requires grad cannot become an array until it is detached.
-        return _tensor_array(self.detach().cpu(), *args, **kwargs)
+    assert keras.backend.backend() == BACKEND
+    if BACKEND == "torch":
+        import torch
 
-    torch.Tensor.__array__ = _detached_array
+        tensor_array = torch.Tensor.__array__
+
+        def detached_array(self, *args, **kwargs):
+            # np.asarray(layer(x)) in a test, as on the other backends: a tensor
+            # that requires grad cannot become an array until it is detached.
+            return tensor_array(self.detach().cpu(), *args, **kwargs)
+
+        torch.Tensor.__array__ = detached_array
 
 
 # The files that take longest in tests/run.sh's TensorFlow run, longest
@@ -122,6 +132,8 @@ def _command_errors_in_the_commands_words(monkeypatch):
 def _reset_dtype_policy():
     """Mixed-precision tests must not leak their global policy into others."""
     yield
+    import keras
+
     keras.mixed_precision.set_global_policy("float32")
 
 
@@ -176,6 +188,7 @@ def _gradients(loss_fn, inputs=(), variables=()):
     respect to the arrays ``inputs`` and then the Keras ``variables``, as NumPy
     (``None`` where the loss does not depend on one), by the backend's own
     autodiff: ``tf.GradientTape``, ``jax.value_and_grad`` or torch autograd."""
+    import keras
     from keras import ops
 
     if BACKEND == "tensorflow":
@@ -266,6 +279,8 @@ def tiny_date_run(tmp_path_factory):
     """The tiny date run (`keras_seq.training.train`, run folder ``.../dates``),
     trained once per test process; ``train_step_traces`` counts the traces of
     the train step."""
+    import keras
+
     from keras_seq import training
 
     out = tmp_path_factory.mktemp("runs")
