@@ -46,7 +46,8 @@ def console() -> int:
     (medians of five). Frozen objects are skipped; files are closed by then,
     atexit handlers still run, and objects without reference cycles are
     still freed. The package's other child processes (``python -m
-    keras_seq.cli``, the export workers) end the same way.
+    keras_seq.cli``, and the export workers, through
+    `keras_seq._unused_imports.python_command`) end the same way.
     """
     status = main()
     gc.freeze()

@@ -57,7 +57,9 @@ def python_command(*, module: str | None = None, path: str | None = None,
     """``[python, "-c", CODE]``: a Python that runs ``module`` (as ``python -m``
     would), the script at ``path`` (as ``python PATH`` would: its folder
     first on ``sys.path``) or the source ``code`` (as ``python -c`` would),
-    with `UNUSED_AT_IMPORT` left out for good. Append the arguments; run it
+    with `UNUSED_AT_IMPORT` left out for good, and everything it leaves
+    frozen (`gc.freeze`) once it has run: no collection at exit walks it
+    (``keras_seq_command.console`` says why). Append the arguments; run it
     with ``KERAS_BACKEND=tensorflow``."""
     given = [value for value in (module, path, code) if value is not None]
     if len(given) != 1:
@@ -66,9 +68,10 @@ def python_command(*, module: str | None = None, path: str | None = None,
         run = f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     elif path is not None:
         folder = os.path.dirname(os.path.abspath(path))
-        run = f"sys.path[0] = {folder!r}\nrunpy.run_path({path!r}, run_name='__main__')"
+        run = f"sys.path[0] = {folder!r}\n    runpy.run_path({path!r}, run_name='__main__')"
     else:
-        run = f"del runpy, sys\nexec(compile({code!r}, '<string>', 'exec'))"
-    bootstrap = (f"import runpy, sys\nsys.modules.update(dict.fromkeys({UNUSED_AT_IMPORT!r}))\n"
-                 f"{run}\n")
+        run = f"exec(compile({code!r}, '<string>', 'exec'))"
+    bootstrap = (f"import gc, runpy, sys\n"
+                 f"sys.modules.update(dict.fromkeys({UNUSED_AT_IMPORT!r}))\n"
+                 f"try:\n    {run}\nfinally:\n    gc.freeze()\n")
     return [sys.executable, "-c", bootstrap]

@@ -66,6 +66,20 @@ def test_code_runs_as_python_c_would(tmp_path):
     assert report["refused"] == list(UNUSED_AT_IMPORT)
 
 
+def test_what_the_child_leaves_is_frozen_before_its_exit_handlers_run(tmp_path):
+    """Python's collections at exit then skip it (an atexit handler runs after
+    the bootstrap's ``finally``; the child's own objects are there to see)."""
+    code = ("import atexit, gc\n"
+            "kept = [[i] for i in range(1000)]\n"
+            "atexit.register(lambda: print(gc.get_freeze_count() >= 1000, flush=True))\n"
+            "print(gc.get_freeze_count(), flush=True)\n"
+            "raise SystemExit(3)\n")
+    done = subprocess.run(python_command(code=code), capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.split() == ["0", "True"]
+
+
 def test_left_out_refuses_an_absent_one_in_the_block_only_and_keeps_a_loaded_one(
         tmp_path, monkeypatch):
     import keras_seq._unused_imports as unused

@@ -19,7 +19,6 @@ had finished. Nothing here is imported by the package.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 
@@ -149,4 +148,3 @@ def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["integer_io"])
-    gc.freeze()  # no collection at exit (keras_seq_command.console says why)

@@ -24,7 +24,6 @@ A classifier's artifacts (``classifier/1``, ``tflite*/classifier.tflite``,
 probabilities are compared with Keras'.
 """
 
-import gc
 import importlib.abc
 import json
 import os
@@ -827,4 +826,3 @@ _CHECK_OF_TASK = {"lm": "generation", "classify": "labels"}
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-    gc.freeze()  # no collection at exit (keras_seq_command.console says why)
