@@ -27,6 +27,8 @@ from keras_seq.export import (
 )
 from keras_seq.export.integer_tflite import float_ops
 
+micro = pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.slow]
 
 T, F, U = 6, 5, 6
@@ -93,6 +95,27 @@ MENDED = {
 def _runner(flatbuffer):
     return Interpreter(model_content=flatbuffer, experimental_op_resolver_type=(
         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)).get_signature_runner()
+
+
+def _micro_runner(flatbuffer):
+    """TFLite Micro, the microcontrollers' runtime, called as `_runner` is
+    (its inputs and outputs by their signature names)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    graph, signature = model.subgraphs[0], model.signatureDefs[0]
+    inputs = {m.name.decode(): list(graph.inputs).index(m.tensorIndex) for m in signature.inputs}
+    outputs = {m.name.decode(): list(graph.outputs).index(m.tensorIndex)
+               for m in signature.outputs}
+    interpreter = micro.Interpreter.from_bytes(flatbuffer)
+
+    def run(**feeds):
+        for name, value in feeds.items():
+            interpreter.set_input(value, inputs[name])
+        interpreter.invoke()
+        return {name: interpreter.get_output(i) for name, i in outputs.items()}
+
+    return run
 
 
 def _all_ops(flatbuffer):
@@ -164,8 +187,8 @@ def branches_model():
     return _branches(BRANCHES)
 
 
-def _assert_close_to_keras(flatbuffer, model, names):
-    runner = _runner(flatbuffer)
+def _assert_close_to_keras(flatbuffer, model, names, runner=None):
+    runner = runner or _runner(flatbuffer)
     for x in _sequences(3, 1):
         got = runner(x=x)
         got = [got[f"output_{i}"] for i in range(len(got))]
@@ -220,6 +243,9 @@ def test_every_layer_kind_converts_to_int8_with_its_loops_kept(branches_model):
     loops, conditions, names = _loop_subgraphs(flatbuffer)
     assert (loops, conditions, names) == (15, 9, 0)
     _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES))
+    # TFLite Micro runs it too, loops and all (its EXP, LOG and SQRT as tables).
+    _assert_close_to_keras(flatbuffer, branches_model, list(BRANCHES),
+                           _micro_runner(flatbuffer))
 
 
 def _loop_subgraphs(flatbuffer) -> tuple[int, int, int]:
@@ -336,13 +362,16 @@ def test_masked_attention_over_padded_ids_converts_to_integers(quantize, share):
     assert float_ops(flatbuffer) == [] and "SELECT_V2" in tflite_op_names(flatbuffer)
     if quantize == "int16x8":
         assert "INT16" in _tensor_types(flatbuffer)
-    runner = _runner(flatbuffer)
-    for x in padded(4):
-        length = int((x != 0).sum())
-        reference = np.asarray(model(x))[:, :length]
-        got = runner(ids=x)["output_0"][:, :length]
-        tolerance = share * float(np.abs(reference).max()) + share / 2
-        assert np.abs(got - reference).max() <= tolerance, quantize
+    runners = [_runner(flatbuffer)]
+    if quantize == "int8":  # TFLite Micro too; it has no int16 GATHER (the 16x8 embedding)
+        runners.append(_micro_runner(flatbuffer))
+    for runner in runners:
+        for x in padded(4):
+            length = int((x != 0).sum())
+            reference = np.asarray(model(x))[:, :length]
+            got = runner(ids=x)["output_0"][:, :length]
+            tolerance = share * float(np.abs(reference).max()) + share / 2
+            assert np.abs(got - reference).max() <= tolerance, quantize
 
 
 @pytest.mark.parametrize("quantize, share", [("int8", 0.1), ("int16x8", 0.05)])
@@ -360,17 +389,17 @@ def test_a_streaming_step_converts_to_integers_and_carries_its_states(quantize, 
     assert np.abs(examples[7][1]).max() > 0  # states the stream reached, not zeros
     flatbuffer = convert_to_tflite(stream, quantize=quantize, representative_data=examples)
     assert float_ops(flatbuffer) == [] and "WHILE" not in tflite_op_names(flatbuffer)
-    runner = _runner(flatbuffer)
     names = [t.name for t in stream.inputs]
     sequence = _sequences(1, 3)[0]
     reference = np.asarray(model(sequence))[0]
-    states = [np.zeros((1, U), "float32")] * 3
-    for t in range(T):
-        out = runner(**dict(zip(names, [sequence[:, t:t + 1], *states])))
-        out = [out[f"output_{i}"] for i in range(len(out))]
-        states = out[1:]
-        tolerance = share * float(np.abs(reference).max()) + share / 2
-        assert np.abs(out[0][0, 0] - reference[t]).max() <= tolerance, (quantize, t)
+    for runner in (_runner(flatbuffer), _micro_runner(flatbuffer)):  # TFLite Micro too
+        states = [np.zeros((1, U), "float32")] * 3
+        for t in range(T):
+            out = runner(**dict(zip(names, [sequence[:, t:t + 1], *states])))
+            out = [out[f"output_{i}"] for i in range(len(out))]
+            states = out[1:]
+            tolerance = share * float(np.abs(reference).max()) + share / 2
+            assert np.abs(out[0][0, 0] - reference[t]).max() <= tolerance, (quantize, t)
 
 
 def test_a_crash_in_the_child_is_one_error_and_this_process_goes_on(monkeypatch):
@@ -468,6 +497,25 @@ def test_the_fused_lstm_converts_to_int8_over_any_length():
             reference = np.asarray(reference)
             error = np.abs(got[f"output_{i}"] - reference).max()
             assert error <= _int8_tolerance(reference), (name, length, error)
+
+
+def test_keras_fused_lstm_over_a_static_length_runs_in_tflite_micro():
+    """TFLite Micro's LSTM kernel takes a plain LSTM (no peepholes, no CIFG)
+    of static shapes: Keras' LSTM, given a static input signature. Each
+    invoke starts from a zero state: TFLite Micro's FILL has no int16, so
+    the int16 cell state is zeroed by a CAST of int8 zeros."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.LSTM(U, return_sequences=True)(x)))
+    flatbuffer = convert_to_tflite(model, quantize="int8", fuse_lstm=True,
+                                   input_signature=[tf.TensorSpec((1, T, F), name="x")],
+                                   representative_data=list(_sequences(60, 0)))
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in tflite_op_names(flatbuffer)
+    runner = _micro_runner(flatbuffer)
+    for x in _sequences(3, 1):  # one interpreter, invoked again and again
+        reference = np.asarray(model(x))
+        error = np.abs(runner(x=x)["output_0"] - reference).max()
+        assert error <= _int8_tolerance(reference), error
 
 
 def test_a_fused_bidirectional_lstm_keeps_each_direction_in_its_own_scale():

@@ -10,7 +10,8 @@ examples of ``FOLDER/examples.npz`` (with a fourth argument
 leaves or gets wrong (`keras_seq.export._integer_mends`,
 `keras_seq.export._flatbuffer`: a move or a mask's
 cast in float, a fused LSTM's hidden-state scales; in 16x8, shared
-constants, a SUM's range, selects of two scales); writes ``FOLDER/model.tflite``, then loads it in
+constants, a SUM's range, selects of two scales); writes the ops TFLite
+Micro lacks with ops it has (`keras_seq.export._portable_ops`); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
 delegates. A conversion error, or a model LiteRT refuses to run, is
 written in one line to ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
@@ -27,6 +28,7 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     import numpy as np
 
     from keras_seq.export._integer_mends import integer_only
+    from keras_seq.export._portable_ops import portable
     from keras_seq.export.integer_tflite import first_line, worker_paths
 
     flatbuffer_file, failure_file, converted_file, float_file = worker_paths()
@@ -51,9 +53,10 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(said)
         return
-    # What the quantizer leaves in float and can be integer (a SPLIT, a mask's CAST).
+    # What the quantizer leaves in float and can be integer (a SPLIT, a mask's
+    # CAST); ops TFLite Micro lacks, in ops it has.
     try:
-        flatbuffer = integer_only(flatbuffer)
+        flatbuffer = portable(integer_only(flatbuffer))
     except Exception as error:  # a bug of ours, said as such rather than as a crash
         with open(os.path.join(folder, failure_file), "w") as f:
             f.write(f"mending the quantizer's output failed ({type(error).__name__}: "
