@@ -258,40 +258,62 @@ def builtin_op_count(flatbuffer: bytes, name: str) -> int:
 
 
 def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
-    """Each integer fused LSTM op's hidden state in the scale of its output.
+    """Each integer fused LSTM op's hidden state in the scale of its output;
+    a 16x8 op's gate biases in int64.
 
     Without a projection, TFLite's integer LSTM kernel writes h in the scale
     of its intermediate tensor 4 into its output-state tensor, reads that
-    back as h(t-1) in the state tensor's scale, and copies the raw int8
-    values out as its output. TensorFlow's quantizer can give the three
-    different scales (the output's is shared with a CONCATENATION after it,
-    a Bidirectional's): here they take the output's, and the ``FILL`` that
-    zeroes the state writes that zero point.
+    back as h(t-1) in the state tensor's scale, and copies the raw values
+    out as its output (TFLite Micro's kernel copies the state out too).
+    TensorFlow's quantizer can give the three different scales (the
+    output's is shared with a CONCATENATION after it, a Bidirectional's):
+    here they take the output's, and the ``FILL`` that zeroes the state
+    writes that zero point.
+
+    TensorFlow's MLIR quantizer writes a 16x8 op's gate biases in int32;
+    TFLite Micro's 16x8 kernel, the only one, reads them as int64 (the
+    values widened, the scale kept).
     """
     schema = schema_module()
     model_t = load_model(flatbuffer)
     lstm = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
     fill = schema.BuiltinOperator.FILL
+    integer = {schema.TensorType.INT8: np.int8, schema.TensorType.INT16: np.int16}
     for subgraph in model_t.subgraphs:
         fills = {int(op.outputs[0]): op for op in subgraph.operators
                  if code_of(model_t, op) == fill}
         for op in subgraph.operators:
+            kind = subgraph.tensors[op.inputs[0]].type
             if (code_of(model_t, op) != lstm or op.intermediates is None
-                    or len(op.intermediates) != 5
-                    or subgraph.tensors[op.inputs[0]].type != schema.TensorType.INT8):
+                    or len(op.intermediates) != 5 or kind not in integer):
                 continue
             output = subgraph.tensors[op.outputs[0]].quantization
             state_index = int(op.inputs[_OUTPUT_STATE])
             for index in (state_index, int(op.intermediates[4])):
                 subgraph.tensors[index].quantization = copy.deepcopy(output)
             if state_index in fills:  # a new zero: the old one may be shared
-                zero = np.array(int(output.zeroPoint[0]), np.int8)
+                zero = np.array(int(output.zeroPoint[0]), integer[kind])
                 fills[state_index].inputs = np.array(
                     [fills[state_index].inputs[0],
-                     add_tensor(model_t, subgraph, zero, schema.TensorType.INT8, "zero",
-                                 copy.deepcopy(output))], np.int32)
+                     add_tensor(model_t, subgraph, zero, kind, "zero",
+                                copy.deepcopy(output))], np.int32)
+            if kind == schema.TensorType.INT16:
+                _widened_biases(model_t, subgraph, op)
     drop_unused(model_t)
     return pack_model(model_t)
+
+
+def _widened_biases(model_t, subgraph, op) -> None:
+    schema = schema_module()
+    for index in (int(op.inputs[i]) for i in GATE_BIAS.values()):
+        tensor = subgraph.tensors[index] if index >= 0 else None
+        if tensor is None or tensor.type != schema.TensorType.INT32:
+            continue
+        data = np.asarray(model_t.buffers[tensor.buffer].data, np.uint8).tobytes()
+        widened = np.frombuffer(data, np.int32).astype(np.int64)
+        model_t.buffers.append(schema.BufferT())  # its own: the int32 one may be shared
+        model_t.buffers[-1].data = np.frombuffer(widened.tobytes(), np.uint8)
+        tensor.buffer, tensor.type = len(model_t.buffers) - 1, schema.TensorType.INT64
 
 
 def code_of(model_t, op) -> int:

@@ -13,7 +13,8 @@ cast in float, a fused LSTM's hidden-state scales; in 16x8, shared
 constants, a SUM's range, selects of two scales); writes the ops TFLite
 Micro lacks with ops it has (`keras_seq.export._portable_ops`); writes ``FOLDER/model.tflite``, then loads it in
 LiteRT and runs it once on the first example, with and without the default
-delegates. A conversion error, or a model LiteRT refuses to run, is
+delegates (a 16x8 fused LSTM, which LiteRT has no kernel for: once in
+TensorFlow Lite for Microcontrollers). A conversion error, or a model LiteRT refuses to run, is
 written in one line to ``FOLDER/failure.txt``; a crash leaves ``FOLDER/converted`` if the converter
 had finished. Nothing here is imported by the package.
 """
@@ -44,7 +45,7 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
     try:
         if os.path.exists(os.path.join(folder, float_file)):
             with open(os.path.join(folder, float_file), "rb") as f:
-                flatbuffer = _quantized(f.read(), examples, integer_io)
+                flatbuffer = _quantized(f.read(), mode, examples, integer_io)
         else:
             flatbuffer = _converted(os.path.join(folder, "model"), mode, representative_dataset,
                                     names, examples, integer_io)
@@ -66,6 +67,9 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
         f.write(flatbuffer)
     open(os.path.join(folder, converted_file), "w").close()
 
+    if _has_int16_lstm(flatbuffer):  # LiteRT has no 16x8 LSTM kernel
+        _run_in_micro(folder, flatbuffer, names, examples[0], failure_file)
+        return
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     for resolver in (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, OpResolverType.AUTO):
@@ -80,6 +84,46 @@ def main(folder: str, mode: str, count: int, integer_io: bool = False) -> None:
                 f.write(f"LiteRT cannot run the integer model the converter wrote: "
                         f"{first_line(error)}")
             return
+
+
+def _has_int16_lstm(flatbuffer: bytes) -> bool:
+    from keras_seq.export._flatbuffer import code_of, load_model, schema_module
+
+    schema = schema_module()
+    model_t = load_model(flatbuffer)
+    return any(code_of(model_t, op) == schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+               and g.tensors[op.inputs[0]].type == schema.TensorType.INT16
+               for g in model_t.subgraphs for op in g.operators)
+
+
+def _run_in_micro(folder: str, flatbuffer: bytes, names, example, failure_file) -> None:
+    """One run in TensorFlow Lite for Microcontrollers' interpreter."""
+    from keras_seq.export._flatbuffer import load_model
+    from keras_seq.export.integer_tflite import first_line
+
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        said = ("its 16x8 LSTM runs in TensorFlow Lite for Microcontrollers alone (LiteRT has "
+                "no 16x8 LSTM kernel), whose interpreter checks the file here: pip install "
+                "tflite-micro (keras-seq's [micro] extra)")
+    else:
+        model_t = load_model(flatbuffer)
+        graph, signature = model_t.subgraphs[0], model_t.signatureDefs[0]
+        position = {m.name.decode(): list(graph.inputs).index(m.tensorIndex)
+                    for m in signature.inputs}
+        try:
+            interpreter = runtime.Interpreter.from_bytes(flatbuffer)
+            for name, value in zip(names, example):
+                dtype = interpreter.get_input_details(position[name])["dtype"]
+                interpreter.set_input(value.astype(dtype), position[name])
+            interpreter.invoke()
+            return
+        except (RuntimeError, ValueError) as error:
+            said = ("TensorFlow Lite for Microcontrollers cannot run the integer model the "
+                    f"converter wrote: {first_line(error)}")
+    with open(os.path.join(folder, failure_file), "w") as f:
+        f.write(said)
 
 
 def _converted(saved_model: str, mode: str, representative_dataset, names, examples,
@@ -123,11 +167,13 @@ def _converted(saved_model: str, mode: str, representative_dataset, names, examp
     return converter.convert()
 
 
-def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
-    """A float flatbuffer calibrated and quantized to int8 as the converter
-    does it: intermediate tensors added to the fused LSTM ops (where the
-    calibration records the gate ranges), then TensorFlow's MLIR quantizer."""
+def _quantized(flatbuffer: bytes, mode: str, examples, integer_io: bool) -> bytes:
+    """A float flatbuffer calibrated and quantized as the converter does
+    it: intermediate tensors added to the fused LSTM ops (where the
+    calibration records the gate ranges), then TensorFlow's MLIR quantizer,
+    in int8 or (the fused route) 16x8."""
     import tensorflow as tf
+    from tensorflow.compiler.mlir.lite import types_pb2
     from tensorflow.lite.python import convert
     from tensorflow.lite.python.optimize import calibrator
 
@@ -145,6 +191,11 @@ def _quantized(flatbuffer: bytes, examples, integer_io: bool) -> bytes:
         return integer_loop_carries(integer_only(quantized))
     with_intermediates = calibrator.add_intermediate_tensors(flatbuffer)
     calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
+    if mode == "int16x8":
+        edge = tf.int16 if integer_io else tf.float32
+        return integer_lstm_states_agree(convert.mlir_quantize(
+            calibrated, inference_type=types_pb2.QUANTIZED_INT16, input_data_type=edge,
+            output_data_type=edge))
     return integer_lstm_states_agree(
         convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge))
 

@@ -26,12 +26,14 @@ its quantizer got wrong. So:
   at all; a dynamic length left in the graph is refused with one line.
   With ``fuse_lstm=True`` each LSTM is TFLite's fused op, which has no
   loop either: `quantize_flatbuffer` takes the float fused file to the
-  op's integer kernel, over any length.
+  op's integer kernel, over any length (int8), or to TensorFlow Lite for
+  Microcontrollers' 16x8 kernel over a static one (a plain LSTM).
 - 16x8 runs TensorFlow's 16x8 quantizer on the float file, and mends what
   it gets wrong (`keras_seq.export._integer_mends.prepared_for_16x8` before,
   ``int16_sums`` and ``integer_only`` after): token ids take 16x8 too.
 - the quantizer runs in a child process (`keras_seq.export._integer_worker`),
-  which also loads and runs the integer model once in LiteRT. A crash there
+  which also loads and runs the integer model once in LiteRT (a 16x8 fused
+  LSTM: in TensorFlow Lite for Microcontrollers). A crash there
   is one `ValueError` line here, never the caller's process going down.
 """
 
@@ -85,13 +87,18 @@ def check_integer_arguments(where: str, quantize, representative_data,
     return integer, integer_io
 
 
-def check_fused_quantize(where: str, quantize) -> None:
-    """The fused LSTM op is quantized to int8 only."""
-    if quantize == "int16x8":
-        raise ArgumentValueError(where, 'quantize="int16x8" with fuse_lstm=True: TensorFlow\'s '
-                                 "16x8 quantizer has no kernel for the fused LSTM op "
-                                 '(UNIDIRECTIONAL_SEQUENCE_LSTM); use quantize="int8", or '
-                                 "fuse_lstm=False (the loops run unrolled).")
+def check_fused_16x8(where: str, layers) -> None:
+    """16x8 fused LSTM ops run in TFLite Micro's kernel alone (LiteRT has
+    no 16x8 LSTM kernel), which computes a plain LSTM: peepholes and CIFG
+    are refused, naming the layer."""
+    for layer in layers:
+        if layer.peepholes or layer.cifg:
+            what = "peepholes" if layer.peepholes else "a coupled input-forget gate (CIFG)"
+            raise ArgumentValueError(
+                where, f'quantize="int16x8" with fuse_lstm=True: {layer.name} has {what}, '
+                "and the one 16x8 LSTM kernel there is, TensorFlow Lite for "
+                "Microcontrollers' (LiteRT has none), computes a plain LSTM; use "
+                'quantize="int8" (fused), or fuse_lstm=False (the loops unrolled in 16x8).')
 
 
 def calibration_examples(where: str, representative_data, specs) -> list[list[np.ndarray]]:
@@ -227,19 +234,22 @@ def convert_integer(where: str, concrete, input_names: list[str], quantize: str,
 
 def quantize_flatbuffer(where: str, flatbuffer: bytes, input_names: list[str], quantize: str,
                         examples: list[list[np.ndarray]], integer_io: bool = False) -> bytes:
-    """The integer-only int8 flatbuffer of a float one (builtin ops: the
-    fused LSTM route, and int8 loops), calibrated and quantized in a child
+    """The integer-only flatbuffer of a float one (builtin ops: the fused
+    LSTM route, and int8 loops), calibrated and quantized in a child
     process.
 
     TensorFlow's MLIR quantizer takes TFLite's fused LSTM op (peepholes and
     CIFG included) to its integer kernel: int8 weights and activations,
     int16 peepholes and cell state, with the gate scales the calibration
-    records on the op's intermediate tensors. A ``WHILE`` loop (of a static
-    length) is calibrated by `keras_seq.export._loop_calibration`, where
-    TensorFlow's calibrator crashes, and its carried values made integer
+    records on the op's intermediate tensors; in 16x8 (a plain LSTM, static
+    shapes), int16 activations and cell state, int8 weights and int64
+    biases, the kernel of TensorFlow Lite for Microcontrollers, where the
+    child runs it once (LiteRT has no 16x8 LSTM kernel). A ``WHILE`` loop
+    (of a static length, int8) is calibrated by
+    `keras_seq.export._loop_calibration`, where TensorFlow's calibrator
+    crashes, and its carried values made integer
     (`keras_seq.export._integer_mends.integer_loop_carries`).
     """
-    check_fused_quantize(where, quantize)
     with tempfile.TemporaryDirectory(prefix="keras_seq_int_") as folder:
         with open(os.path.join(folder, _FLOAT_FLATBUFFER), "wb") as f:
             f.write(flatbuffer)

@@ -77,9 +77,10 @@ from keras_seq.export._tracing import (
 )
 from keras_seq.export.integer_tflite import (
     calibration_examples,
-    check_fused_quantize,
+    check_fused_16x8,
     check_integer_arguments,
     quantize_flatbuffer,
+    static_specs,
 )
 from keras_seq.layers.recurrent.operator_forms import LSTMForm, operator_form
 
@@ -113,16 +114,20 @@ def convert_fused_lstm(
         input_signature: `tf.TensorSpec`s of the inputs; a dynamic batch
             dimension is set to `batch_size`. Default: the model's inputs with
             batch `batch_size` and a dynamic time axis.
-        quantize: `None`, ``"dynamic"`` (int8 weights), ``"float16"`` or
-            ``"int8"``, as in `convert_to_tflite`. With ``"int8"`` each fused
-            op is TFLite's integer LSTM kernel (int8 weights and activations,
-            int16 peepholes and cell state, gate scales from calibration),
-            still over any length; every other op an integer kernel too.
-            ``"int16x8"`` is refused: TensorFlow has no 16x8 quantization of
-            the fused op.
+        quantize: `None`, ``"dynamic"`` (int8 weights), ``"float16"``,
+            ``"int8"`` or ``"int16x8"``, as in `convert_to_tflite`. With
+            ``"int8"`` each fused op is TFLite's integer LSTM kernel (int8
+            weights and activations, int16 peepholes and cell state, gate
+            scales from calibration), still over any length; every other op
+            an integer kernel too. With ``"int16x8"`` it is TensorFlow Lite
+            for Microcontrollers' 16x8 LSTM kernel (int16 activations and
+            cell state, int8 weights, int64 biases), which LiteRT lacks: a
+            plain LSTM (peepholes and CIFG are refused) over static shapes
+            (the length from the signature or the examples).
         batch_size: the static batch size. Default 1.
-        representative_data: the calibration examples of ``"int8"`` (see
-            `convert_to_tflite`); their lengths may differ.
+        representative_data: the calibration examples of ``"int8"`` and
+            ``"int16x8"`` (see `convert_to_tflite`); in int8 their lengths
+            may differ.
         integer_io: int8 inputs and outputs (see `convert_to_tflite`).
 
     Returns:
@@ -130,8 +135,9 @@ def convert_fused_lstm(
 
     Raises:
         ValueError: a bad argument, or a signature whose batch differs from
-            `batch_size`; with ``"int8"``, a loop left beside the fused ops
-            (TensorFlow's quantizer crashes on loops) or a quantizer failure.
+            `batch_size`; with an integer mode, a loop left beside the fused
+            ops (TensorFlow's quantizer crashes on loops) or a quantizer
+            failure; with ``"int16x8"``, peepholes or CIFG.
         RuntimeError: the converter did not fuse a layer that was routed to
             the fused kernel (the edit would otherwise give wrong numbers).
 
@@ -154,8 +160,9 @@ def convert_fused_lstm(
         check_positive_int(where, "batch_size", batch_size)
     call, specs, names = _traceable(where, model, input_signature, batch_size)
     if integer:
-        check_fused_quantize(where, quantize)
         examples = calibration_examples(where, representative_data, specs)
+        if quantize == "int16x8":  # TFLite Micro's kernel: static shapes
+            specs = static_specs(where, specs, examples)
     flatbuffer, layers = _convert_with_lstm_functions(
         model, call, specs, names, None if integer else quantize)
     flatbuffer = edit_fused_ops(flatbuffer, layers)
@@ -164,11 +171,13 @@ def convert_fused_lstm(
     count = builtin_op_count(flatbuffer, "WHILE")
     if count:
         raise ArgumentValueError(
-            where, f'quantize="int8" with fuse_lstm=True: the model keeps loops ({count} WHILE '
-            f"op{'s' if count > 1 else ''}) beside the fused LSTM ops (a GRU or other "
+            where, f'quantize="{quantize}" with fuse_lstm=True: the model keeps loops ({count} '
+            f"WHILE op{'s' if count > 1 else ''}) beside the fused LSTM ops (a GRU or other "
             "recurrent layer, or an LSTM named in a warning above), and TensorFlow's "
             "quantizer crashes on loops; convert with fuse_lstm=False and a static length "
             "(every loop unrolled).")
+    if quantize == "int16x8":
+        check_fused_16x8(where, layers.values())
     return quantize_flatbuffer(where, flatbuffer, names, quantize, examples, integer_io)
 
 

@@ -100,7 +100,9 @@ def convert_to_tflite(
             ``quantize="int8"``, each fused op is TFLite's integer LSTM
             kernel (int16 cell state and peepholes), still over any length;
             another loop left beside it is a `ValueError` (convert unfused);
-            ``"int16x8"`` is refused (TensorFlow has no 16x8 fused LSTM).
+            with ``"int16x8"``, TensorFlow Lite for Microcontrollers' 16x8
+            LSTM kernel (LiteRT has none) over a static length, for a plain
+            LSTM (peepholes and CIFG are a `ValueError`).
         batch_size: a fixed batch size for the default signature (`None`:
             dynamic).
         representative_data: for ``"int8"`` and ``"int16x8"`` only, the
