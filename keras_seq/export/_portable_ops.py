@@ -28,11 +28,17 @@ replaces, in `tests/test_portable_ops.py`):
 - A ``GATHER`` of bools (a mask's step; TFLM gathers float32 and int8
   only): the bools made int8, gathered, compared with 0.
 - ``REDUCE_ANY`` (TFLM has ``REDUCE_ALL`` only): ``not all(not x)``.
+- An int16 ``REDUCE_MAX`` or ``REDUCE_MIN`` in one scale (16x8 masked
+  attention's fill; TFLM reduces float32 and int8 only): each reduced axis
+  split, its slices' ``MAXIMUM`` (``MINIMUM``) taken pairwise.
+- A ``GATHER`` from an int16 table (a 16x8 ``Embedding`` over token ids;
+  TFLM gathers float32 and int8 only): each code stored as two int8
+  halves, gathered, and put together exactly in int32
+  (``256 * high + low``), then made int16.
 
 Left as they are (such a file runs in LiteRT, not in TFLM): int16
 ``EXP``, ``LOG``, ``DIV`` and ``SQRT`` (16x8 NTM, MinLSTM, RG-LRU, sLSTM: a
-table would take 65,536 entries) and an int16 ``GATHER`` (a 16x8
-``Embedding`` over token ids).
+table would take 65,536 entries).
 
 References: ``tensorflow/lite/micro/kernels/`` (``exp.cc``,
 ``elementwise.cc``, ``select.cc``, ``gather.cc``, ``fill.cc``,
@@ -69,6 +75,8 @@ def portable(flatbuffer: bytes) -> bytes:
         changed |= _int32_selects_as_arithmetic(model_t, subgraph)
         changed |= _bool_gathers_as_int8(model_t, subgraph)
         changed |= _any_as_all(model_t, subgraph)
+        changed |= _int16_gathers_as_bytes(model_t, subgraph)
+        changed |= _int16_extremes_as_pairs(model_t, subgraph)
     return pack_model(model_t) if changed else flatbuffer
 
 
@@ -291,6 +299,114 @@ def _any_as_all(model_t, subgraph) -> bool:
         changed = True
     subgraph.operators = operators
     return changed
+
+
+def _int16_gathers_as_bytes(model_t, subgraph) -> bool:
+    schema = schema_module()
+    operators, changed = [], False
+    for op in subgraph.operators:
+        table = (subgraph.tensors[int(op.inputs[0])]
+                 if code_of(model_t, op) == schema.BuiltinOperator.GATHER else None)
+        data = None if table is None else model_t.buffers[table.buffer].data
+        options = op.builtinOptions
+        if (table is None or table.type != schema.TensorType.INT16 or data is None
+                or not len(data) or len(_shape(table)) != 2
+                or (options is not None and (options.axis or options.batchDims))):
+            operators.append(op)
+            continue
+        codes = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.int16)
+        codes = codes.astype(np.int32).reshape(_shape(table))
+        high = np.floor_divide(codes, 256)  # codes = 256 * high + low, low in 0..255
+        low = codes - 256 * high
+        halves = np.concatenate([high, low - 128], axis=1).astype(np.int8)
+        output = int(op.outputs[0])
+        shape = _shape(subgraph.tensors[output])
+        both = shape[:-1] + (2 * shape[-1],)
+        halves_index = add_tensor(model_t, subgraph, halves, schema.TensorType.INT8, None)
+        gathered, widened = (_new(subgraph, t, both)
+                             for t in (schema.TensorType.INT8, schema.TensorType.INT32))
+        high_part, low_part, scaled, summed, code = (
+            _new(subgraph, schema.TensorType.INT32, shape) for _ in range(5))
+        axis = add_tensor(model_t, subgraph, np.array(len(shape) - 1, np.int32),
+                          schema.TensorType.INT32, None)
+        constants = [add_tensor(model_t, subgraph, np.array(v, np.int32),
+                                schema.TensorType.INT32, None) for v in (256, 128)]
+        gather = new_operator(model_t, schema.BuiltinOperator.GATHER,
+                              [halves_index, int(op.inputs[1])], [gathered])
+        gather.builtinOptionsType, gather.builtinOptions = op.builtinOptionsType, options
+        split = new_operator(model_t, schema.BuiltinOperator.SPLIT, [axis, widened],
+                             [high_part, low_part])
+        split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
+        split.builtinOptions = schema.SplitOptionsT()
+        split.builtinOptions.numSplits = 2
+        # The int16 code, exactly: 256 * high + (low - 128) + 128, in int32.
+        operators += [gather, _cast(model_t, gathered, widened, schema.TensorType.INT8), split,
+                      _arithmetic(model_t, "MUL", [high_part, constants[0]], scaled),
+                      _arithmetic(model_t, "ADD", [scaled, low_part], summed),
+                      _arithmetic(model_t, "ADD", [summed, constants[1]], code),
+                      _cast(model_t, code, output, schema.TensorType.INT32,
+                            schema.TensorType.INT16)]
+        changed = True
+    subgraph.operators = operators
+    return changed
+
+
+_PAIRWISE = {"REDUCE_MAX": "MAXIMUM", "REDUCE_MIN": "MINIMUM"}
+
+
+def _int16_extremes_as_pairs(model_t, subgraph) -> bool:
+    schema = schema_module()
+    pairwise = {getattr(schema.BuiltinOperator, reduce): getattr(schema.BuiltinOperator, pair)
+                for reduce, pair in _PAIRWISE.items()}
+    operators, changed = [], False
+    for op in subgraph.operators:
+        pair = pairwise.get(code_of(model_t, op))
+        source, axes = ((None, None) if pair is None else
+                        (subgraph.tensors[int(op.inputs[0])], subgraph.tensors[int(op.inputs[1])]))
+        output = None if pair is None else subgraph.tensors[int(op.outputs[0])]
+        axes_data = None if axes is None else model_t.buffers[axes.buffer].data
+        if (pair is None or source.type != schema.TensorType.INT16 or axes_data is None
+                or not len(axes_data) or _quantization_of(source) != _quantization_of(output)):
+            operators.append(op)
+            continue
+        shape = _shape(source)
+        reduced = {int(a) % len(shape) for a in np.frombuffer(
+            np.asarray(axes_data, np.uint8).tobytes(), np.int32)}
+        running = int(op.inputs[0])
+        for axis in sorted(reduced):  # each axis split, its slices compared pairwise
+            if shape[axis] == 1:
+                continue
+            kept = shape[:axis] + (1,) + shape[axis + 1:]
+            pieces = [_activation_like(subgraph, source, kept) for _ in range(shape[axis])]
+            axis_index = add_tensor(model_t, subgraph, np.array(axis, np.int32),
+                                    schema.TensorType.INT32, None)
+            split = new_operator(model_t, schema.BuiltinOperator.SPLIT, [axis_index, running],
+                                 pieces)
+            split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
+            split.builtinOptions = schema.SplitOptionsT()
+            split.builtinOptions.numSplits = len(pieces)
+            operators.append(split)
+            running = pieces[0]
+            for piece in pieces[1:]:  # the raw codes: one scale in and out
+                combined = _activation_like(subgraph, source, kept)
+                operators.append(new_operator(model_t, pair, [running, piece], [combined]))
+                running = combined
+            shape = kept
+        target = _shape(output) or ()
+        operators.append(new_operator(
+            model_t, schema.BuiltinOperator.RESHAPE,
+            [running, add_tensor(model_t, subgraph, np.array(target, np.int32).reshape(-1),
+                                 schema.TensorType.INT32, None)], [int(op.outputs[0])]))
+        changed = True
+    subgraph.operators = operators
+    return changed
+
+
+def _activation_like(subgraph, like, shape) -> int:
+    """A new data-less tensor of ``like``'s type and quantization, of ``shape``."""
+    index = _new(subgraph, like.type, shape)
+    subgraph.tensors[index].quantization = copy.deepcopy(like.quantization)
+    return index
 
 
 def _arithmetic(model_t, name: str, inputs: list[int], output: int):
