@@ -81,6 +81,8 @@ CODES = np.arange(-128, 128, dtype=np.int8)
 rng = np.random.default_rng(0)
 _reducer = schema.ReducerOptionsT()
 _reducer.keepDims = False
+_tanh_gelu = schema.GeluOptionsT()
+_tanh_gelu.approximate = True
 
 # name -> (op, inputs, output, options, feeds)
 CASES = {
@@ -88,6 +90,11 @@ CASES = {
                  ((256,), INT8, _quantization(0.02, -128)), None, [CODES]),
     "int8 LOG": ("LOG", [((256,), INT8, _quantization(0.05, -128), None)],
                  ((256,), INT8, _quantization(0.04, 20)), None, [CODES]),
+    "int8 GELU": ("GELU", [((256,), INT8, _quantization(0.03, 10), None)],
+                  ((256,), INT8, _quantization(0.025, -100)), None, [CODES]),
+    "int8 GELU, tanh": ("GELU", [((256,), INT8, _quantization(0.03, 10), None)],
+                        ((256,), INT8, _quantization(0.025, -100)),
+                        (schema.BuiltinOptions.GeluOptions, _tanh_gelu), [CODES]),
     "SELECT": ("SELECT", [((2, 3), BOOL, None, None), ((2, 3), INT8, _quantization(0.1, 3), None),
                           ((2, 3), INT8, _quantization(0.1, 3), None)],
                ((2, 3), INT8, _quantization(0.1, 3)), None,

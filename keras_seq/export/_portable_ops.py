@@ -11,12 +11,13 @@ replaces, in `tests/test_portable_ops.py`):
   only the second; the two agree there, while a rank-1 condition picks
   rows in ``SELECT`` and is left as it is). MinGRU's and MinLSTM's
   ``where``.
-- An int8 ``EXP``, ``LOG`` or ``SQRT`` (TFLM: float32 only): a table of its
+- An int8 ``EXP``, ``LOG``, ``SQRT`` or ``GELU`` (TFLM: float32 only; no
+  ``GELU`` at all): a table of its
   256 results read by ``GATHER``, indexed by the input made int32
   (``CAST``) plus 128 (``ADD``); 256 bytes. For ``EXP`` and ``LOG`` the
   table is the one LiteRT's kernel fills (the same bytes out); LiteRT's
   int8 ``SQRT`` truncates, the table rounds to the nearest code. The NTM's
-  addressing, RG-LRU's, MinLSTM's and sLSTM's gates.
+  addressing, RG-LRU's, MinLSTM's and sLSTM's gates, a block's GELU.
 - An int16 comparison of two tensors in one scale (16x8 MinGRU's
   ``x >= 0``; TFLM compares int8, int32 and float only): the int32 codes
   compared.
@@ -37,8 +38,9 @@ replaces, in `tests/test_portable_ops.py`):
   (``256 * high + low``), then made int16.
 
 Left as they are (such a file runs in LiteRT, not in TFLM): int16
-``EXP``, ``LOG``, ``DIV`` and ``SQRT`` (16x8 NTM, MinLSTM, RG-LRU, sLSTM: a
-table would take 65,536 entries).
+``EXP``, ``LOG``, ``DIV``, ``SQRT`` and ``GELU`` (16x8 NTM, MinLSTM, RG-LRU,
+sLSTM, a recurrent block's feed-forward: a table would take 65,536
+entries).
 
 References: ``tensorflow/lite/micro/kernels/`` (``exp.cc``,
 ``elementwise.cc``, ``select.cc``, ``gather.cc``, ``fill.cc``,
@@ -49,6 +51,8 @@ References: ``tensorflow/lite/micro/kernels/`` (``exp.cc``,
 from __future__ import annotations
 
 import copy
+import functools
+import math
 
 import numpy as np
 
@@ -100,8 +104,15 @@ def _shape(tensor):
     return None if tensor.shape is None else tuple(int(d) for d in tensor.shape)
 
 
-# Unary int8 ops TFLite Micro computes in float32 only, by their function.
-_TABLED = {"EXP": np.exp, "LOG": np.log, "SQRT": np.sqrt}
+def _gelu(x, approximate=False):
+    if approximate:
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / np.sqrt(2.0)))
+
+
+# Unary int8 ops TFLite Micro computes in float32 only (GELU: not at all),
+# by their function.
+_TABLED = {"EXP": np.exp, "LOG": np.log, "SQRT": np.sqrt, "GELU": _gelu}
 
 
 def _int8_tables(model_t, subgraph) -> bool:
@@ -117,6 +128,9 @@ def _int8_tables(model_t, subgraph) -> bool:
                 or target.type != schema.TensorType.INT8):
             operators.append(op)
             continue
+        if function is _gelu:
+            approximate = bool(op.builtinOptions is not None and op.builtinOptions.approximate)
+            function = functools.partial(_gelu, approximate=approximate)
         operators.extend(_table_lookup(model_t, subgraph, op, source, target, function))
         changed = True
     subgraph.operators = operators
