@@ -75,13 +75,16 @@ def convert_to_tflite(
             integer-only: ``"int8"`` (int8 weights and activations) or
             ``"int16x8"`` (int8 weights, int16 activations), each op an
             integer kernel with float inputs and outputs, calibrated on
-            `representative_data`. An integer model has no loops: every
-            recurrent loop runs unrolled over the static time length (of the
-            `input_signature`, else of the examples); for a stream, convert
-            `streaming_model(model)` fed one step at a time. The quantizer
-            runs in a child process, so a crash of TensorFlow's quantizer or
-            LiteRT is one `ValueError` line (see
-            `keras_seq.export.integer_tflite`).
+            `representative_data`. Every length is static (of the
+            `input_signature`, else of the examples): ``"int8"`` keeps each
+            recurrent loop as a ``WHILE``, ``"int16x8"`` runs it unrolled;
+            for a stream, convert `streaming_model(model)` fed one step at
+            a time. The files run in LiteRT and in TensorFlow Lite for
+            Microcontrollers (but for a 16x8 model's int16 ``EXP``, ``LOG``,
+            ``DIV``, ``SQRT`` or ``GELU``: the NTM, MinLSTM, RG-LRU, sLSTM,
+            a block's feed-forward). The quantizer runs in a child process,
+            so a crash of TensorFlow's quantizer or LiteRT is one
+            `ValueError` line (see `keras_seq.export.integer_tflite`).
         fuse_lstm: turn every `PeepholeLSTM`, `CoupledGateLSTM` and
             `keras.layers.LSTM` (every layer whose cell declares an
             `LSTMForm`: their subclasses that keep the step, a user's cell)
