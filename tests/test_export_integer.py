@@ -555,6 +555,21 @@ def test_peepholes_are_refused_in_a_16x8_fused_lstm():
                           representative_data=list(_sequences(4, 0)))
 
 
+def test_a_16x8_fused_lstm_without_tflite_micro_is_an_import_error_first(monkeypatch):
+    """Its one check runs in TFLite Micro: without the package, nothing is
+    converted."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "tflite_micro" else found(name, *rest))
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, keras.layers.LSTM(U)(x))
+    with pytest.raises(ImportError, match=r"pip install tflite-micro"):
+        convert_to_tflite(model, quantize="int16x8", fuse_lstm=True,
+                          representative_data=list(_sequences(4, 0)))
+
+
 def test_a_fused_bidirectional_lstm_keeps_each_direction_in_its_own_scale():
     """Each op writes h in one scale, reads it back as h(t-1) and copies it
     out; the CONCATENATION of the two directions must not give the forward

@@ -97,33 +97,27 @@ def _has_int16_lstm(flatbuffer: bytes) -> bool:
 
 
 def _run_in_micro(folder: str, flatbuffer: bytes, names, example, failure_file) -> None:
-    """One run in TensorFlow Lite for Microcontrollers' interpreter."""
+    """One run in TensorFlow Lite for Microcontrollers' interpreter (its
+    presence checked by the caller, `integer_tflite.check_fused_16x8`)."""
+    from tflite_micro.python.tflite_micro import runtime
+
     from keras_seq.export._flatbuffer import load_model
     from keras_seq.export.integer_tflite import first_line
 
+    model_t = load_model(flatbuffer)
+    graph, signature = model_t.subgraphs[0], model_t.signatureDefs[0]
+    position = {m.name.decode(): list(graph.inputs).index(m.tensorIndex)
+                for m in signature.inputs}
     try:
-        from tflite_micro.python.tflite_micro import runtime
-    except ImportError:
-        said = ("its 16x8 LSTM runs in TensorFlow Lite for Microcontrollers alone (LiteRT has "
-                "no 16x8 LSTM kernel), whose interpreter checks the file here: pip install "
-                "tflite-micro (keras-seq's [micro] extra)")
-    else:
-        model_t = load_model(flatbuffer)
-        graph, signature = model_t.subgraphs[0], model_t.signatureDefs[0]
-        position = {m.name.decode(): list(graph.inputs).index(m.tensorIndex)
-                    for m in signature.inputs}
-        try:
-            interpreter = runtime.Interpreter.from_bytes(flatbuffer)
-            for name, value in zip(names, example):
-                dtype = interpreter.get_input_details(position[name])["dtype"]
-                interpreter.set_input(value.astype(dtype), position[name])
-            interpreter.invoke()
-            return
-        except (RuntimeError, ValueError) as error:
-            said = ("TensorFlow Lite for Microcontrollers cannot run the integer model the "
+        interpreter = runtime.Interpreter.from_bytes(flatbuffer)
+        for name, value in zip(names, example):
+            dtype = interpreter.get_input_details(position[name])["dtype"]
+            interpreter.set_input(value.astype(dtype), position[name])
+        interpreter.invoke()
+    except (RuntimeError, ValueError) as error:
+        with open(os.path.join(folder, failure_file), "w") as f:
+            f.write("TensorFlow Lite for Microcontrollers cannot run the integer model the "
                     f"converter wrote: {first_line(error)}")
-    with open(os.path.join(folder, failure_file), "w") as f:
-        f.write(said)
 
 
 def _converted(saved_model: str, mode: str, representative_dataset, names, examples,

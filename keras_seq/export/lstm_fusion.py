@@ -138,6 +138,7 @@ def convert_fused_lstm(
             `batch_size`; with an integer mode, a loop left beside the fused
             ops (TensorFlow's quantizer crashes on loops) or a quantizer
             failure; with ``"int16x8"``, peepholes or CIFG.
+        ImportError: ``"int16x8"`` without ``tflite-micro`` installed.
         RuntimeError: the converter did not fuse a layer that was routed to
             the fused kernel (the edit would otherwise give wrong numbers).
 
@@ -161,7 +162,8 @@ def convert_fused_lstm(
     call, specs, names = _traceable(where, model, input_signature, batch_size)
     if integer:
         examples = calibration_examples(where, representative_data, specs)
-        if quantize == "int16x8":  # TFLite Micro's kernel: static shapes
+        if quantize == "int16x8":  # TFLite Micro's kernel: its package, static shapes
+            check_fused_16x8(where)
             specs = static_specs(where, specs, examples)
     flatbuffer, layers = _convert_with_lstm_functions(
         model, call, specs, names, None if integer else quantize)
