@@ -546,6 +546,25 @@ def test_a_plain_lstm_fuses_to_tflite_micros_16x8_kernel():
             assert error <= 0.02 * np.abs(reference).max(), (i, error)
 
 
+def test_a_16x8_fused_lstm_takes_and_gives_int16_with_integer_io():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, F), name="x")
+    model = keras.Model(x, keras.layers.LSTM(U, return_sequences=True)(x))
+    flatbuffer = convert_to_tflite(model, quantize="int16x8", fuse_lstm=True, integer_io=True,
+                                   representative_data=list(_sequences(30, 0)))
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0)).subgraphs[0]
+    given, taken = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+    assert given.type == taken.type == schema.TensorType.INT16  # LiteRT cannot load it
+    scale_in, scale_out = float(given.quantization.scale[0]), float(taken.quantization.scale[0])
+    x = _sequences(1, 3)[0]
+    got = _micro_runner(flatbuffer)(x=np.round(x / scale_in).astype(np.int16))["output_0"]
+    reference = np.asarray(model(x))
+    error = np.abs(got * scale_out - reference).max()
+    assert error <= 0.02 * np.abs(reference).max(), error
+
+
 def test_peepholes_are_refused_in_a_16x8_fused_lstm():
     """TFLite Micro's 16x8 kernel computes a plain LSTM (LiteRT has none)."""
     x = keras.Input((None, F), name="x")

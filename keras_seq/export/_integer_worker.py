@@ -185,11 +185,11 @@ def _quantized(flatbuffer: bytes, mode: str, examples, integer_io: bool) -> byte
         return integer_loop_carries(integer_only(quantized))
     with_intermediates = calibrator.add_intermediate_tensors(flatbuffer)
     calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
-    if mode == "int16x8":
+    if mode == "int16x8":  # int16 edges need `fully_quantize` there
         edge = tf.int16 if integer_io else tf.float32
         return integer_lstm_states_agree(convert.mlir_quantize(
             calibrated, inference_type=types_pb2.QUANTIZED_INT16, input_data_type=edge,
-            output_data_type=edge))
+            output_data_type=edge, fully_quantize=integer_io))
     return integer_lstm_states_agree(
         convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge))
 
