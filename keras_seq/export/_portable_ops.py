@@ -72,36 +72,30 @@ def portable(flatbuffer: bytes) -> bytes:
     model_t = load_model(flatbuffer)
     changed = False
     for subgraph in model_t.subgraphs:
-        changed |= _selects_as_v2(model_t, subgraph)
-        changed |= _int8_tables(model_t, subgraph)
-        changed |= _int16_comparisons_in_int32(model_t, subgraph)
-        changed |= _int16_fills_as_casts(model_t, subgraph)
-        changed |= _int32_selects_as_arithmetic(model_t, subgraph)
-        changed |= _bool_gathers_as_int8(model_t, subgraph)
-        changed |= _any_as_all(model_t, subgraph)
-        changed |= _int16_gathers_as_bytes(model_t, subgraph)
-        changed |= _int16_extremes_as_pairs(model_t, subgraph)
+        for rewrite in _REWRITES:
+            operators = []
+            for op in subgraph.operators:
+                replacement = rewrite(model_t, subgraph, op)
+                operators.extend([op] if replacement is None else replacement)
+                changed |= replacement is not None
+            subgraph.operators = operators
     return pack_model(model_t) if changed else flatbuffer
 
 
-def _selects_as_v2(model_t, subgraph) -> bool:
+# Each rewrite takes one op: the ops that replace it, or None (kept).
+
+
+def _select_as_v2(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    changed = False
-    for op in subgraph.operators:
-        if code_of(model_t, op) != schema.BuiltinOperator.SELECT:
-            continue
-        shapes = [_shape(subgraph.tensors[int(i)]) for i in op.inputs]
-        if shapes[0] is None or any(s != shapes[0] for s in shapes[1:]):
-            continue  # a rank-1 condition picks rows: not SELECT_V2's broadcast
-        op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.SELECT_V2)
-        op.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
-        op.builtinOptions = schema.SelectV2OptionsT()
-        changed = True
-    return changed
-
-
-def _shape(tensor):
-    return None if tensor.shape is None else tuple(int(d) for d in tensor.shape)
+    if code_of(model_t, op) != schema.BuiltinOperator.SELECT:
+        return None
+    shapes = [_shape(subgraph.tensors[int(i)]) for i in op.inputs]
+    if shapes[0] is None or any(s != shapes[0] for s in shapes[1:]):
+        return None  # a rank-1 condition picks rows: not SELECT_V2's broadcast
+    op.opcodeIndex = opcode_index(model_t, schema.BuiltinOperator.SELECT_V2)
+    op.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
+    op.builtinOptions = schema.SelectV2OptionsT()
+    return [op]
 
 
 def _gelu(x, approximate=False):
@@ -115,50 +109,33 @@ def _gelu(x, approximate=False):
 _TABLED = {"EXP": np.exp, "LOG": np.log, "SQRT": np.sqrt, "GELU": _gelu}
 
 
-def _int8_tables(model_t, subgraph) -> bool:
+def _int8_table_lookup(model_t, subgraph, op) -> list | None:
+    """``CAST``, ``ADD`` and ``GATHER`` computing an int8 function as a table."""
     schema = schema_module()
     functions = {getattr(schema.BuiltinOperator, name): f for name, f in _TABLED.items()}
-    operators, changed = [], False
-    for op in subgraph.operators:
-        function = functions.get(code_of(model_t, op))
-        source, target = ((None, None) if function is None else
-                          (subgraph.tensors[int(op.inputs[0])],
-                           subgraph.tensors[int(op.outputs[0])]))
-        if (function is None or source.type != schema.TensorType.INT8
-                or target.type != schema.TensorType.INT8):
-            operators.append(op)
-            continue
-        if function is _gelu:
-            approximate = bool(op.builtinOptions is not None and op.builtinOptions.approximate)
-            function = functools.partial(_gelu, approximate=approximate)
-        operators.extend(_table_lookup(model_t, subgraph, op, source, target, function))
-        changed = True
-    subgraph.operators = operators
-    return changed
-
-
-def _table_lookup(model_t, subgraph, op, source, target, function) -> list:
-    """``CAST``, ``ADD`` and ``GATHER`` computing int8 ``function`` as a table."""
-    schema = schema_module()
-    in_scale, in_zero = float(source.quantization.scale[0]), int(source.quantization.zeroPoint[0])
-    out_scale = float(target.quantization.scale[0])
-    out_zero = int(target.quantization.zeroPoint[0])
-    table = int8_table(function, in_scale, in_zero, out_scale, out_zero)
+    function = functions.get(code_of(model_t, op))
+    if function is None:
+        return None
+    source, target = subgraph.tensors[int(op.inputs[0])], subgraph.tensors[int(op.outputs[0])]
+    if source.type != schema.TensorType.INT8 or target.type != schema.TensorType.INT8:
+        return None
+    if function is _gelu:
+        approximate = bool(op.builtinOptions is not None and op.builtinOptions.approximate)
+        function = functools.partial(_gelu, approximate=approximate)
+    table = int8_table(function, float(source.quantization.scale[0]),
+                       int(source.quantization.zeroPoint[0]),
+                       float(target.quantization.scale[0]), int(target.quantization.zeroPoint[0]))
     table_index = add_tensor(model_t, subgraph, table, schema.TensorType.INT8, None,
                              copy.deepcopy(target.quantization))
-    offset = add_tensor(model_t, subgraph, np.array([128], np.int32),
-                        schema.TensorType.INT32, None)
-    as_int32, index = (_int32_like(subgraph, source) for _ in range(2))
-    cast = _cast(model_t, int(op.inputs[0]), as_int32, schema.TensorType.INT8)
-    add = new_operator(model_t, schema.BuiltinOperator.ADD, [as_int32, offset], [index])
-    add.builtinOptionsType = schema.BuiltinOptions.AddOptions
-    add.builtinOptions = schema.AddOptionsT()
+    as_int32, index = (_new(subgraph, schema.TensorType.INT32, _shape(source))
+                       for _ in range(2))
     gather = new_operator(model_t, schema.BuiltinOperator.GATHER, [table_index, index],
                           [int(op.outputs[0])])
     gather.builtinOptionsType = schema.BuiltinOptions.GatherOptions
     gather.builtinOptions = schema.GatherOptionsT()
-    gather.builtinOptions.axis = 0
-    return [cast, add, gather]
+    return [_cast(model_t, int(op.inputs[0]), as_int32, schema.TensorType.INT8),
+            _arithmetic(model_t, "ADD", [as_int32, _int32(model_t, subgraph, [128])], index),
+            gather]
 
 
 def int8_table(function, in_scale: float, in_zero: int, out_scale: float,
@@ -179,241 +156,190 @@ def int8_table(function, in_scale: float, in_zero: int, out_scale: float,
 _COMPARISONS = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
 
 
-def _int16_comparisons_in_int32(model_t, subgraph) -> bool:
+def _int16_comparison_in_int32(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    comparisons = {getattr(schema.BuiltinOperator, name) for name in _COMPARISONS}
-    operators, changed = [], False
-    for op in subgraph.operators:
-        sides = ([subgraph.tensors[int(i)] for i in op.inputs]
-                 if code_of(model_t, op) in comparisons else [])
-        if (not sides or any(t.type != schema.TensorType.INT16 for t in sides)
-                or _quantization_of(sides[0]) != _quantization_of(sides[1])):
-            operators.append(op)
+    if code_of(model_t, op) not in {getattr(schema.BuiltinOperator, n) for n in _COMPARISONS}:
+        return None
+    sides = [subgraph.tensors[int(i)] for i in op.inputs]
+    if (any(t.type != schema.TensorType.INT16 for t in sides)
+            or _quantization_of(sides[0]) != _quantization_of(sides[1])):
+        return None
+    replacement, inputs = [], []
+    for index, side in zip((int(i) for i in op.inputs), sides):
+        codes = _constant(model_t, side, np.int16)
+        if codes is not None:  # a constant: stored as int32
+            inputs.append(_int32(model_t, subgraph, codes.reshape(_shape(side) or ())))
             continue
-        inputs = []
-        for index, side in zip((int(i) for i in op.inputs), sides):
-            data = model_t.buffers[side.buffer].data
-            if data is not None and len(data):  # a constant: stored as int32
-                codes = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.int16)
-                inputs.append(add_tensor(model_t, subgraph,
-                                         codes.astype(np.int32).reshape(_shape(side) or ()),
-                                         schema.TensorType.INT32, None))
-                continue
-            widened = _int32_like(subgraph, side)
-            operators.append(_cast(model_t, index, widened, schema.TensorType.INT16))
-            inputs.append(widened)
-        op.inputs = np.array(inputs, np.int32)
-        operators.append(op)
-        changed = True
-    subgraph.operators = operators
-    return changed
+        widened = _new(subgraph, schema.TensorType.INT32, _shape(side))
+        replacement.append(_cast(model_t, index, widened, schema.TensorType.INT16))
+        inputs.append(widened)
+    op.inputs = np.array(inputs, np.int32)
+    return [*replacement, op]
 
 
-def _int16_fills_as_casts(model_t, subgraph) -> bool:
+def _int16_fill_as_cast(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    changed = False
-    for op in subgraph.operators:
-        if code_of(model_t, op) != schema.BuiltinOperator.FILL:
-            continue
-        dims, value = (subgraph.tensors[int(i)] for i in op.inputs)
-        dims_data, value_data = (model_t.buffers[t.buffer].data for t in (dims, value))
-        if (value.type != schema.TensorType.INT16 or dims_data is None or value_data is None
-                or not len(dims_data) or not len(value_data)):
-            continue
-        shape = np.frombuffer(np.asarray(dims_data, np.uint8).tobytes(),
-                              {schema.TensorType.INT32: np.int32,
-                               schema.TensorType.INT64: np.int64}[dims.type])
-        code = int(np.frombuffer(np.asarray(value_data, np.uint8).tobytes(), np.int16)[0])
-        if not -128 <= code <= 127:
-            continue
-        filled = add_tensor(model_t, subgraph, np.full(shape, code, np.int8),
-                            schema.TensorType.INT8, None)
-        cast = _cast(model_t, filled, int(op.outputs[0]), schema.TensorType.INT8,
-                     schema.TensorType.INT16)
-        op.opcodeIndex, op.inputs = cast.opcodeIndex, cast.inputs
-        op.builtinOptionsType, op.builtinOptions = cast.builtinOptionsType, cast.builtinOptions
-        changed = True
-    return changed
+    if code_of(model_t, op) != schema.BuiltinOperator.FILL:
+        return None
+    dims, value = (subgraph.tensors[int(i)] for i in op.inputs)
+    if value.type != schema.TensorType.INT16:
+        return None
+    shape = _constant(model_t, dims, {schema.TensorType.INT32: np.int32,
+                                      schema.TensorType.INT64: np.int64}.get(dims.type))
+    code = _constant(model_t, value, np.int16)
+    if shape is None or code is None or not -128 <= int(code[0]) <= 127:
+        return None
+    filled = add_tensor(model_t, subgraph, np.full(shape, int(code[0]), np.int8),
+                        schema.TensorType.INT8, None)
+    return [_cast(model_t, filled, int(op.outputs[0]), schema.TensorType.INT8,
+                  schema.TensorType.INT16)]
 
 
-def _int32_selects_as_arithmetic(model_t, subgraph) -> bool:
+def _int32_select_as_arithmetic(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    operators, changed = [], False
-    for op in subgraph.operators:
-        output = int(op.outputs[0])
-        if (code_of(model_t, op) != schema.BuiltinOperator.SELECT_V2
-                or subgraph.tensors[output].type != schema.TensorType.INT32):
-            operators.append(op)
-            continue
-        condition, first, second = (int(i) for i in op.inputs)
-        shapes = [_shape(subgraph.tensors[i]) for i in (condition, first, second)]
-        as_int = _new(subgraph, schema.TensorType.INT32, shapes[0])
-        difference = _new(subgraph, schema.TensorType.INT32,
-                          np.broadcast_shapes(shapes[1], shapes[2]))
-        taken = _new(subgraph, schema.TensorType.INT32,
-                     np.broadcast_shapes(shapes[0], shapes[1], shapes[2]))
-        # second + condition * (first - second), exactly, in int32
-        operators += [_cast(model_t, condition, as_int, schema.TensorType.BOOL),
-                      _arithmetic(model_t, "SUB", [first, second], difference),
-                      _arithmetic(model_t, "MUL", [as_int, difference], taken),
-                      _arithmetic(model_t, "ADD", [second, taken], output)]
-        changed = True
-    subgraph.operators = operators
-    return changed
+    if (code_of(model_t, op) != schema.BuiltinOperator.SELECT_V2
+            or subgraph.tensors[int(op.outputs[0])].type != schema.TensorType.INT32):
+        return None
+    condition, first, second = (int(i) for i in op.inputs)
+    shapes = [_shape(subgraph.tensors[i]) for i in (condition, first, second)]
+    as_int = _new(subgraph, schema.TensorType.INT32, shapes[0])
+    difference = _new(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes[1:]))
+    taken = _new(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes))
+    # second + condition * (first - second), exactly, in int32
+    return [_cast(model_t, condition, as_int, schema.TensorType.BOOL),
+            _arithmetic(model_t, "SUB", [first, second], difference),
+            _arithmetic(model_t, "MUL", [as_int, difference], taken),
+            _arithmetic(model_t, "ADD", [second, taken], int(op.outputs[0]))]
 
 
-def _bool_gathers_as_int8(model_t, subgraph) -> bool:
+def _bool_gather_as_int8(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    operators, changed = [], False
-    for op in subgraph.operators:
-        if (code_of(model_t, op) != schema.BuiltinOperator.GATHER
-                or subgraph.tensors[int(op.inputs[0])].type != schema.TensorType.BOOL):
-            operators.append(op)
-            continue
-        params, output = int(op.inputs[0]), int(op.outputs[0])
-        shape = _shape(subgraph.tensors[output])
-        as_int8 = _new(subgraph, schema.TensorType.INT8, _shape(subgraph.tensors[params]))
-        gathered = _new(subgraph, schema.TensorType.INT8, shape)
-        widened = _new(subgraph, schema.TensorType.INT32, shape)
-        zero = add_tensor(model_t, subgraph, np.zeros((), np.int32), schema.TensorType.INT32,
-                          None)
-        operators.append(_cast(model_t, params, as_int8, schema.TensorType.BOOL,
-                               schema.TensorType.INT8))
-        op.inputs = np.array([as_int8, *(int(i) for i in op.inputs[1:])], np.int32)
-        op.outputs = np.array([gathered], np.int32)
-        operators += [op, _cast(model_t, gathered, widened, schema.TensorType.INT8),
-                      new_operator(model_t, schema.BuiltinOperator.NOT_EQUAL,
-                                   [widened, zero], [output])]
-        changed = True
-    subgraph.operators = operators
-    return changed
+    if (code_of(model_t, op) != schema.BuiltinOperator.GATHER
+            or subgraph.tensors[int(op.inputs[0])].type != schema.TensorType.BOOL):
+        return None
+    params, output = int(op.inputs[0]), int(op.outputs[0])
+    shape = _shape(subgraph.tensors[output])
+    as_int8 = _new(subgraph, schema.TensorType.INT8, _shape(subgraph.tensors[params]))
+    gathered = _new(subgraph, schema.TensorType.INT8, shape)
+    widened = _new(subgraph, schema.TensorType.INT32, shape)
+    cast = _cast(model_t, params, as_int8, schema.TensorType.BOOL, schema.TensorType.INT8)
+    op.inputs = np.array([as_int8, *(int(i) for i in op.inputs[1:])], np.int32)
+    op.outputs = np.array([gathered], np.int32)
+    return [cast, op, _cast(model_t, gathered, widened, schema.TensorType.INT8),
+            new_operator(model_t, schema.BuiltinOperator.NOT_EQUAL,
+                         [widened, _int32(model_t, subgraph, 0)], [output])]
 
 
-def _any_as_all(model_t, subgraph) -> bool:
+def _any_as_all(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    operators, changed = [], False
-    for op in subgraph.operators:
-        if code_of(model_t, op) != schema.BuiltinOperator.REDUCE_ANY:
-            operators.append(op)
-            continue
-        source, axes = (int(i) for i in op.inputs)
-        output = int(op.outputs[0])
-        negated = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[source]))
-        none_true = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[output]))
-        # any(x) = not all(not x)
-        reduce = new_operator(model_t, schema.BuiltinOperator.REDUCE_ALL, [negated, axes],
-                              [none_true])
-        reduce.builtinOptionsType, reduce.builtinOptions = (op.builtinOptionsType,
-                                                            op.builtinOptions)
-        operators += [new_operator(model_t, schema.BuiltinOperator.LOGICAL_NOT, [source],
-                                   [negated]),
-                      reduce,
-                      new_operator(model_t, schema.BuiltinOperator.LOGICAL_NOT, [none_true],
-                                   [output])]
-        changed = True
-    subgraph.operators = operators
-    return changed
+    if code_of(model_t, op) != schema.BuiltinOperator.REDUCE_ANY:
+        return None
+    source, axes = (int(i) for i in op.inputs)
+    output = int(op.outputs[0])
+    negated = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[source]))
+    none_true = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[output]))
+    reduce = new_operator(model_t, schema.BuiltinOperator.REDUCE_ALL, [negated, axes],
+                          [none_true])
+    reduce.builtinOptionsType, reduce.builtinOptions = op.builtinOptionsType, op.builtinOptions
+    # any(x) = not all(not x)
+    return [new_operator(model_t, schema.BuiltinOperator.LOGICAL_NOT, [source], [negated]),
+            reduce,
+            new_operator(model_t, schema.BuiltinOperator.LOGICAL_NOT, [none_true], [output])]
 
 
-def _int16_gathers_as_bytes(model_t, subgraph) -> bool:
+def _int16_gather_as_bytes(model_t, subgraph, op) -> list | None:
     schema = schema_module()
-    operators, changed = [], False
-    for op in subgraph.operators:
-        table = (subgraph.tensors[int(op.inputs[0])]
-                 if code_of(model_t, op) == schema.BuiltinOperator.GATHER else None)
-        data = None if table is None else model_t.buffers[table.buffer].data
-        options = op.builtinOptions
-        if (table is None or table.type != schema.TensorType.INT16 or data is None
-                or not len(data) or len(_shape(table)) != 2
-                or (options is not None and (options.axis or options.batchDims))):
-            operators.append(op)
-            continue
-        codes = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.int16)
-        codes = codes.astype(np.int32).reshape(_shape(table))
-        high = np.floor_divide(codes, 256)  # codes = 256 * high + low, low in 0..255
-        low = codes - 256 * high
-        halves = np.concatenate([high, low - 128], axis=1).astype(np.int8)
-        output = int(op.outputs[0])
-        shape = _shape(subgraph.tensors[output])
-        both = shape[:-1] + (2 * shape[-1],)
-        halves_index = add_tensor(model_t, subgraph, halves, schema.TensorType.INT8, None)
-        gathered, widened = (_new(subgraph, t, both)
-                             for t in (schema.TensorType.INT8, schema.TensorType.INT32))
-        high_part, low_part, scaled, summed, code = (
-            _new(subgraph, schema.TensorType.INT32, shape) for _ in range(5))
-        axis = add_tensor(model_t, subgraph, np.array(len(shape) - 1, np.int32),
-                          schema.TensorType.INT32, None)
-        constants = [add_tensor(model_t, subgraph, np.array(v, np.int32),
-                                schema.TensorType.INT32, None) for v in (256, 128)]
-        gather = new_operator(model_t, schema.BuiltinOperator.GATHER,
-                              [halves_index, int(op.inputs[1])], [gathered])
-        gather.builtinOptionsType, gather.builtinOptions = op.builtinOptionsType, options
-        split = new_operator(model_t, schema.BuiltinOperator.SPLIT, [axis, widened],
-                             [high_part, low_part])
-        split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
-        split.builtinOptions = schema.SplitOptionsT()
-        split.builtinOptions.numSplits = 2
-        # The int16 code, exactly: 256 * high + (low - 128) + 128, in int32.
-        operators += [gather, _cast(model_t, gathered, widened, schema.TensorType.INT8), split,
-                      _arithmetic(model_t, "MUL", [high_part, constants[0]], scaled),
-                      _arithmetic(model_t, "ADD", [scaled, low_part], summed),
-                      _arithmetic(model_t, "ADD", [summed, constants[1]], code),
-                      _cast(model_t, code, output, schema.TensorType.INT32,
-                            schema.TensorType.INT16)]
-        changed = True
-    subgraph.operators = operators
-    return changed
+    if code_of(model_t, op) != schema.BuiltinOperator.GATHER:
+        return None
+    table, options = subgraph.tensors[int(op.inputs[0])], op.builtinOptions
+    codes = (_constant(model_t, table, np.int16)
+             if table.type == schema.TensorType.INT16 else None)
+    if (codes is None or len(_shape(table)) != 2
+            or (options is not None and (options.axis or options.batchDims))):
+        return None
+    codes = codes.astype(np.int32).reshape(_shape(table))
+    high = np.floor_divide(codes, 256)  # codes = 256 * high + low, low in 0..255
+    halves = np.concatenate([high, codes - 256 * high - 128], axis=1).astype(np.int8)
+    output = int(op.outputs[0])
+    shape = _shape(subgraph.tensors[output])
+    both = shape[:-1] + (2 * shape[-1],)
+    gathered, widened = (_new(subgraph, t, both)
+                         for t in (schema.TensorType.INT8, schema.TensorType.INT32))
+    high_part, low_part, scaled, summed, code = (
+        _new(subgraph, schema.TensorType.INT32, shape) for _ in range(5))
+    gather = new_operator(model_t, schema.BuiltinOperator.GATHER,
+                          [add_tensor(model_t, subgraph, halves, schema.TensorType.INT8, None),
+                           int(op.inputs[1])], [gathered])
+    gather.builtinOptionsType, gather.builtinOptions = op.builtinOptionsType, options
+    # The int16 code, exactly: 256 * high + (low - 128) + 128, in int32.
+    return [gather, _cast(model_t, gathered, widened, schema.TensorType.INT8),
+            _split(model_t, subgraph, widened, len(shape) - 1, [high_part, low_part]),
+            _arithmetic(model_t, "MUL", [high_part, _int32(model_t, subgraph, 256)], scaled),
+            _arithmetic(model_t, "ADD", [scaled, low_part], summed),
+            _arithmetic(model_t, "ADD", [summed, _int32(model_t, subgraph, 128)], code),
+            _cast(model_t, code, output, schema.TensorType.INT32, schema.TensorType.INT16)]
 
 
 _PAIRWISE = {"REDUCE_MAX": "MAXIMUM", "REDUCE_MIN": "MINIMUM"}
 
 
-def _int16_extremes_as_pairs(model_t, subgraph) -> bool:
+def _int16_extreme_as_pairs(model_t, subgraph, op) -> list | None:
     schema = schema_module()
     pairwise = {getattr(schema.BuiltinOperator, reduce): getattr(schema.BuiltinOperator, pair)
                 for reduce, pair in _PAIRWISE.items()}
-    operators, changed = [], False
-    for op in subgraph.operators:
-        pair = pairwise.get(code_of(model_t, op))
-        source, axes = ((None, None) if pair is None else
-                        (subgraph.tensors[int(op.inputs[0])], subgraph.tensors[int(op.inputs[1])]))
-        output = None if pair is None else subgraph.tensors[int(op.outputs[0])]
-        axes_data = None if axes is None else model_t.buffers[axes.buffer].data
-        if (pair is None or source.type != schema.TensorType.INT16 or axes_data is None
-                or not len(axes_data) or _quantization_of(source) != _quantization_of(output)):
-            operators.append(op)
+    pair = pairwise.get(code_of(model_t, op))
+    if pair is None:
+        return None
+    source, output = subgraph.tensors[int(op.inputs[0])], subgraph.tensors[int(op.outputs[0])]
+    axes = _constant(model_t, subgraph.tensors[int(op.inputs[1])], np.int32)
+    if (source.type != schema.TensorType.INT16 or axes is None
+            or _quantization_of(source) != _quantization_of(output)):
+        return None
+    shape = _shape(source)
+    replacement, running = [], int(op.inputs[0])
+    for axis in sorted({int(a) % len(shape) for a in axes}):
+        if shape[axis] == 1:
             continue
-        shape = _shape(source)
-        reduced = {int(a) % len(shape) for a in np.frombuffer(
-            np.asarray(axes_data, np.uint8).tobytes(), np.int32)}
-        running = int(op.inputs[0])
-        for axis in sorted(reduced):  # each axis split, its slices compared pairwise
-            if shape[axis] == 1:
-                continue
-            kept = shape[:axis] + (1,) + shape[axis + 1:]
-            pieces = [_activation_like(subgraph, source, kept) for _ in range(shape[axis])]
-            axis_index = add_tensor(model_t, subgraph, np.array(axis, np.int32),
-                                    schema.TensorType.INT32, None)
-            split = new_operator(model_t, schema.BuiltinOperator.SPLIT, [axis_index, running],
-                                 pieces)
-            split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
-            split.builtinOptions = schema.SplitOptionsT()
-            split.builtinOptions.numSplits = len(pieces)
-            operators.append(split)
-            running = pieces[0]
-            for piece in pieces[1:]:  # the raw codes: one scale in and out
-                combined = _activation_like(subgraph, source, kept)
-                operators.append(new_operator(model_t, pair, [running, piece], [combined]))
-                running = combined
-            shape = kept
-        target = _shape(output) or ()
-        operators.append(new_operator(
-            model_t, schema.BuiltinOperator.RESHAPE,
-            [running, add_tensor(model_t, subgraph, np.array(target, np.int32).reshape(-1),
-                                 schema.TensorType.INT32, None)], [int(op.outputs[0])]))
-        changed = True
-    subgraph.operators = operators
-    return changed
+        kept = shape[:axis] + (1,) + shape[axis + 1:]
+        pieces = [_activation_like(subgraph, source, kept) for _ in range(shape[axis])]
+        replacement.append(_split(model_t, subgraph, running, axis, pieces))
+        running = pieces[0]
+        for piece in pieces[1:]:  # the raw codes compared: one scale in and out
+            combined = _activation_like(subgraph, source, kept)
+            replacement.append(new_operator(model_t, pair, [running, piece], [combined]))
+            running = combined
+        shape = kept
+    target = np.array(_shape(output) or (), np.int32).reshape(-1)
+    replacement.append(new_operator(model_t, schema.BuiltinOperator.RESHAPE,
+                                    [running, _int32(model_t, subgraph, target)],
+                                    [int(op.outputs[0])]))
+    return replacement
+
+
+_REWRITES = (_select_as_v2, _int8_table_lookup, _int16_comparison_in_int32,
+             _int16_fill_as_cast, _int32_select_as_arithmetic, _bool_gather_as_int8,
+             _any_as_all, _int16_gather_as_bytes, _int16_extreme_as_pairs)
+
+
+# --- helpers ---
+
+
+def _shape(tensor):
+    return None if tensor.shape is None else tuple(int(d) for d in tensor.shape)
+
+
+def _constant(model_t, tensor, dtype) -> np.ndarray | None:
+    """A constant tensor's values (flat) as ``dtype``; None for an activation."""
+    data = model_t.buffers[tensor.buffer].data
+    if dtype is None or data is None or not len(data):
+        return None
+    return np.frombuffer(np.asarray(data, np.uint8).tobytes(), dtype)
+
+
+def _int32(model_t, subgraph, value) -> int:
+    """A new int32 constant."""
+    return add_tensor(model_t, subgraph, np.asarray(value, np.int32),
+                      schema_module().TensorType.INT32, None)
 
 
 def _activation_like(subgraph, like, shape) -> int:
@@ -421,15 +347,6 @@ def _activation_like(subgraph, like, shape) -> int:
     index = _new(subgraph, like.type, shape)
     subgraph.tensors[index].quantization = copy.deepcopy(like.quantization)
     return index
-
-
-def _arithmetic(model_t, name: str, inputs: list[int], output: int):
-    schema = schema_module()
-    op = new_operator(model_t, getattr(schema.BuiltinOperator, name), inputs, [output])
-    options = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[name]
-    op.builtinOptionsType = getattr(schema.BuiltinOptions, options)
-    op.builtinOptions = getattr(schema, options + "T")()
-    return op
 
 
 def _new(subgraph, tensor_type: int, shape) -> int:
@@ -449,6 +366,15 @@ def _quantization_of(tensor) -> tuple:
     return (tuple(np.asarray(q.scale).tolist()), tuple(np.asarray(q.zeroPoint).tolist()))
 
 
+def _arithmetic(model_t, name: str, inputs: list[int], output: int):
+    schema = schema_module()
+    op = new_operator(model_t, getattr(schema.BuiltinOperator, name), inputs, [output])
+    options = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[name]
+    op.builtinOptionsType = getattr(schema.BuiltinOptions, options)
+    op.builtinOptions = getattr(schema, options + "T")()
+    return op
+
+
 def _cast(model_t, source: int, target: int, from_type: int, to_type: int | None = None):
     """A ``CAST`` of tensor ``source`` (``from_type``) into ``target`` (default int32)."""
     schema = schema_module()
@@ -461,11 +387,12 @@ def _cast(model_t, source: int, target: int, from_type: int, to_type: int | None
     return cast
 
 
-def _int32_like(subgraph, like) -> int:
-    tensor = schema_module().TensorT()
-    tensor.shape = None if like.shape is None else np.array(like.shape, np.int32)
-    tensor.shapeSignature = like.shapeSignature
-    tensor.type = schema_module().TensorType.INT32
-    tensor.buffer = 0
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
+def _split(model_t, subgraph, source: int, axis: int, pieces: list[int]):
+    """A ``SPLIT`` of tensor ``source`` along ``axis`` into ``pieces``."""
+    schema = schema_module()
+    split = new_operator(model_t, schema.BuiltinOperator.SPLIT,
+                         [_int32(model_t, subgraph, axis), source], pieces)
+    split.builtinOptionsType = schema.BuiltinOptions.SplitOptions
+    split.builtinOptions = schema.SplitOptionsT()
+    split.builtinOptions.numSplits = len(pieces)
+    return split
