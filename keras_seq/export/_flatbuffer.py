@@ -258,8 +258,7 @@ def builtin_op_count(flatbuffer: bytes, name: str) -> int:
 
 
 def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
-    """Each integer fused LSTM op's hidden state in the scale of its output;
-    a 16x8 op's gate biases in int64.
+    """Each integer fused LSTM op's hidden state in the scale of its output.
 
     Without a projection, TFLite's integer LSTM kernel writes h in the scale
     of its intermediate tensor 4 into its output-state tensor, reads that
@@ -269,10 +268,6 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
     output's is shared with a CONCATENATION after it, a Bidirectional's):
     here they take the output's, and the ``FILL`` that zeroes the state
     writes that zero point.
-
-    TensorFlow's MLIR quantizer writes a 16x8 op's gate biases in int32;
-    TFLite Micro's 16x8 kernel, the only one, reads them as int64 (the
-    values widened, the scale kept).
     """
     schema = schema_module()
     model_t = load_model(flatbuffer)
@@ -297,23 +292,36 @@ def integer_lstm_states_agree(flatbuffer: bytes) -> bytes:
                     [fills[state_index].inputs[0],
                      add_tensor(model_t, subgraph, zero, kind, "zero",
                                 copy.deepcopy(output))], np.int32)
-            if kind == schema.TensorType.INT16:
-                _widened_biases(model_t, subgraph, op)
     drop_unused(model_t)
     return pack_model(model_t)
 
 
-def _widened_biases(model_t, subgraph, op) -> None:
+def int16_lstm_biases_widened(flatbuffer: bytes) -> bytes:
+    """Each 16x8 fused LSTM op's gate biases in int64.
+
+    TensorFlow's MLIR quantizer writes them in int32; TFLite Micro's 16x8
+    LSTM kernel, the only one, reads them as int64 (the values widened, the
+    scale kept).
+    """
     schema = schema_module()
-    for index in (int(op.inputs[i]) for i in GATE_BIAS.values()):
-        tensor = subgraph.tensors[index] if index >= 0 else None
-        if tensor is None or tensor.type != schema.TensorType.INT32:
-            continue
-        data = np.asarray(model_t.buffers[tensor.buffer].data, np.uint8).tobytes()
-        widened = np.frombuffer(data, np.int32).astype(np.int64)
-        model_t.buffers.append(schema.BufferT())  # its own: the int32 one may be shared
-        model_t.buffers[-1].data = np.frombuffer(widened.tobytes(), np.uint8)
-        tensor.buffer, tensor.type = len(model_t.buffers) - 1, schema.TensorType.INT64
+    model_t = load_model(flatbuffer)
+    lstm = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
+    for subgraph in model_t.subgraphs:
+        for op in subgraph.operators:
+            if (code_of(model_t, op) != lstm
+                    or subgraph.tensors[op.inputs[0]].type != schema.TensorType.INT16):
+                continue
+            for index in (int(op.inputs[i]) for i in GATE_BIAS.values()):
+                tensor = subgraph.tensors[index] if index >= 0 else None
+                if tensor is None or tensor.type != schema.TensorType.INT32:
+                    continue
+                data = np.asarray(model_t.buffers[tensor.buffer].data, np.uint8).tobytes()
+                widened = np.frombuffer(data, np.int32).astype(np.int64)
+                # A buffer of its own: the int32 one may be shared.
+                tensor.buffer = add_buffer(model_t, widened)
+                tensor.type = schema.TensorType.INT64
+    drop_unused(model_t)
+    return pack_model(model_t)
 
 
 def code_of(model_t, op) -> int:
@@ -408,6 +416,19 @@ def add_tensor(model_t, subgraph, array, tensor_type, name: str, quantization=No
     tensor.type = tensor_type
     tensor.name = name
     tensor.buffer = add_buffer(model_t, array)
+    tensor.quantization = quantization
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def add_activation(subgraph, tensor_type: int, shape, shape_signature=None,
+                   quantization=None) -> int:
+    """A new data-less tensor (an op's output) of ``shape``."""
+    tensor = schema_module().TensorT()
+    tensor.shape = None if shape is None else np.array(shape, np.int32)
+    tensor.shapeSignature = shape_signature
+    tensor.type = tensor_type
+    tensor.buffer = 0
     tensor.quantization = quantization
     subgraph.tensors.append(tensor)
     return len(subgraph.tensors) - 1

@@ -20,6 +20,7 @@ import copy
 import numpy as np
 
 from keras_seq.export._flatbuffer import (
+    add_activation,
     add_buffer,
     add_tensor,
     as_text,
@@ -566,14 +567,7 @@ def _quantized_constant(model_t, subgraph, value: np.ndarray, kind: int, quantiz
 
 def _activation(subgraph, like, tensor_type: int) -> int:
     """A new data-less tensor of ``like``'s shape."""
-    tensor = schema_module().TensorT()
-    tensor.shape = None if like.shape is None else np.array(like.shape, np.int32)
-    tensor.shapeSignature = like.shapeSignature
-    tensor.type = tensor_type
-    tensor.name = None
-    tensor.buffer = 0
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
+    return add_activation(subgraph, tensor_type, like.shape, like.shapeSignature)
 
 
 def _integer_bool_casts(model_t, subgraph) -> None:

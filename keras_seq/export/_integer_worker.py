@@ -98,7 +98,7 @@ def _has_int16_lstm(flatbuffer: bytes) -> bool:
 
 def _run_in_micro(folder: str, flatbuffer: bytes, names, example, failure_file) -> None:
     """One run in TensorFlow Lite for Microcontrollers' interpreter (its
-    presence checked by the caller, `integer_tflite.check_fused_16x8`)."""
+    presence checked by the caller, `integer_tflite.require_micro`)."""
     from tflite_micro.python.tflite_micro import runtime
 
     from keras_seq.export._flatbuffer import load_model
@@ -172,7 +172,7 @@ def _quantized(flatbuffer: bytes, mode: str, examples, integer_io: bool) -> byte
     from tensorflow.lite.python.optimize import calibrator
 
     from keras_seq.export import _loop_calibration
-    from keras_seq.export._flatbuffer import integer_lstm_states_agree
+    from keras_seq.export._flatbuffer import int16_lstm_biases_widened, integer_lstm_states_agree
     from keras_seq.export._integer_mends import integer_loop_carries, integer_only
 
     edge = tf.int8 if integer_io else tf.float32
@@ -187,9 +187,9 @@ def _quantized(flatbuffer: bytes, mode: str, examples, integer_io: bool) -> byte
     calibrated = calibrator.Calibrator(with_intermediates).calibrate(lambda: iter(examples))
     if mode == "int16x8":  # int16 edges need `fully_quantize` there
         edge = tf.int16 if integer_io else tf.float32
-        return integer_lstm_states_agree(convert.mlir_quantize(
+        return int16_lstm_biases_widened(integer_lstm_states_agree(convert.mlir_quantize(
             calibrated, inference_type=types_pb2.QUANTIZED_INT16, input_data_type=edge,
-            output_data_type=edge, fully_quantize=integer_io))
+            output_data_type=edge, fully_quantize=integer_io)))
     return integer_lstm_states_agree(
         convert.mlir_quantize(calibrated, input_data_type=edge, output_data_type=edge))
 

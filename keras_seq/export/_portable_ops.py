@@ -57,6 +57,7 @@ import math
 import numpy as np
 
 from keras_seq.export._flatbuffer import (
+    add_activation,
     add_tensor,
     code_of,
     load_model,
@@ -127,7 +128,7 @@ def _int8_table_lookup(model_t, subgraph, op) -> list | None:
                        float(target.quantization.scale[0]), int(target.quantization.zeroPoint[0]))
     table_index = add_tensor(model_t, subgraph, table, schema.TensorType.INT8, None,
                              copy.deepcopy(target.quantization))
-    as_int32, index = (_new(subgraph, schema.TensorType.INT32, _shape(source))
+    as_int32, index = (add_activation(subgraph, schema.TensorType.INT32, _shape(source))
                        for _ in range(2))
     gather = new_operator(model_t, schema.BuiltinOperator.GATHER, [table_index, index],
                           [int(op.outputs[0])])
@@ -170,7 +171,7 @@ def _int16_comparison_in_int32(model_t, subgraph, op) -> list | None:
         if codes is not None:  # a constant: stored as int32
             inputs.append(_int32(model_t, subgraph, codes.reshape(_shape(side) or ())))
             continue
-        widened = _new(subgraph, schema.TensorType.INT32, _shape(side))
+        widened = add_activation(subgraph, schema.TensorType.INT32, _shape(side))
         replacement.append(_cast(model_t, index, widened, schema.TensorType.INT16))
         inputs.append(widened)
     op.inputs = np.array(inputs, np.int32)
@@ -202,9 +203,9 @@ def _int32_select_as_arithmetic(model_t, subgraph, op) -> list | None:
         return None
     condition, first, second = (int(i) for i in op.inputs)
     shapes = [_shape(subgraph.tensors[i]) for i in (condition, first, second)]
-    as_int = _new(subgraph, schema.TensorType.INT32, shapes[0])
-    difference = _new(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes[1:]))
-    taken = _new(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes))
+    as_int = add_activation(subgraph, schema.TensorType.INT32, shapes[0])
+    difference = add_activation(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes[1:]))
+    taken = add_activation(subgraph, schema.TensorType.INT32, np.broadcast_shapes(*shapes))
     # second + condition * (first - second), exactly, in int32
     return [_cast(model_t, condition, as_int, schema.TensorType.BOOL),
             _arithmetic(model_t, "SUB", [first, second], difference),
@@ -219,9 +220,9 @@ def _bool_gather_as_int8(model_t, subgraph, op) -> list | None:
         return None
     params, output = int(op.inputs[0]), int(op.outputs[0])
     shape = _shape(subgraph.tensors[output])
-    as_int8 = _new(subgraph, schema.TensorType.INT8, _shape(subgraph.tensors[params]))
-    gathered = _new(subgraph, schema.TensorType.INT8, shape)
-    widened = _new(subgraph, schema.TensorType.INT32, shape)
+    as_int8 = add_activation(subgraph, schema.TensorType.INT8, _shape(subgraph.tensors[params]))
+    gathered = add_activation(subgraph, schema.TensorType.INT8, shape)
+    widened = add_activation(subgraph, schema.TensorType.INT32, shape)
     cast = _cast(model_t, params, as_int8, schema.TensorType.BOOL, schema.TensorType.INT8)
     op.inputs = np.array([as_int8, *(int(i) for i in op.inputs[1:])], np.int32)
     op.outputs = np.array([gathered], np.int32)
@@ -236,8 +237,8 @@ def _any_as_all(model_t, subgraph, op) -> list | None:
         return None
     source, axes = (int(i) for i in op.inputs)
     output = int(op.outputs[0])
-    negated = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[source]))
-    none_true = _new(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[output]))
+    negated = add_activation(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[source]))
+    none_true = add_activation(subgraph, schema.TensorType.BOOL, _shape(subgraph.tensors[output]))
     reduce = new_operator(model_t, schema.BuiltinOperator.REDUCE_ALL, [negated, axes],
                           [none_true])
     reduce.builtinOptionsType, reduce.builtinOptions = op.builtinOptionsType, op.builtinOptions
@@ -263,10 +264,10 @@ def _int16_gather_as_bytes(model_t, subgraph, op) -> list | None:
     output = int(op.outputs[0])
     shape = _shape(subgraph.tensors[output])
     both = shape[:-1] + (2 * shape[-1],)
-    gathered, widened = (_new(subgraph, t, both)
+    gathered, widened = (add_activation(subgraph, t, both)
                          for t in (schema.TensorType.INT8, schema.TensorType.INT32))
     high_part, low_part, scaled, summed, code = (
-        _new(subgraph, schema.TensorType.INT32, shape) for _ in range(5))
+        add_activation(subgraph, schema.TensorType.INT32, shape) for _ in range(5))
     gather = new_operator(model_t, schema.BuiltinOperator.GATHER,
                           [add_tensor(model_t, subgraph, halves, schema.TensorType.INT8, None),
                            int(op.inputs[1])], [gathered])
@@ -344,19 +345,8 @@ def _int32(model_t, subgraph, value) -> int:
 
 def _activation_like(subgraph, like, shape) -> int:
     """A new data-less tensor of ``like``'s type and quantization, of ``shape``."""
-    index = _new(subgraph, like.type, shape)
-    subgraph.tensors[index].quantization = copy.deepcopy(like.quantization)
-    return index
-
-
-def _new(subgraph, tensor_type: int, shape) -> int:
-    """A new data-less tensor of ``shape``."""
-    tensor = schema_module().TensorT()
-    tensor.shape = None if shape is None else np.array(shape, np.int32)
-    tensor.type = tensor_type
-    tensor.buffer = 0
-    subgraph.tensors.append(tensor)
-    return len(subgraph.tensors) - 1
+    return add_activation(subgraph, like.type, shape,
+                          quantization=copy.deepcopy(like.quantization))
 
 
 def _quantization_of(tensor) -> tuple:

@@ -88,17 +88,20 @@ def check_integer_arguments(where: str, quantize, representative_data,
     return integer, integer_io
 
 
-def check_fused_16x8(where: str, layers=()) -> None:
+def require_micro(where: str) -> None:
     """16x8 fused LSTM ops run in TFLite Micro's kernel alone (LiteRT has
     no 16x8 LSTM kernel), whose interpreter checks the file: its package
-    must be there (an `ImportError` before any conversion). That kernel
-    computes a plain LSTM: peepholes and CIFG are refused, naming the
-    layer."""
+    must be there (an `ImportError` before any conversion)."""
     if importlib.util.find_spec("tflite_micro") is None:
         raise ImportError(
             f'{where}: quantize="int16x8" with fuse_lstm=True writes TensorFlow Lite for '
             "Microcontrollers' 16x8 LSTM kernel (LiteRT has none), whose interpreter checks "
             'the file: pip install tflite-micro (keras-seq\'s "[micro]" extra).')
+
+
+def check_fused_16x8(where: str, layers) -> None:
+    """TFLite Micro's 16x8 LSTM kernel computes a plain LSTM: peepholes and
+    CIFG are refused, naming the layer."""
     for layer in layers:
         if layer.peepholes or layer.cifg:
             what = "peepholes" if layer.peepholes else "a coupled input-forget gate (CIFG)"

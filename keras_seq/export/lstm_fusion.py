@@ -80,6 +80,7 @@ from keras_seq.export.integer_tflite import (
     check_fused_16x8,
     check_integer_arguments,
     quantize_flatbuffer,
+    require_micro,
     static_specs,
 )
 from keras_seq.layers.recurrent.operator_forms import LSTMForm, operator_form
@@ -163,7 +164,7 @@ def convert_fused_lstm(
     if integer:
         examples = calibration_examples(where, representative_data, specs)
         if quantize == "int16x8":  # TFLite Micro's kernel: its package, static shapes
-            check_fused_16x8(where)
+            require_micro(where)
             specs = static_specs(where, specs, examples)
     flatbuffer, layers = _convert_with_lstm_functions(
         model, call, specs, names, None if integer else quantize)
